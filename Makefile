@@ -1,0 +1,34 @@
+# make demo: the most complete pipeline that exists so far, on the embedded default target.
+# make test: ruff and the whole test suite. Both set up .venv by themselves on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: setup demo test lint clean bench
+
+setup: $(VENV)/.hsmon-setup
+
+$(VENV)/.hsmon-setup: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev]' "$(TORCH_PIN)"
+	touch $@
+
+demo: setup
+	$(PY) -m extractor.demo
+
+lint: setup
+	$(PY) -m ruff check .
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -ra
+
+bench: setup
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""`hsmon extract`: hidden states from a target model into SpecForge-layout chunks."""

@@ -1,0 +1,3 @@
+from hsmon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The `hsmon` command: a thin dispatcher that imports only the subcommand it runs.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Heavy imports (torch, transformers, textual) stay inside ``run`` so that `hsmon daemon` and
+`hsmon status` start fast beside a job that holds the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hsmon import __version__
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
+    "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
+    "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),
+    "tui": ("hsmon.tui.cli", "the terminal dashboard"),
+    "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
+    "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
+    "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
+    "make-target": ("extractor.embedded_target", "build (or rebuild) the embedded default target model"),
+}
+
+
+def _top_level_help() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"usage: hsmon COMMAND [options]   (hsmon {__version__})", "", "commands:"]
+    lines += [f"  {name:<{width}}  {helptext}" for name, (_, helptext) in COMMANDS.items()]
+    lines += ["", "Run 'hsmon COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `hsmon` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_level_help())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"hsmon {__version__}")
+        return 0
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"hsmon: unknown command {name!r}; run 'hsmon --help' for the list", file=sys.stderr)
+        return 2
+    module_name, helptext = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            print(f"hsmon: the {name!r} command is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    parser = argparse.ArgumentParser(prog=f"hsmon {name}", description=helptext)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

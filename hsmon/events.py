@@ -1,0 +1,181 @@
+"""Contract 1: structured progress events as JSON Lines.
+
+Writers (extractor, trainer) emit one JSON object per line and flush after every line, so
+nothing waits in a buffer whatever PYTHONUNBUFFERED says. Readers (the monitor) ignore unknown
+kinds and fields and count, never raise on, lines that do not parse.
+
+No heavy imports here: the monitor imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+SCHEMA_VERSION = 1
+
+# Kinds named by the contract. Readers must still accept kinds not listed here.
+START = "start"
+ROW = "row"
+ROWS = "rows"
+CHUNK = "chunk"
+REJECT = "reject"
+RETRY = "retry"
+PAUSE = "pause"
+RESUME = "resume"
+HEARTBEAT = "heartbeat"
+ERROR = "error"
+DONE = "done"
+STOPPED = "stopped"
+STEP = "step"
+CHECKPOINT = "checkpoint"
+EVAL = "eval"
+STATE = "state"  # a monitor's job state transition
+
+KNOWN_KINDS = frozenset(
+    {START, ROW, ROWS, CHUNK, REJECT, RETRY, PAUSE, RESUME, HEARTBEAT, ERROR, DONE, STOPPED,
+     STEP, CHECKPOINT, EVAL, STATE}
+)
+# Kinds after which a job has ended on purpose (a monitor does not call it dead).
+TERMINAL_KINDS = frozenset({DONE, STOPPED})
+PAUSE_REASONS = frozenset({"disk", "shm", "server"})
+
+
+def make_event(kind: str, job: str, ts: float | None = None, **fields: Any) -> dict[str, Any]:
+    """Build an event dict with the contract's common fields first."""
+    event: dict[str, Any] = {"v": SCHEMA_VERSION, "ts": time.time() if ts is None else ts, "job": job,
+                             "kind": kind}
+    event.update(fields)
+    return event
+
+
+def encode_event(event: dict[str, Any]) -> str:
+    """One compact JSON line (with its trailing newline)."""
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+
+
+class EventWriter:
+    """Writes events to stdout or appends them to a file, flushing after every line.
+
+    Thread-safe: a heartbeat thread and the main loop may emit at once.
+    """
+
+    def __init__(self, job: str, path: str | os.PathLike[str] | None = None,
+                 stream: IO[str] | None = None) -> None:
+        self.job = job
+        self._lock = threading.Lock()
+        self._owned = path is not None
+        if path is not None:
+            self._stream: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._stream = stream if stream is not None else sys.stdout
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Write one event and flush it; returns the event written."""
+        event = make_event(kind, self.job, **fields)
+        line = encode_event(event)
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
+        return event
+
+    def close(self) -> None:
+        with self._lock:
+            if self._owned:
+                self._stream.close()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_event_line(line: str | bytes) -> dict[str, Any] | None:
+    """Parse one line; None when it is not a valid event (garbage, partial, or not an object).
+
+    A valid event is a JSON object with a string ``kind``; ``ts`` and ``job`` are expected but a
+    reader tolerates their absence.
+    """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        return None
+    return obj
+
+
+@dataclass
+class EventFileReader:
+    """Incremental reader of an events file that copes with what real files do.
+
+    Handles a file that does not exist yet, truncation (size shrinks: start over), rotation (the
+    inode changes: start over on the new file), a partial last line (kept until its newline
+    arrives), and garbage lines (counted in ``bad_lines``, skipped).
+    """
+
+    path: str
+    offset: int = 0
+    inode: int | None = None
+    lines: int = 0
+    bad_lines: int = 0
+    rotations: int = 0
+    _partial: bytes = field(default=b"", repr=False)
+
+    def poll(self, max_bytes: int = 16 * 1024 * 1024) -> list[dict[str, Any]]:
+        """Read what was appended since the last poll and return the new events."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset):
+            self.rotations += 1
+            self.offset = 0
+            self._partial = b""
+        self.inode = st.st_ino
+        if st.st_size == self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(max_bytes)
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *complete, self._partial = data.split(b"\n")
+        events = []
+        for raw in complete:
+            if not raw.strip():
+                continue
+            self.lines += 1
+            event = parse_event_line(raw)
+            if event is None:
+                self.bad_lines += 1
+            else:
+                events.append(event)
+        return events
+
+
+def iter_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """All valid events of a file, skipping bad lines (for tests and one-shot readers)."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            event = parse_event_line(raw)
+            if event is not None:
+                yield event

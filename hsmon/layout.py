@@ -1,0 +1,212 @@
+"""Contract 2: the output layout, shared by the extractor (writes), monitor and trainer (read).
+
+    OUT/rows_{a}-{b}/data_{i}.ckpt     one torch.save dict per input row i, a <= i < b
+    OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
+    OUT/hsmon-manifest.shard-I-of-N.jsonl   the same, per shard, when --shard is used
+    OUT/rejects.jsonl                  rejected input rows with their reason
+
+Manifest records (one JSON object per line, ``type`` says which):
+    {"type": "run", ...settings...}                         once per (re)start of a run
+    {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex}
+    {"type": "reject", "row": i, "reason": "..."}
+    {"type": "chunk", "chunk": "rows_a-b", "rows": k, "tokens": n, "bytes": b, "sha256": hex,
+     "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..}}}
+
+Files are written under a hidden temporary name (``.data_i.ckpt.tmp-PID``), flushed, fsynced
+and renamed; a row is done only once its ``row`` record is in the manifest. A trailing partial
+line (a crash mid-append) is ignored by readers.
+
+No heavy imports here: the monitor imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+MANIFEST_NAME = "hsmon-manifest.jsonl"
+MANIFEST_GLOB = "hsmon-manifest*.jsonl"
+REJECTS_NAME = "rejects.jsonl"
+DEFAULT_CHUNK_SIZE = 2000
+TMP_MARK = ".tmp-"
+
+CHUNK_DIR_RE = re.compile(r"^rows_(\d+)-(\d+)$")
+ROW_FILE_RE = re.compile(r"^data_(\d+)\.ckpt$")
+
+
+def manifest_name(shard: tuple[int, int] | None = None) -> str:
+    """File name of the manifest for a shard (index, count), or the unsharded one."""
+    if shard is None or shard[1] == 1:
+        return MANIFEST_NAME
+    index, count = shard
+    return f"hsmon-manifest.shard-{index}-of-{count}.jsonl"
+
+
+def chunk_bounds(row: int, chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[int, int]:
+    """(a, b) of the chunk that holds ``row``."""
+    start = (row // chunk_size) * chunk_size
+    return start, start + chunk_size
+
+
+def chunk_dir_name(start: int, end: int) -> str:
+    return f"rows_{start}-{end}"
+
+
+def row_file_name(row: int) -> str:
+    return f"data_{row}.ckpt"
+
+
+def row_path(out_dir: str | os.PathLike[str], row: int, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Path:
+    """Where row ``row`` lives in the layout."""
+    return Path(out_dir) / chunk_dir_name(*chunk_bounds(row, chunk_size)) / row_file_name(row)
+
+
+def parse_chunk_dir_name(name: str) -> tuple[int, int] | None:
+    match = CHUNK_DIR_RE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_row_file_name(name: str) -> int | None:
+    match = ROW_FILE_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def is_temporary(name: str) -> bool:
+    """True for a file still being written (hidden temporary name)."""
+    return name.startswith(".") and TMP_MARK in name
+
+
+def temporary_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}")
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(final: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> int:
+    """Write a file through ``write(fh)`` under a temporary name, fsync, rename; returns its size.
+
+    A crash at any moment leaves either the old state or the complete file, never a partial file
+    under the final name. A leftover temporary file is harmless (readers skip hidden names).
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_path(final)
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+            size = fh.tell()
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+    return size
+
+
+def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]], fsync: bool = True) -> None:
+    """Append records as JSON lines in one write, then fsync (the manifest's durability point)."""
+    payload = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
+    if not payload:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        data = payload.encode("utf-8")
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Objects of a JSON Lines file; a bad or partial line is skipped."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break  # partial last line: a write that did not finish
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+@dataclass
+class Manifest:
+    """What the manifests of an output directory say is done."""
+
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    rejects: dict[int, str] = field(default_factory=dict)
+    chunks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(int(r.get("tokens", 0)) for r in self.rows.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(int(r.get("bytes", 0)) for r in self.rows.values())
+
+    def handled(self, row: int) -> bool:
+        """True when the row is done or rejected: a resumed run skips it."""
+        return row in self.rows or row in self.rejects
+
+    def add(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "row" and isinstance(record.get("row"), int):
+            self.rows[record["row"]] = record
+        elif kind == "reject" and isinstance(record.get("row"), int):
+            self.rejects[record["row"]] = str(record.get("reason", ""))
+        elif kind == "chunk" and isinstance(record.get("chunk"), str):
+            self.chunks[record["chunk"]] = record
+        elif kind == "run":
+            self.runs.append(record)
+
+
+def manifest_paths(out_dir: str | os.PathLike[str]) -> list[Path]:
+    return sorted(Path(out_dir).glob(MANIFEST_GLOB))
+
+
+def read_manifest(out_dir: str | os.PathLike[str], name: str | None = None) -> Manifest:
+    """Read one manifest (``name``) or all of them (every shard's) in ``out_dir``."""
+    manifest = Manifest()
+    paths = [Path(out_dir) / name] if name else manifest_paths(out_dir)
+    for path in paths:
+        for record in iter_jsonl(path):
+            manifest.add(record)
+    return manifest
+
+
+def complete_row_files(out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Row files a reader may use: those in the manifest when there is one, else every
+    ``rows_*/data_*.ckpt`` (a plain SpecForge layout written by another tool)."""
+    out = Path(out_dir)
+    if manifest_paths(out):
+        manifest = read_manifest(out)
+        return [out / rec["chunk"] / row_file_name(row) for row, rec in sorted(manifest.rows.items())]
+    files = []
+    for chunk in out.iterdir() if out.is_dir() else ():
+        if chunk.is_dir() and parse_chunk_dir_name(chunk.name):
+            files += [f for f in chunk.iterdir() if parse_row_file_name(f.name) is not None]
+    return sorted(files, key=lambda f: parse_row_file_name(f.name) or 0)

@@ -1,0 +1,1 @@
+"""`hsmon train`: the EAGLE-3 drafter trained on extracted hidden states."""
