@@ -101,16 +101,11 @@ class Prepared:
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Check options and inputs, scan the dataset, read what is already done."""
-    import torch
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from extractor.backends.hf import model_facts, resolve_device, resolve_dtype
-
-    hf_logging.disable_progress_bar()
     data = Path(args.data)
     if not data.is_file():
         raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
+    if not any(True for _ in ds.iter_lines(data)):
+        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     try:
         shard = Shard.parse(args.shard)
         min_free = parse_size(args.min_free)
@@ -118,6 +113,18 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from extractor.backends.hf import model_facts, resolve_device, resolve_dtype
+
+    hf_logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model_dir = resolve_model(args.model)
     config = AutoConfig.from_pretrained(str(model_dir))
     num_layers, hidden, vocab, max_pos = model_facts(config)
