@@ -252,6 +252,7 @@ class JobRuntime:
         """Move to the decided state; returns the previous state when it changed."""
         assert self.decision is not None
         new = self.decision.state
+        self.reason = self.decision.reason
         if new == self.state:
             self.doc.update(state=new, state_since_ts=self.state_since_ts)
             return None
@@ -319,7 +320,7 @@ class Monitor:
         tick_interval: float = 1.0,
         use_watchdog: bool = True,
         source: str = "daemon",
-        event_log: ev.EventWriter | None = None,
+        event_log: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.scan_interval = scan_interval
         self.tick_interval = min(tick_interval, scan_interval)
@@ -482,11 +483,7 @@ class Monitor:
         )
         if self.event_log is not None:
             try:
-                self.event_log.emit(
-                    ev.STATE,
-                    **{k: v for k, v in event.items() if k not in ("v", "ts", "job", "kind")},
-                    watched_job=runtime.cfg.name,
-                )
+                self.event_log(event)
             except (OSError, ValueError):
                 log.exception("cannot write the state event")
 
