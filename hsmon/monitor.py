@@ -130,12 +130,21 @@ class JobRuntime:
             ) / dt > BUSY_IO_BYTES_PER_S:
                 self.last_busy_ts = now
 
+    def _dump_dir_changed(self) -> bool:
+        """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
+        assert self.dump is not None
+        try:
+            inode = os.stat(self.dump.path).st_ino
+        except OSError:
+            return self.dump.exists
+        return not self.dump.exists or inode != self.dump.dir_inode
+
     def update(self, now: float, scan_dump: bool, scan_output: bool) -> None:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
         procs = self.poll_processes()
-        if self.dump is not None and scan_dump:
+        if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan()
         if self.output is not None and scan_output:
             self.output.scan()
