@@ -148,6 +148,8 @@ class JobRuntime:
             self.dump.scan()
         if self.output is not None and scan_output:
             self.output.scan()
+        if self.dump is not None:
+            self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
         out = self.output.snapshot() if self.output else None
         self._note_activity(now, procs, dump, out)

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from hsmon.trackers.rates import RateWindow
+
 
 class DumpDirTracker:
     """Entries directly inside ``path`` (files, or per-request subdirectories)."""
@@ -37,6 +39,8 @@ class DumpDirTracker:
         self.error: str | None = None
         self.dir_inode: int | None = None
         self.last_change_ts: float | None = None
+        self._created_rate = RateWindow(30.0)
+        self._consumed_rate = RateWindow(30.0)
         self.newest_mtime: float | None = None  # of the last scan's entries: work before we watched
 
     # -- events (watchdog thread) --------------------------------------------------------------
@@ -188,6 +192,12 @@ class DumpDirTracker:
         with self._lock:
             self.dir_inode = -1
 
+    def sample_rates(self, now: float) -> None:
+        """Record the counters for the per-second rates (the monitor calls this every tick)."""
+        with self._lock:
+            self._created_rate.add(now, self.created_total)
+            self._consumed_rate.add(now, self.consumed_total)
+
     # -- reading (any thread, memory only) -----------------------------------------------------
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
@@ -208,6 +218,8 @@ class DumpDirTracker:
                 "oldest_age_s": oldest,
                 "created_total": self.created_total,
                 "consumed_total": self.consumed_total,
+                "created_per_s": self._created_rate.rate(),
+                "consumed_per_s": self._consumed_rate.rate(),
             }
 
 
