@@ -39,6 +39,7 @@ log = logging.getLogger("hsmon.monitor")
 BUSY_CPU_FRACTION = 0.02
 BUSY_IO_BYTES_PER_S = 16 * 1024
 STATUS_VERSION = 1
+FULL_SCAN_EVERY = 10
 
 TransitionListener = Callable[[dict[str, Any], "str | None"], None]
 
@@ -139,13 +140,13 @@ class JobRuntime:
             return self.dump.exists
         return not self.dump.exists or inode != self.dump.dir_inode
 
-    def update(self, now: float, scan_dump: bool, scan_output: bool) -> None:
+    def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True) -> None:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
         procs = self.poll_processes()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
-            self.dump.scan()
+            self.dump.scan(full=full_scan)
         if self.output is not None and scan_output:
             self.output.scan()
         if self.dump is not None:
@@ -469,7 +470,10 @@ class Monitor:
                 runtimes = list(self._jobs.values())
             for runtime in runtimes:
                 now = time.time()
-                runtime.update(now, scan_dump=scan, scan_output=scan)
+                # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
+                # lists only a directory whose mtime moved
+                full = force_scan or overflow or self.scans_total % FULL_SCAN_EVERY == 0
+                runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full)
                 if self._observer is not None and runtime.dump is not None:
                     self._ensure_watch(runtime)
                 previous = runtime.apply_decision(now)

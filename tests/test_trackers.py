@@ -319,6 +319,7 @@ def test_find_process_by_match_prefers_the_real_process_over_its_shell(tmp_path,
     t = ProcessTracker(ProcessSpec("server", match=marker))
     s = wait_until(lambda: (p := t.poll())["alive"] and p["pid"] != shell.pid and p, 10, what="child")
     assert "python" in s["cmdline"] and s["role"] == "server"
+    assert s["restarts"] == 0  # the shell, then its child: one process, not a restart
 
 
 # -- disk -------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ class DumpDirTracker:
         self.consumed_total = 0
         self.events_total = 0
         self.scans_total = 0
+        self.scans_skipped_total = 0
+        self._listed_identity: tuple[int, int] | None = None
         self.scan_seconds_last = 0.0
         self.exists = False
         self.error: str | None = None
@@ -125,8 +127,22 @@ class DumpDirTracker:
                 self.last_change_ts = time.time()
 
     # -- reconciliation (scanner thread) -------------------------------------------------------
-    def scan(self) -> None:
-        """List the directory and make the table exact."""
+    def scan(self, full: bool = True) -> bool:
+        """List the directory and make the table exact; returns whether it listed.
+
+        With ``full=False`` the listing is skipped when the directory's inode and mtime are those of
+        the last listing: no entry was added, removed or renamed since. (Sizes of files rewritten
+        in place are then known from close events; an inotify overflow forces a full scan.)
+        """
+        if not full:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                st = None
+            if st is not None and self.error is None and (st.st_ino, st.st_mtime_ns) == self._listed_identity:
+                with self._lock:
+                    self.scans_skipped_total += 1
+                return False
         started = time.perf_counter()
         with self._lock:
             self._touched = set()
@@ -134,8 +150,11 @@ class DumpDirTracker:
         error = None
         exists = True
         inode = None
+        identity = None
         try:
-            inode = os.stat(self.path).st_ino
+            dir_stat = os.stat(self.path)  # before listing: a change during the listing is seen next time
+            inode = dir_stat.st_ino
+            identity = (dir_stat.st_ino, dir_stat.st_mtime_ns)
             with os.scandir(self.path) as it:
                 for entry in it:
                     try:
@@ -160,13 +179,14 @@ class DumpDirTracker:
             self.scan_seconds_last = time.perf_counter() - started
             self.exists, self.error = exists, error
             if error is not None:
-                return  # keep what we knew: an unreadable directory says nothing new
+                return True  # keep what we knew: an unreadable directory says nothing new
             if not exists or (self.dir_inode is not None and inode != self.dir_inode):
                 # deleted (or replaced): its old entries are gone, not consumed
                 self._files.clear()
                 self._heap.clear()
                 self._bytes = 0
             self.dir_inode = inode
+            self._listed_identity = identity
             self.newest_mtime = max((m for _, m in listed.values()), default=self.newest_mtime)
             changed = False
             for name in [n for n in self._files if n not in listed and n not in touched]:
@@ -186,6 +206,7 @@ class DumpDirTracker:
             if len(self._heap) > 2 * len(self._files) + 1024:
                 self._heap = [(mtime, name) for name, (_, mtime) in self._files.items()]
                 heapq.heapify(self._heap)
+        return True
 
     def forget_watch_identity(self) -> None:
         """The directory was seen deleted by an event: the next scan starts from a clean table."""

@@ -81,6 +81,13 @@ def stdout_target(pid: int) -> tuple[str | None, bool]:
     return target, is_reg
 
 
+def _descends_from(proc: psutil.Process, pid: int) -> bool:
+    try:
+        return any(p.pid == pid for p in proc.parents())
+    except psutil.Error:
+        return False
+
+
 class ProcessTracker:
     """One role of a job (extractor, server, trainer)."""
 
@@ -131,7 +138,9 @@ class ProcessTracker:
         return min(leaves or found, key=lambda p: p.info["create_time"] or 0)
 
     def _locate(self) -> psutil.Process | None:
-        if self._proc is not None:
+        # A regex is searched again on every poll: a shell found first may start the real process
+        # a moment later, and the innermost match is the one to follow.
+        if self._proc is not None and self._regex is None:
             try:
                 if self._proc.is_running() and (self._wanted_pid() in (None, self._proc.pid)):
                     return self._proc
@@ -146,9 +155,11 @@ class ProcessTracker:
                 proc = psutil.Process(pid) if pid is not None else None
         except (psutil.Error, OSError):
             proc = None
+        if proc is not None and self._proc is not None and proc.pid == self._proc.pid:
+            proc = self._proc  # keep the same handle: its CPU baseline lives there
         if proc is not None and proc.pid != self.pid:
-            if self.pid is not None:
-                self.restarts += 1
+            if self.pid is not None and not _descends_from(proc, self.pid):
+                self.restarts += 1  # (a shell's child found after the shell is not a restart)
             self.pid = proc.pid
             self._last_cpu = None
         self._proc = proc
