@@ -64,6 +64,25 @@ def listing(d: str) -> tuple[int, int]:
     return files, nbytes
 
 
+def fs_events_handled(base: str) -> float:
+    for line in get(base + "/metrics").decode().splitlines():
+        if line.startswith("hsmon_dump_fs_events_total"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def settle_events(base: str, quiet_s: float = 1.0, limit_s: float = 60.0) -> None:
+    """Wait until the daemon has handled the queued filesystem events (its counter stops moving)."""
+    deadline = time.monotonic() + limit_s
+    last = fs_events_handled(base)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = fs_events_handled(base)
+        if now == last:
+            return
+        last = now
+
+
 def time_scrapes(url: str, n: int = 30) -> float:
     get(url)
     times = []
@@ -245,6 +264,7 @@ def main() -> int:
             t = time.perf_counter()
             while dump_status(base)["files"] != target and time.perf_counter() - t < 60:
                 time.sleep(0.2)
+            settle_events(base)
             results[target] = (time_scrapes(base + "/metrics"), time_scrapes(naive_url, 10))
             print(
                 f"/metrics with {target:>7} files: hsmon {results[target][0]:.2f} ms, "
