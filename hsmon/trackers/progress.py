@@ -86,6 +86,9 @@ class ProgressTracker:
             pid = e.get("pid")
             self.pid = pid if isinstance(pid, int) else None
             for attr, keys in (
+                ("rows_done", ("rows_done",)),
+                ("tokens_done", ("tokens_done",)),
+                ("rejects", ("rejects",)),
                 ("rows_total", ("rows_total", "total_rows")),
                 ("tokens_total", ("tokens_total", "total_tokens")),
                 ("chunks_total", ("chunks_total", "total_chunks")),
