@@ -123,13 +123,22 @@ class JobRuntime:
             io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
             prev = self._busy_marks.get(proc["pid"])
             self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
-            if prev is None or mono <= prev[0]:
+            if prev is None:
+                # first sight: no rate yet. A process that has been busy on average over its life
+                # counts as busy now (conservative: never a stall alarm before a second sample)
+                uptime = proc.get("uptime_s") or 0.0
+                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
+                    self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
+                continue
+            if mono <= prev[0]:
                 continue
             dt = mono - prev[0]
             if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
                 io - prev[2]
             ) / dt > BUSY_IO_BYTES_PER_S:
-                self.last_busy_ts = now
+                # the work happened somewhere since the previous sample: credit it to that sample's
+                # time, so that a process frozen just now does not look busy for one more tick
+                self.last_busy_ts = max(self.last_busy_ts or 0.0, now - dt)
 
     def _dump_dir_changed(self) -> bool:
         """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""

@@ -187,6 +187,9 @@ def decide(snap: Snapshot) -> Decision:
         )
     never_worked = snap.last_progress_ts is None and snap.last_work_ts is None
     since_watch = max(0.0, now - snap.watch_start_ts)
+    if not snap.process_watched and not snap.evidence_of_job and never_worked:
+        # nothing says the job exists yet (no process known, no events, output or dump files)
+        return Decision("starting", f"waiting for the job to start (watching for {_fmt(since_watch)})", hints)
     if busy_age is not None and busy_age <= stall:
         if never_worked:
             return Decision("starting", f"busy (CPU/I/O {_fmt(busy_age)} ago) but no output yet", hints)

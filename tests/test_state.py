@@ -128,3 +128,10 @@ def test_disk_hint_and_backlog_hint():
 def test_every_decision_is_a_known_state():
     for kw in ({}, {"terminal_kind": "done"}, {"paused_reason": "shm"}, {"last_work_ts": NOW}):
         assert decide(snap(**kw)).state in STATES
+
+
+def test_a_job_with_no_trace_yet_is_starting_not_stalled():
+    d = decide(snap(process_watched=False, processes=[], events_watched=True, watch_start_ts=NOW - 1000))
+    assert d.state == "starting" and "waiting for the job" in d.reason
+    d = decide(snap(process_watched=False, processes=[], evidence_of_job=True, last_work_ts=NOW - 1000))
+    assert d.state == "stalled"
