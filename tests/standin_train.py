@@ -33,7 +33,17 @@ def main() -> int:
         while not stopping and (args.steps == 0 or step < args.steps):
             step += 1
             loss = [2.0 / step, 2.5 / step]
-            writer.emit(ev.STEP, step=step, epoch=0, loss=loss, acc=[0.1, 0.05], tokens=512)
+            writer.emit(
+                ev.STEP,
+                step=step,
+                total_steps=10_000,
+                epoch=0,
+                loss=sum(loss),
+                losses=loss,
+                accs=[0.1, 0.05],
+                tokens=512 * step,
+                tokens_s=5120.0,
+            )
             time.sleep(0.1)
         ckpt = os.path.join(args.out, f"ckpt-{step}")
         os.makedirs(ckpt, exist_ok=True)

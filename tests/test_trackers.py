@@ -257,13 +257,38 @@ def test_events_pause_resume_and_training_fields(tmp_path):
         t.poll()
         assert t.paused_reason == "disk"
         w.emit(ev.RESUME)
-        w.emit(ev.STEP, step=3, epoch=0, loss=[1.5, 2.0], acc=[0.5, 0.4], tokens_per_s=900.0)
+        w.emit(
+            ev.STEP,
+            step=2,
+            total_steps=10,
+            epoch=0,
+            loss=3.1,
+            losses=[1.6, 2.1],
+            accs=[0.5, 0.4],
+            tokens=2000,
+            tokens_s=900.0,
+            ts=time.time() - 1,
+        )
+        w.emit(
+            ev.STEP,
+            step=3,
+            total_steps=10,
+            epoch=0,
+            loss=3.0,
+            losses=[1.5, 2.0],
+            accs=[0.5, 0.4],
+            tokens=3000,
+            tokens_s=900.0,
+        )
         w.emit(ev.CHECKPOINT, path="/x/ckpt-3")
     t.poll()
     snap = t.snapshot(time.time())
     assert t.paused_reason is None and t.pid == 5
     assert snap["training"]["step"] == 3 and snap["training"]["loss"] == [1.5, 2.0]
     assert snap["training"]["last_checkpoint"] == "/x/ckpt-3"
+    assert snap["training"]["acc"] == [0.5, 0.4] and snap["training"]["tokens_per_s"] == 900.0
+    assert snap["progress"]["tokens_done"] == 3000
+    assert 5 < snap["training"]["eta_s"] < 9  # 7 steps left at about one step per second
 
 
 # -- processes --------------------------------------------------------------------------------
