@@ -178,7 +178,10 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
 
 def load_toml(path: str) -> DaemonConfig:
     """Read a hsmon.toml into a DaemonConfig."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as fh:

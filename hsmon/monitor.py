@@ -76,12 +76,14 @@ class JobRuntime:
         self.last_work_ts: float | None = None
         self.last_busy_ts: float | None = None
         self._work_marks: tuple[Any, ...] | None = None
+        self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
         self.doc: dict[str, Any] = {}
+        self._next_doc: dict[str, Any] = {}
         self.decision: Decision | None = None
 
     # -- measuring ----------------------------------------------------------------------------
@@ -111,8 +113,11 @@ class JobRuntime:
             ]
             self.last_work_ts = min(max(times), now) if times else None
         elif marks != self._work_marks:
-            self.last_work_ts = now
+            # it moved somewhere since the previous look: credit that look's time (as for CPU)
+            since = self._last_look_ts if self._last_look_ts is not None else now
+            self.last_work_ts = max(self.last_work_ts or 0.0, since)
         self._work_marks = marks
+        self._last_look_ts = now
         change = self.dump.last_change_ts if self.dump is not None else None
         if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
             self.last_work_ts = change  # an event's time: finer than the tick
@@ -245,7 +250,7 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        self.doc = {
+        self._next_doc = {
             "job": self.cfg.name,
             "kind": self.cfg.kind,
             "state": self.state or self.decision.state,
@@ -274,8 +279,10 @@ class JobRuntime:
         assert self.decision is not None
         new = self.decision.state
         self.reason = self.decision.reason
+        doc = self._next_doc
         if new == self.state:
-            self.doc.update(state=new, state_since_ts=self.state_since_ts)
+            doc.update(state=new, state_since_ts=self.state_since_ts)
+            self.doc = doc  # published whole: readers never see a half-built document
             return None
         previous, self.state, self.state_since_ts = self.state, new, now
         self.transitions_total += 1
@@ -284,12 +291,13 @@ class JobRuntime:
             ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=self.decision.reason
         )
         self.state_events.append(event)
-        self.doc.update(
+        doc.update(
             state=new,
             state_since_ts=now,
             transitions_total=self.transitions_total,
-            recent_events=sorted(self.doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
+            recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
         )
+        self.doc = doc
         return previous or "none"
 
 

@@ -98,6 +98,7 @@ class ProcessTracker:
         self._proc: psutil.Process | None = None
         self.pid: int | None = None
         self.restarts = 0
+        self._fixed_ctime: float | None = None
         self.seen_alive = False
         self._last_cpu: tuple[float, float] | None = None  # (monotonic, cpu seconds)
         self._stdout_checked_pid: int | None = None
@@ -107,6 +108,7 @@ class ProcessTracker:
     def set_pid(self, pid: int) -> None:
         """Follow this PID (e.g. the one a job's start event names)."""
         self.spec = ProcessSpec(self.role, pid=pid)
+        self._fixed_ctime = None
 
     def _wanted_pid(self) -> int | None:
         if self.spec.pid is not None:
@@ -153,6 +155,12 @@ class ProcessTracker:
             else:
                 pid = self._wanted_pid()
                 proc = psutil.Process(pid) if pid is not None else None
+                if proc is not None and self.spec.pid is not None:
+                    # a fixed --pid: a later process that got the same number is not ours
+                    if self._fixed_ctime is None:
+                        self._fixed_ctime = proc.create_time()
+                    elif proc.create_time() != self._fixed_ctime:
+                        proc = None
         except (psutil.Error, OSError):
             proc = None
         if proc is not None and self._proc is not None and proc.pid == self._proc.pid:
