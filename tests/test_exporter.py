@@ -56,3 +56,21 @@ def test_every_exported_metric_is_documented(tmp_path):
     assert len(names) > 50
     assert names - documented == set()
     assert {n for n in documented if not n.startswith("hsmon_job_state{")} - names == set()
+
+
+def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
+    code = (
+        "import sys, io, contextlib\n"
+        "import hsmon.daemon, hsmon.monitor, hsmon.status_cli, hsmon.launch, hsmon.exporter, hsmon.notify\n"
+        "import hsmon.watch, hsmon.trackers.processes\n"
+        "from hsmon.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['status', '--out', {str(tmp_path)!r}, '--sample', '0', '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sglang'))\n"
+        "print(heavy)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
