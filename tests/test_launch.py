@@ -5,6 +5,7 @@ HSMON_TRAIN_COMMAND."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from daemon_helpers import STANDIN_TRAIN, STORY, Daemon, child_env, post_json, procs, wait_until  # noqa: F401
+from extract_helpers import tiny_model  # noqa: F401
 
 from hsmon import events as ev
 from hsmon.launch import complete_chunks_warning, training_argv, validate_training_request
@@ -219,6 +221,68 @@ def test_control_endpoints_off_by_default_token_checked_launch_and_stop(procs, t
         wait_until(lambda: daemon.job(name)["state"] == "done", 20, what="done after stop")
         assert "stopped on request" in daemon.job(name)["reason"]
         assert post_json(daemon.url + "/api/v1/jobs/nope/stop", {}, token=token)[0] == 404
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    daemon.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("trainer.cli") is None, reason="hsmon train is not in this build yet"
+)
+def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_model):  # noqa: F811
+    """The whole control path with the real trainer: extract with a real hsmon extract, launch
+    `hsmon train` through POST /api/v1/train, watch it run, stop it (checkpoint, then exit)."""
+    from extract_helpers import extract_cmd, make_dataset
+
+    data = make_dataset(tmp_path / "data.jsonl", 60)
+    out = tmp_path / "extracted"
+    subprocess.run(
+        extract_cmd(data, out, tiny_model),
+        env=child_env(),
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    token = "a-long-enough-control-token"
+    (tmp_path / "token").write_text(token)
+    env = child_env()
+    env.pop("HSMON_TRAIN_COMMAND", None)
+    daemon = Daemon(
+        procs, tmp_path, ["--control-token-file", str(tmp_path / "token"), "--scan-interval", "0.5"], env=env
+    )
+    fields = {
+        "data_dir": str(out),
+        "out_dir": str(tmp_path / "drafter"),
+        "target_model": str(tiny_model),
+        "epochs": 50,
+        "batch_tokens": 256,
+    }
+    code, body = post_json(daemon.url + "/api/v1/train", fields, token=token)
+    assert code == 201, body
+    assert body["argv"][1:4] == ["-m", "hsmon", "train"]
+    pid, name = body["pid"], body["job"]
+    try:
+        job = wait_until(
+            lambda: (j := daemon.job(name))["state"] in ("running", "dead", "done") and j,
+            240,
+            interval=0.5,
+            what="training running",
+        )
+        assert job["state"] == "running", (
+            job["reason"],
+            (tmp_path / "drafter" / "train.log").read_text()[-2000:],
+        )
+        assert job["training"]["step"] >= 1 and isinstance(job["training"]["loss"], list)
+        code, _ = post_json(daemon.url + f"/api/v1/jobs/{name}/stop", {}, token=token)
+        assert code == 202
+        job = wait_until(
+            lambda: (j := daemon.job(name))["state"] in ("done", "dead") and j, 120, what="stopped"
+        )
+        assert job["state"] == "done" and "stopped on request" in job["reason"]
+        assert job["training"]["last_checkpoint"]
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
