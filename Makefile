@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup sysdeps demo test lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -23,7 +23,15 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check .
 
-test: setup
+# System packages the tests use: a real Prometheus (Debian's 2.42) scrapes the daemon. Idempotent.
+sysdeps:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	  else echo "sysdeps: prometheus is missing (as root: apt-get install prometheus); its tests will skip"; fi; }
+
+test: setup sysdeps
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
 
