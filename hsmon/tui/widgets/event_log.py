@@ -6,9 +6,10 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
+from textual.content import Content
 from textual.reactive import reactive
-from textual.widgets import RadioButton, RadioSet, Static
+from textual.widgets import Static
 
 from hsmon.tui.view import EVENT_FILTERS, event_line, filtered_events
 
@@ -17,14 +18,28 @@ KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "sta
                "checkpoint": "green"}
 
 
+class FilterBar(Static):
+    """'show: (all) errors rejects', each word clickable."""
+
+    def show(self, which: str) -> None:
+        parts = [Content("show: ")]
+        for name in EVENT_FILTERS:
+            style = "bold reverse" if name == which else "underline"
+            parts.append(Content.from_markup(f"[{style} @click=set_filter('{name}')] {name} [/] "))
+        self.update(Content("").join(parts))
+
+    def action_set_filter(self, which: str) -> None:
+        log = self.parent
+        if isinstance(log, EventLog):
+            log.which = which
+
+
 class EventLog(Vertical):
-    """Newest events at the bottom; the filter is a radio set (mouse) and the `f` key (cycles)."""
+    """Newest events at the bottom; the filter: click a word of the filter bar, or `f` (cycles)."""
 
     DEFAULT_CSS = """
     EventLog { height: auto; }
-    EventLog > Horizontal { height: auto; }
-    EventLog RadioSet { layout: horizontal; border: none; padding: 0; height: 1; width: auto; }
-    EventLog RadioSet > RadioButton { width: auto; padding: 0 1 0 0; }
+    EventLog FilterBar { height: 1; }
     EventLog #event-lines { height: auto; }
     """
 
@@ -38,21 +53,19 @@ class EventLog(Vertical):
         self._shown: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:
-        with Horizontal(), RadioSet(id="event-filter"):
-            for name in EVENT_FILTERS:
-                yield RadioButton(name, value=name == "all", id=f"filter-{name}")
+        yield FilterBar(id="event-filter")
         yield Static("", id="event-lines")
 
-    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
-        event.stop()
-        self.which = EVENT_FILTERS[event.index]
+    def on_mount(self) -> None:
+        self.query_one(FilterBar).show(self.which)
 
     def cycle_filter(self) -> None:
         """Next filter (all → errors → rejects → all)."""
-        nxt = EVENT_FILTERS[(EVENT_FILTERS.index(self.which) + 1) % len(EVENT_FILTERS)]
-        self.query_one(f"#filter-{nxt}", RadioButton).value = True
+        self.which = EVENT_FILTERS[(EVENT_FILTERS.index(self.which) + 1) % len(EVENT_FILTERS)]
 
     def watch_which(self) -> None:
+        if self.is_mounted:
+            self.query_one(FilterBar).show(self.which)
         self._render_lines()
 
     def show(self, job: dict[str, Any], now_ts: float | None) -> None:
