@@ -1,0 +1,250 @@
+"""Job and daemon configuration, from command-line flags or a TOML file (several jobs per daemon).
+
+# hsmon.toml
+[daemon]
+host = "127.0.0.1"
+port = 9108
+scan_interval = 2.0
+notify_webhook = "http://127.0.0.1:9000/hook"
+
+[[job]]
+name = "extract"
+kind = "extract"
+dump_dir = "/dev/shm/sglang_hs"
+out_dir = "/data/out"
+events = "/data/out/events.jsonl"
+match = "extract_hs\\.py"
+stall_after = 300
+
+[[job.process]]          # more processes of the same job, each with a role
+role = "server"
+match = "sglang.launch_server"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+JOB_KINDS = ("extract", "train", "external")
+PROCESS_ROLES = ("extractor", "server", "trainer")
+DEFAULT_STALL_AFTER = 300.0
+DEFAULT_SCAN_INTERVAL = 2.0
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9108
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a one-line message that names the input and the fix."""
+
+
+@dataclass
+class ProcessSpec:
+    """How to find one process of a job: exactly one of pid, pidfile, match."""
+
+    role: str = "extractor"
+    pid: int | None = None
+    pidfile: str | None = None
+    match: str | None = None
+
+    def describe(self) -> str:
+        if self.pid is not None:
+            return f"PID {self.pid}"
+        if self.pidfile:
+            return f"pidfile {self.pidfile}"
+        return f"command line matching /{self.match}/"
+
+
+@dataclass
+class JobConfig:
+    """What one job is and where to look at it. Every path is optional."""
+
+    name: str = "job"
+    kind: str = "external"
+    dump_dir: str | None = None
+    out_dir: str | None = None
+    events: str | None = None
+    pid: int | None = None
+    pidfile: str | None = None
+    match: str | None = None
+    role: str | None = None
+    processes: list[ProcessSpec] = field(default_factory=list)
+    stall_after: float = DEFAULT_STALL_AFTER
+    shm_dir: str = "/dev/shm"
+    rows_total: int | None = None
+    needed_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def default_role(self) -> str:
+        return self.role or {"train": "trainer"}.get(self.kind, "extractor")
+
+    def process_specs(self) -> list[ProcessSpec]:
+        """The main process (pid/pidfile/match) followed by the extra ones."""
+        specs = []
+        if self.pid is not None or self.pidfile or self.match:
+            specs.append(ProcessSpec(self.default_role, self.pid, self.pidfile, self.match))
+        return specs + list(self.processes)
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", self.name or ""):
+            raise ConfigError(f"job name {self.name!r} is not valid: use 1-64 letters, digits, _ . : -")
+        if self.kind not in JOB_KINDS:
+            raise ConfigError(
+                f"job {self.name}: kind {self.kind!r} is unknown; use one of {', '.join(JOB_KINDS)}"
+            )
+        if sum(x is not None and x != "" for x in (self.pid, self.pidfile, self.match)) > 1:
+            raise ConfigError(f"job {self.name}: give only one of pid, pidfile, match")
+        for spec in self.process_specs():
+            if spec.role not in PROCESS_ROLES:
+                raise ConfigError(
+                    f"job {self.name}: process role {spec.role!r} is unknown; "
+                    f"use one of {', '.join(PROCESS_ROLES)}"
+                )
+            if spec.match:
+                try:
+                    re.compile(spec.match)
+                except re.error as exc:
+                    raise ConfigError(
+                        f"job {self.name}: --match {spec.match!r} is not a valid regex ({exc})"
+                    ) from None
+        if not self.stall_after or self.stall_after <= 0:
+            raise ConfigError(f"job {self.name}: stall_after must be a positive number of seconds")
+
+
+@dataclass
+class DaemonConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    scan_interval: float = DEFAULT_SCAN_INTERVAL
+    notify_webhook: str | None = None
+    notify_format: str = "json"
+    notify_repeat: float = 3600.0
+    control_token_file: str | None = None
+    jobs: list[JobConfig] = field(default_factory=list)
+
+
+_JOB_KEYS = {
+    "name",
+    "kind",
+    "dump_dir",
+    "out_dir",
+    "events",
+    "pid",
+    "pidfile",
+    "match",
+    "role",
+    "stall_after",
+    "shm_dir",
+    "rows_total",
+    "needed_bytes",
+}
+_DAEMON_KEYS = {
+    "host",
+    "port",
+    "scan_interval",
+    "notify_webhook",
+    "notify_format",
+    "notify_repeat",
+    "control_token_file",
+}
+
+
+def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig:
+    unknown = set(table) - _JOB_KEYS - {"process"}
+    if unknown:
+        raise ConfigError(
+            f"{source}: [[job]] #{index + 1} has unknown keys {sorted(unknown)}; "
+            f"known: {sorted(_JOB_KEYS | {'process'})}"
+        )
+    kwargs = {k: v for k, v in table.items() if k in _JOB_KEYS}
+    kwargs.setdefault("name", f"job{index + 1}")
+    processes = []
+    for proc in table.get("process", []):
+        bad = set(proc) - {"role", "pid", "pidfile", "match"}
+        if bad:
+            raise ConfigError(f"{source}: [[job.process]] has unknown keys {sorted(bad)}")
+        processes.append(ProcessSpec(**proc))
+    try:
+        return JobConfig(processes=processes, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: job #{index + 1}: {exc}") from None
+
+
+def load_toml(path: str) -> DaemonConfig:
+    """Read a hsmon.toml into a DaemonConfig."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file; give the path of a hsmon.toml") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not valid TOML ({exc}); fix the file") from None
+    daemon = data.get("daemon", {})
+    unknown = set(daemon) - _DAEMON_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{path}: [daemon] has unknown keys {sorted(unknown)}; known: {sorted(_DAEMON_KEYS)}"
+        )
+    cfg = DaemonConfig(**daemon)
+    cfg.jobs = [_job_from_table(t, path, i) for i, t in enumerate(data.get("job", []))]
+    names = [j.name for j in cfg.jobs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: job names must be unique (got {names})")
+    return cfg
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The path/process options shared by `hsmon daemon` and `hsmon status`."""
+    parser.add_argument("--job", metavar="NAME", help="job name (default: the events' job id or 'job')")
+    parser.add_argument("--kind", choices=JOB_KINDS, default="external", help="what the job is")
+    parser.add_argument("--dump-dir", metavar="DIR", help="dump directory to watch (e.g. /dev/shm/sglang_hs)")
+    parser.add_argument(
+        "--out", metavar="DIR", help="output directory (hsmon, SpecForge or speculators layout)"
+    )
+    parser.add_argument("--events", metavar="FILE", help="progress events file (JSON Lines) to tail")
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=int, metavar="N", help="PID of the job's process")
+    who.add_argument("--pidfile", metavar="FILE", help="file holding the job's PID")
+    who.add_argument("--match", metavar="REGEX", help="find the job's process by command-line regex")
+    parser.add_argument("--role", choices=PROCESS_ROLES, help="role of that process (default from --kind)")
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=DEFAULT_STALL_AFTER,
+        metavar="SECONDS",
+        help=f"no signal moved for this long: stalled (default {DEFAULT_STALL_AFTER:.0f})",
+    )
+    parser.add_argument(
+        "--rows-total", type=int, metavar="N", help="rows the job will write, if no events say"
+    )
+
+
+def job_from_args(args: argparse.Namespace) -> JobConfig | None:
+    """A JobConfig from flags, or None when no path or process option was given."""
+    if not any(getattr(args, k, None) for k in ("dump_dir", "out", "events", "pid", "pidfile", "match")):
+        return None
+    return JobConfig(
+        name=args.job or "job",
+        kind=args.kind,
+        dump_dir=_abs(args.dump_dir),
+        out_dir=_abs(args.out),
+        events=_abs(args.events),
+        pid=args.pid,
+        pidfile=_abs(args.pidfile),
+        match=args.match,
+        role=args.role,
+        stall_after=args.stall_after,
+        rows_total=args.rows_total,
+    )
+
+
+def _abs(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None

@@ -1,0 +1,340 @@
+"""`hsmon daemon`: watch jobs; serve /metrics, /api/v1/status and /healthz.
+
+Control endpoints (start or stop work) are off unless a token is configured
+(``--control-token-file FILE`` or env HSMON_CONTROL_TOKEN); they need ``Authorization: Bearer TOKEN``:
+    POST /api/v1/train              JSON body: the fields of hsmon.launch.validate_training_request
+    POST /api/v1/jobs/<job>/stop    SIGTERM to the job's process (a trainer checkpoints, then exits)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from hsmon import config as cfgmod
+
+log = logging.getLogger("hsmon.daemon")
+MAX_BODY = 64 * 1024
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="hsmon.toml with [daemon] and [[job]] tables")
+    cfgmod.add_job_arguments(parser)
+    parser.add_argument("--host", default=None, help=f"address to bind (default {cfgmod.DEFAULT_HOST})")
+    parser.add_argument(
+        "--port", type=int, default=None, help=f"port (default {cfgmod.DEFAULT_PORT}; 0: any)"
+    )
+    parser.add_argument(
+        "--scan-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"reconciliation scan period (default {cfgmod.DEFAULT_SCAN_INTERVAL})",
+    )
+    parser.add_argument(
+        "--notify-webhook", metavar="URL", help="POST on transitions to stalled/dead/paused/done"
+    )
+    parser.add_argument(
+        "--notify-format", choices=("json", "slack"), default=None, help="webhook body format"
+    )
+    parser.add_argument(
+        "--notify-repeat",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="repeat a notification while the job stays in that state (default 3600)",
+    )
+    parser.add_argument(
+        "--control-token-file",
+        metavar="FILE",
+        help="enable POST /api/v1/train and /api/v1/jobs/JOB/stop with this bearer token",
+    )
+    parser.add_argument(
+        "--state-log", metavar="FILE", help="append state-transition events here (default stderr)"
+    )
+    parser.add_argument("--port-file", metavar="FILE", help="write the bound port here once listening")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
+    """Merge the TOML file and flags (flags win)."""
+    cfg = cfgmod.load_toml(args.config) if args.config else cfgmod.DaemonConfig()
+    job = cfgmod.job_from_args(args)
+    if job is not None:
+        if any(j.name == job.name for j in cfg.jobs):
+            raise cfgmod.ConfigError(f"--job {job.name}: a job of that name is already in {args.config}")
+        cfg.jobs.append(job)
+    for key in (
+        "host",
+        "port",
+        "scan_interval",
+        "notify_webhook",
+        "notify_format",
+        "notify_repeat",
+        "control_token_file",
+    ):
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(cfg, key, value)
+    if cfg.scan_interval <= 0:
+        raise cfgmod.ConfigError("--scan-interval must be a positive number of seconds")
+    return cfg
+
+
+def read_control_token(path: str | None) -> str | None:
+    """The control token from a file (first line) or env HSMON_CONTROL_TOKEN; None: control is off."""
+    token = None
+    if path:
+        try:
+            with open(path) as fh:
+                token = fh.readline().strip()
+        except OSError as exc:
+            raise cfgmod.ConfigError(
+                f"--control-token-file {path}: {exc.strerror}; give a readable file"
+            ) from None
+        if len(token) < 16:
+            raise cfgmod.ConfigError(f"--control-token-file {path}: the token must be at least 16 characters")
+    elif os.environ.get("HSMON_CONTROL_TOKEN"):
+        token = os.environ["HSMON_CONTROL_TOKEN"].strip()
+    return token or None
+
+
+class DaemonServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256  # 50+ scrapers connecting at once must not be refused
+
+    def __init__(
+        self, address: tuple[str, int], monitor: Any, registry: Any, token: str | None, notifier: Any = None
+    ) -> None:
+        super().__init__(address, Handler)
+        self.monitor = monitor
+        self.registry = registry
+        self.token = token
+        self.notifier = notifier
+        self.launched: dict[str, int] = {}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: DaemonServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, (json.dumps(obj, allow_nan=False, default=str) + "\n").encode(), "application/json")
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif path == "/api/v1/status":
+            self._json(200, self.server.monitor.status_document())
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/":
+            self._send(200, b"hsmon daemon: /metrics /api/v1/status /healthz\n", "text/plain; charset=utf-8")
+        else:
+            self._json(404, {"error": f"no such endpoint {path}: use /metrics, /api/v1/status or /healthz"})
+
+    do_HEAD = do_GET
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None:
+            self._json(
+                403, {"error": "control endpoints are off: start the daemon with --control-token-file"}
+            )
+            return False
+        given = self.headers.get("Authorization", "")
+        if not given.startswith("Bearer ") or not hmac.compare_digest(
+            given[7:].strip().encode(), token.encode()
+        ):
+            self._json(401, {"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"})
+            return False
+        return True
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._json(413, {"error": f"body over {MAX_BODY} bytes"})
+            return None
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._json(400, {"error": "the body is not JSON"})
+            return None
+        if not isinstance(body, dict):
+            self._json(400, {"error": "the body must be a JSON object"})
+            return None
+        return body
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        stop = re.fullmatch(r"/api/v1/jobs/([A-Za-z0-9_.:-]{1,64})/stop", path)
+        if path != "/api/v1/train" and not stop:
+            self._json(404, {"error": f"no such endpoint {path}"})
+            return
+        if not self._authorized():
+            return
+        body = self._body()
+        if body is None:
+            return
+        if stop:
+            self._stop(stop.group(1))
+        else:
+            self._train(body)
+
+    def _train(self, body: dict[str, Any]) -> None:
+        from hsmon import launch
+
+        req, errors = launch.validate_training_request(body)
+        if req is None:
+            self._json(400, {"errors": errors})
+            return
+        monitor = self.server.monitor
+        name = req.job_name
+        if name in monitor.job_names():
+            if monitor.job_pid(name) is not None:
+                self._json(409, {"errors": {"out_dir": f"a training into {req.out_dir} is already running"}})
+                return
+            monitor.remove_job(name)
+        warning = launch.complete_chunks_warning(req.data_dir)
+        job = launch.launch_training(req)
+        monitor.add_job(
+            cfgmod.JobConfig(
+                name=job.job,
+                kind="train",
+                out_dir=None,
+                events=job.events,
+                pid=job.pid,
+                role="trainer",
+                stall_after=600.0,
+            )
+        )
+        log.info("launched training %s: PID %d, events %s", job.job, job.pid, job.events)
+        self._json(201, {**job.as_dict(), "warning": warning})
+
+    def _stop(self, name: str) -> None:
+        from hsmon import launch
+
+        monitor = self.server.monitor
+        if name not in monitor.job_names():
+            self._json(404, {"error": f"no job named {name!r}; jobs: {', '.join(monitor.job_names())}"})
+            return
+        pid = monitor.job_pid(name)
+        if pid is None or not launch.stop_job(pid):
+            self._json(409, {"error": f"job {name} has no live process to stop"})
+            return
+        log.info("sent SIGTERM to job %s (PID %d)", name, pid)
+        self._json(202, {"job": name, "pid": pid, "signal": "SIGTERM"})
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        cfg = build_config(args)
+        token = read_control_token(cfg.control_token_file)
+    except cfgmod.ConfigError as exc:
+        print(f"hsmon daemon: {exc}", file=sys.stderr)
+        return 2
+    from prometheus_client import CollectorRegistry
+
+    from hsmon import events as ev
+    from hsmon.exporter import MonitorCollector
+    from hsmon.monitor import Monitor
+    from hsmon.notify import Notifier
+
+    if not cfg.jobs and token is None:
+        print(
+            "hsmon daemon: nothing to watch: give --dump-dir/--out/--events/--pid/--pidfile/--match, "
+            "or --config FILE with [[job]] tables (or a control token to launch trainings)",
+            file=sys.stderr,
+        )
+        return 2
+    state_stream = open(args.state_log, "a", encoding="utf-8") if args.state_log else sys.stderr  # noqa: SIM115
+    state_lock = threading.Lock()
+
+    def state_log(event: dict[str, Any]) -> None:
+        with state_lock:
+            state_stream.write(ev.encode_event(event))
+            state_stream.flush()
+
+    monitor = Monitor(cfg.jobs, scan_interval=cfg.scan_interval, source="daemon", event_log=state_log)
+    notifier = None
+    if cfg.notify_webhook:
+        try:
+            notifier = Notifier(cfg.notify_webhook, cfg.notify_format, cfg.notify_repeat)
+        except ValueError as exc:
+            print(f"hsmon daemon: {exc}", file=sys.stderr)
+            return 2
+        monitor.add_listener(notifier)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MonitorCollector(monitor, notifier))
+    try:
+        server = DaemonServer((cfg.host, cfg.port), monitor, registry, token, notifier)
+    except OSError as exc:
+        print(
+            f"hsmon daemon: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}; pick another --port",
+            file=sys.stderr,
+        )
+        return 2
+    port = server.server_address[1]
+    monitor.start()
+    if args.port_file:
+        tmp = f"{args.port_file}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{port}\n")
+        os.replace(tmp, args.port_file)
+    log.info(
+        "listening on http://%s:%d (jobs: %s; control %s)",
+        cfg.host,
+        port,
+        ", ".join(monitor.job_names()) or "none",
+        "on" if token else "off",
+    )
+    stopping = threading.Event()
+
+    def _shutdown(signum: int, _frame: Any) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _shutdown)
+    signal.signal(signal.SIGINT, _shutdown)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+        monitor.stop()
+        if notifier is not None:
+            notifier.close()
+        if state_stream is not sys.stderr:
+            state_stream.close()
+    return 0

@@ -1,0 +1,245 @@
+"""Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics at
+scrape time (contract 3: hsmon_ prefix, base units, _total counters, labels job/role only).
+A scrape never touches the filesystem. Every metric is documented in docs/metrics.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from hsmon import __version__
+from hsmon.state import STATES
+
+PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
+
+
+def _g(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _c(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=list(labels))
+
+
+def _add(metric: Any, labels: list[str], value: Any) -> None:
+    if value is None:
+        return
+    metric.add_metric(labels, float(value))
+
+
+class MonitorCollector(Collector):
+    """Collects from ``monitor.status_document()`` plus a few counters of its own."""
+
+    def __init__(self, monitor: Any, extra: Any = None) -> None:
+        self.monitor = monitor
+        self.extra = extra  # object with notify_sent_total / notify_failed_total / control_* counters
+
+    def collect(self) -> Iterator[Any]:
+        doc = self.monitor.status_document()
+        jobs = doc["jobs"]
+        info = InfoMetricFamily("hsmon_build", "hsmon version and source of this exporter")
+        info.add_metric([], {"version": __version__, "source": doc["daemon"]["source"]})
+        yield info
+        up = _g("hsmon_daemon_start_timestamp_seconds", "when the daemon started", ())
+        up.add_metric([], doc["daemon"]["started_ts"])
+        yield up
+        scans = _c("hsmon_scans_total", "reconciliation scans run (periodic and on overflow)", ())
+        scans.add_metric([], doc["daemon"]["scans_total"])
+        yield scans
+        overflows = _c(
+            "hsmon_inotify_overflows_total", "inotify queue overflows seen (each forces a scan)", ()
+        )
+        overflows.add_metric([], doc["daemon"]["overflows_total"])
+        yield overflows
+        tick = _g("hsmon_tick_duration_seconds", "how long the last monitor pass took", ())
+        tick.add_metric([], doc["daemon"]["tick_seconds_last"])
+        yield tick
+
+        state = _g("hsmon_job_state", "1 for the job's current state, 0 for the others", ("job", "state"))
+        since = _g("hsmon_job_state_since_timestamp_seconds", "when the job entered its current state")
+        trans = _c("hsmon_job_transitions_total", "state transitions, by the state entered", ("job", "state"))
+        hints = _g("hsmon_job_hints", "hints the job carries now, by severity", ("job", "severity"))
+        stall = _g("hsmon_job_stall_after_seconds", "the job's stall-after setting")
+        last_work = _g("hsmon_job_last_work_timestamp_seconds", "when dump files or output last moved")
+        transitions = self.monitor.transitions()
+        for job in jobs:
+            name = job["job"]
+            for s in STATES:
+                state.add_metric([name, s], 1.0 if job.get("state") == s else 0.0)
+                trans.add_metric([name, s], transitions.get(name, {}).get(s, 0))
+            _add(since, [name], job.get("state_since_ts"))
+            for sev in ("info", "warning", "critical"):
+                hints.add_metric([name, sev], sum(1 for h in job.get("hints", []) if h["severity"] == sev))
+            _add(stall, [name], job.get("stall_after_s"))
+            _add(last_work, [name], job.get("last_work_ts"))
+        yield from (state, since, trans, hints, stall, last_work)
+
+        yield from self._progress(jobs)
+        yield from self._dump(jobs)
+        yield from self._output(jobs)
+        yield from self._disk(jobs)
+        yield from self._processes(jobs)
+        yield from self._events(jobs)
+        yield from self._extra()
+
+    def _progress(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        specs = [
+            ("rows_done", "hsmon_rows_done", "rows done", "g"),
+            ("rows_total", "hsmon_rows", "rows the job will do in all", "g"),
+            ("tokens_done", "hsmon_tokens_done", "tokens done", "g"),
+            ("tokens_total", "hsmon_tokens", "tokens the job will do in all", "g"),
+            ("chunks_done", "hsmon_chunks_done", "chunks done", "g"),
+            ("rejects", "hsmon_rejected_rows", "input rows rejected", "g"),
+            ("rows_per_s", "hsmon_rows_per_second", "rows per second (recent window)", "g"),
+            ("tokens_per_s", "hsmon_tokens_per_second", "tokens per second (recent window)", "g"),
+            ("eta_s", "hsmon_eta_seconds", "estimated seconds until done", "g"),
+            (
+                "last_progress_ts",
+                "hsmon_last_progress_timestamp_seconds",
+                "when a progress event last moved",
+                "g",
+            ),
+        ]
+        families = {key: _g(name, doc) for key, name, doc, _ in specs}
+        for job in jobs:
+            prog = job.get("progress") or {}
+            for key in families:
+                _add(families[key], [job["job"]], prog.get(key))
+        yield from families.values()
+        step = _g("hsmon_train_step", "training step")
+        loss = _g("hsmon_train_loss", "training loss of the first unroll step")
+        acc = _g("hsmon_train_accuracy_ratio", "training accuracy of the first unroll step (0-1)")
+        for job in jobs:
+            tr = job.get("training")
+            if not tr:
+                continue
+            _add(step, [job["job"]], tr.get("step"))
+            for fam, key in ((loss, "loss"), (acc, "acc")):
+                value = tr.get(key)
+                if isinstance(value, list):
+                    value = value[0] if value else None
+                if isinstance(value, (int, float)):
+                    fam.add_metric([job["job"]], float(value))
+        yield from (step, loss, acc)
+
+    def _dump(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        files = _g("hsmon_dump_files", "files in the dump directory")
+        nbytes = _g("hsmon_dump_bytes", "bytes in the dump directory")
+        oldest = _g("hsmon_dump_oldest_file_age_seconds", "age of the oldest dump file")
+        created = _c("hsmon_dump_files_created_total", "dump files seen created")
+        consumed = _c("hsmon_dump_files_consumed_total", "dump files seen consumed (deleted)")
+        exists = _g("hsmon_dump_dir_exists", "1 when the dump directory exists")
+        for job in jobs:
+            d = job.get("dump")
+            if not d:
+                continue
+            label = [job["job"]]
+            _add(files, label, d.get("files"))
+            _add(nbytes, label, d.get("bytes"))
+            _add(oldest, label, d.get("oldest_age_s"))
+            _add(created, label, d.get("created_total"))
+            _add(consumed, label, d.get("consumed_total"))
+            exists.add_metric(label, 1.0 if d.get("exists") else 0.0)
+        counters = self.monitor.dump_counters()
+        events = _c("hsmon_dump_fs_events_total", "filesystem events handled for the dump directory")
+        for name, c in counters.items():
+            events.add_metric([name], c["events_total"])
+        yield from (files, nbytes, oldest, created, consumed, exists, events)
+
+    def _output(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        fams = {
+            "chunks_complete": _g("hsmon_output_chunks_complete", "complete chunks in the output directory"),
+            "chunks_in_progress": _g("hsmon_output_chunks_in_progress", "chunks being written"),
+            "rows": _g("hsmon_output_rows", "rows in the output directory"),
+            "tokens": _g("hsmon_output_tokens", "tokens in the output directory (when known)"),
+            "bytes": _g("hsmon_output_bytes", "bytes of complete rows in the output directory"),
+            "temp_files": _g("hsmon_output_temp_files", "files still being written (hidden temporaries)"),
+        }
+        for job in jobs:
+            out = job.get("output")
+            if not out:
+                continue
+            for key, fam in fams.items():
+                _add(fam, [job["job"]], out.get(key))
+        yield from fams.values()
+
+    def _disk(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        labels = ("job", "role")
+        fams = {
+            "free_bytes": _g("hsmon_disk_free_bytes", "free bytes on the filesystem", labels),
+            "total_bytes": _g("hsmon_disk_size_bytes", "size of the filesystem", labels),
+            "needed_bytes": _g("hsmon_disk_needed_bytes", "bytes the job still needs to write", labels),
+            "write_bytes_per_s": _g("hsmon_disk_write_bytes_per_second", "how fast the job fills it", labels),
+            "time_to_full_s": _g(
+                "hsmon_disk_time_to_full_seconds", "seconds until full at that rate", labels
+            ),
+            "time_to_done_s": _g("hsmon_disk_time_to_done_seconds", "seconds until the job is done", labels),
+        }
+        fits = _g(
+            "hsmon_disk_fits", "1 if what the job still writes fits, 0 if not (absent: unknown)", labels
+        )
+        for job in jobs:
+            for d in job.get("disk") or []:
+                label = [job["job"], d["role"]]
+                for key, fam in fams.items():
+                    _add(fam, label, d.get(key))
+                if d.get("fits") is not None:
+                    fits.add_metric(label, 1.0 if d["fits"] else 0.0)
+        yield from (*fams.values(), fits)
+
+    def _processes(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        labels = ("job", "role")
+        up = _g("hsmon_process_up", "1 when the process is alive", labels)
+        status = _g("hsmon_process_status", "1 for the process's current status", ("job", "role", "status"))
+        cpu = _c("hsmon_process_cpu_seconds_total", "CPU seconds (user + system) of the process", labels)
+        rss = _g("hsmon_process_resident_memory_bytes", "resident memory", labels)
+        rd = _c("hsmon_process_read_bytes_total", "bytes read from storage", labels)
+        wr = _c("hsmon_process_write_bytes_total", "bytes written to storage", labels)
+        wch = _c("hsmon_process_write_chars_total", "bytes written through any file (tmpfs too)", labels)
+        threads = _g("hsmon_process_threads", "threads", labels)
+        start = _g("hsmon_process_start_time_seconds", "process start time", labels)
+        restarts = _c("hsmon_process_restarts_total", "times the PID changed", labels)
+        buffered = _g(
+            "hsmon_process_stdout_buffered", "1 when Python stdout goes block-buffered to a file", labels
+        )
+        for job in jobs:
+            for p in job.get("processes") or []:
+                label = [job["job"], p["role"]]
+                up.add_metric(label, 1.0 if p.get("alive") else 0.0)
+                for s in PROCESS_STATUSES:
+                    status.add_metric([*label, s], 1.0 if p.get("status") == s else 0.0)
+                _add(cpu, label, p.get("cpu_seconds"))
+                _add(rss, label, p.get("rss_bytes"))
+                _add(rd, label, p.get("read_bytes"))
+                _add(wr, label, p.get("write_bytes"))
+                _add(wch, label, p.get("write_chars"))
+                _add(threads, label, p.get("threads"))
+                _add(start, label, p.get("start_ts"))
+                _add(restarts, label, p.get("restarts"))
+                buffered.add_metric(label, 1.0 if p.get("stdout_buffered") else 0.0)
+        yield from (up, status, cpu, rss, rd, wr, wch, threads, start, restarts, buffered)
+
+    def _events(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        lines = _c("hsmon_events_lines_total", "lines read from the events file")
+        bad = _c("hsmon_events_bad_lines_total", "lines of the events file that were not valid events")
+        last = _g("hsmon_events_last_timestamp_seconds", "time of the last event")
+        for job in jobs:
+            e = job.get("events")
+            if not e:
+                continue
+            _add(lines, [job["job"]], e.get("lines"))
+            _add(bad, [job["job"]], e.get("bad_lines"))
+            _add(last, [job["job"]], e.get("last_event_ts"))
+        yield from (lines, bad, last)
+
+    def _extra(self) -> Iterator[Any]:
+        if self.extra is None:
+            return
+        sent = _c("hsmon_notifications_sent_total", "webhook notifications delivered", ())
+        failed = _c("hsmon_notifications_failed_total", "webhook notifications that failed", ())
+        sent.add_metric([], getattr(self.extra, "sent_total", 0))
+        failed.add_metric([], getattr(self.extra, "failed_total", 0))
+        yield from (sent, failed)

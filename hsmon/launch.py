@@ -1,0 +1,326 @@
+"""Launching and stopping a drafter training (`hsmon train`), shared by the TUI and the daemon.
+
+    req, errors = validate_training_request(form_fields)   # field -> one-line error
+    job = launch_training(req)                              # detached; survives its parent
+    stop_job(job.pid)                                       # SIGTERM: checkpoint, then exit
+
+No heavy imports: the monitor side imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hsmon import events as ev
+from hsmon import layout
+
+FIELDS = (
+    "data_dir",
+    "target_model",
+    "out_dir",
+    "epochs",
+    "lr",
+    "batch_tokens",
+    "ttt_length",
+    "draft_vocab_size",
+    "gpus",
+)
+EVENTS_NAME = "events.jsonl"
+LOG_NAME = "train.log"
+PIDFILE_NAME = "train.pid"
+
+
+@dataclass
+class TrainingRequest:
+    data_dir: str
+    out_dir: str
+    target_model: str | None = None  # None: the embedded default target
+    epochs: int | None = None  # None: hsmon train's default
+    lr: float | None = None
+    batch_tokens: int | None = None
+    ttt_length: int | None = None
+    draft_vocab_size: int | None = None
+    gpus: int = 1
+
+    @property
+    def events_path(self) -> str:
+        return os.path.join(self.out_dir, EVENTS_NAME)
+
+    @property
+    def job_name(self) -> str:
+        base = "".join(c if c.isalnum() or c in "_.-" else "-" for c in os.path.basename(self.out_dir))
+        return f"train-{base or 'out'}"[:64]
+
+
+@dataclass
+class LaunchedJob:
+    pid: int
+    job: str
+    events: str
+    out_dir: str
+    log: str
+    argv: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "job": self.job,
+            "events": self.events,
+            "out_dir": self.out_dir,
+            "log": self.log,
+            "argv": self.argv,
+        }
+
+
+def has_extraction_output(data_dir: str | os.PathLike[str]) -> bool:
+    """True when the directory holds a hsmon manifest or SpecForge ``rows_*/data_*.ckpt`` files."""
+    path = Path(data_dir)
+    if layout.manifest_paths(path):
+        return True
+    for chunk in path.iterdir():
+        if (
+            chunk.is_dir()
+            and layout.parse_chunk_dir_name(chunk.name)
+            and any(layout.parse_row_file_name(f.name) is not None for f in chunk.iterdir())
+        ):
+            return True
+    return False
+
+
+def _is_inside(child: Path, parent: Path) -> bool:
+    try:
+        child.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def _creatable_dir(path: Path) -> str | None:
+    """None if ``path`` is a writable directory or could be made as one; else why not."""
+    if path.exists():
+        if not path.is_dir():
+            return f"{path} exists and is not a directory"
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
+    probe = path.parent
+    while not probe.exists():
+        if probe.parent == probe:
+            return f"no existing parent directory for {path}"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory, so {path} cannot be created"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {probe} is not writable"
+    return None
+
+
+def _number(
+    fields: dict[str, Any], name: str, kind: type, low: float, high: float | None, errors: dict[str, str]
+) -> Any:
+    raw = fields.get(name)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = kind(raw.strip() if isinstance(raw, str) else raw)
+        if kind is int and isinstance(raw, float) and raw != int(raw):
+            raise ValueError
+    except (TypeError, ValueError):
+        errors[name] = f"{name} must be {'a whole number' if kind is int else 'a number'} (got {raw!r})"
+        return None
+    if value < low or (high is not None and value > high):
+        upper = f" and at most {high:g}" if high is not None else ""
+        errors[name] = f"{name} must be at least {low:g}{upper} (got {value:g})"
+        return None
+    return value
+
+
+def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest | None, dict[str, str]]:
+    """Check a launch form; returns (request, {}) or (None, {field: one-line error})."""
+    errors: dict[str, str] = {}
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        errors["_"] = f"unknown field(s) {', '.join(unknown)}; known: {', '.join(FIELDS)}"
+
+    data_raw = str(fields.get("data_dir") or "").strip()
+    data = Path(data_raw).expanduser().resolve() if data_raw else None
+    if data is None:
+        errors["data_dir"] = "data_dir is required: the --out directory of an hsmon extract run"
+    elif not data.is_dir():
+        errors["data_dir"] = f"{data} is not an existing directory"
+    else:
+        try:
+            if not has_extraction_output(data):
+                errors["data_dir"] = (
+                    f"{data} holds no extraction output (no hsmon-manifest.jsonl, no "
+                    "rows_*/data_*.ckpt): point it at an hsmon extract --out directory"
+                )
+        except PermissionError:
+            errors["data_dir"] = f"{data} is not readable"
+
+    out_raw = str(fields.get("out_dir") or "").strip()
+    out = Path(out_raw).expanduser().resolve() if out_raw else None
+    if out is None:
+        errors["out_dir"] = "out_dir is required: where the drafter checkpoints go"
+    else:
+        problem = _creatable_dir(out)
+        if problem:
+            errors["out_dir"] = problem
+        elif data is not None and _is_inside(out, data):
+            errors["out_dir"] = f"out_dir must not be inside data_dir ({data}): pick a directory beside it"
+
+    target_raw = str(fields.get("target_model") or "").strip()
+    target = Path(target_raw).expanduser().resolve() if target_raw else None
+    if target is not None and not target.is_dir():
+        errors["target_model"] = (
+            f"{target} is not a model directory; leave it empty for the embedded default target"
+        )
+
+    epochs = _number(fields, "epochs", int, 1, 10_000, errors)
+    lr = _number(fields, "lr", float, 1e-9, 1.0, errors)
+    batch_tokens = _number(fields, "batch_tokens", int, 1, None, errors)
+    ttt_length = _number(fields, "ttt_length", int, 1, 64, errors)
+    draft_vocab = _number(fields, "draft_vocab_size", int, 1, None, errors)
+    gpus = _number(fields, "gpus", int, 1, 1024, errors)
+    if errors:
+        return None, errors
+    assert data is not None and out is not None
+    return TrainingRequest(
+        data_dir=str(data),
+        out_dir=str(out),
+        target_model=str(target) if target else None,
+        epochs=epochs,
+        lr=lr,
+        batch_tokens=batch_tokens,
+        ttt_length=ttt_length,
+        draft_vocab_size=draft_vocab,
+        gpus=gpus or 1,
+    ), {}
+
+
+def _torchrun(python: str) -> list[str]:
+    beside = os.path.join(os.path.dirname(python), "torchrun")
+    if os.access(beside, os.X_OK):
+        return [beside]
+    found = shutil.which("torchrun")
+    return [found] if found else [python, "-m", "torch.distributed.run"]
+
+
+def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
+    """The command that runs the training: `hsmon train DATA --out OUT --events OUT/events.jsonl ...`,
+    under torchrun with --nproc-per-node when more than one GPU is asked for."""
+    python = python or sys.executable
+    if req.gpus > 1:
+        head = [*_torchrun(python), "--standalone", "--nproc-per-node", str(req.gpus), "-m", "hsmon"]
+    else:
+        head = [python, "-m", "hsmon"]
+    argv = [*head, "train", req.data_dir, "--out", req.out_dir, "--events", req.events_path]
+    options = (
+        ("--target-model", req.target_model),
+        ("--epochs", req.epochs),
+        ("--lr", req.lr),
+        ("--batch-tokens", req.batch_tokens),
+        ("--ttt-length", req.ttt_length),
+        ("--draft-vocab-size", req.draft_vocab_size),
+    )
+    for flag, value in options:
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def launch_training(
+    req: TrainingRequest, argv: list[str] | None = None, env: dict[str, str] | None = None
+) -> LaunchedJob:
+    """Start the training detached (own session: it survives the TUI or daemon that started it),
+    stdout and stderr appended to OUT/train.log, its PID in OUT/train.pid."""
+    argv = argv or training_argv(req)
+    os.makedirs(req.out_dir, exist_ok=True)
+    log_path = os.path.join(req.out_dir, LOG_NAME)
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")  # its log is a file: the story's empty log, avoided
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=child_env,
+            cwd=req.out_dir,
+        )
+    # Reap it when it ends, so that a long-lived launcher never shows a zombie as "alive".
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    with open(os.path.join(req.out_dir, PIDFILE_NAME), "w") as fh:
+        fh.write(f"{proc.pid}\n")
+    return LaunchedJob(
+        pid=proc.pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path, argv=argv
+    )
+
+
+def stop_job(pid: int) -> bool:
+    """Ask a job to stop gracefully (SIGTERM: the trainer writes a checkpoint, then exits).
+    False when there is no such process."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def complete_chunks_warning(data_dir: str | os.PathLike[str]) -> str | None:
+    """A warning when the extraction in ``data_dir`` looks unfinished (training uses complete
+    chunks only); None when it looks finished or cannot be told."""
+    path = Path(data_dir)
+    if not path.is_dir():
+        return None
+    reasons = []
+    if layout.manifest_paths(path):
+        manifest = layout.read_manifest(path)
+        pending = []
+        for chunk in sorted(p for p in path.iterdir() if p.is_dir() and layout.parse_chunk_dir_name(p.name)):
+            if chunk.name not in manifest.chunks:
+                pending.append(chunk.name)
+        if pending:
+            reasons.append(
+                f"{len(pending)} chunk(s) not complete ({', '.join(pending[:3])}"
+                f"{', ...' if len(pending) > 3 else ''})"
+            )
+        complete_rows = sum(int(c.get("rows", 0)) for c in manifest.chunks.values())
+    else:
+        complete_rows = None
+    temps = sum(
+        1
+        for chunk in path.glob("rows_*")
+        if chunk.is_dir()
+        for f in chunk.iterdir()
+        if layout.is_temporary(f.name)
+    )
+    if temps:
+        reasons.append(f"{temps} file(s) still being written")
+    events_file = path / EVENTS_NAME
+    if events_file.is_file():
+        last_start_ended = None
+        for event in ev.iter_events(events_file):
+            if event["kind"] == ev.START:
+                last_start_ended = False
+            elif event["kind"] in ev.TERMINAL_KINDS and last_start_ended is False:
+                last_start_ended = event["kind"] == ev.DONE
+        if last_start_ended is False:
+            reasons.append("its events show no 'done'")
+    if not reasons:
+        return None
+    usable = f" ({complete_rows} rows)" if complete_rows is not None else ""
+    return (
+        f"the extraction in {path} looks unfinished: {'; '.join(reasons)}. Training uses the complete "
+        f"chunks only{usable}; wait for it to finish to train on everything."
+    )

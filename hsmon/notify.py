@@ -1,0 +1,112 @@
+"""Webhook notifications on transitions to stalled, dead, paused and done.
+
+Generic JSON by default; a Slack-compatible body (``{"text": ...}``) with format "slack".
+De-duplicated: one message per (job, state), repeated every ``repeat_s`` while the job stays
+there. Delivery runs on its own thread; a failure is logged and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from hsmon.state import ALERT_STATES
+
+log = logging.getLogger("hsmon.notify")
+FORMATS = ("json", "slack")
+
+
+def build_body(doc: dict[str, Any], previous: str | None, fmt: str) -> dict[str, Any]:
+    """The webhook payload for a job document (pure)."""
+    hints = [h["message"] for h in doc.get("hints", []) if h.get("severity") in ("warning", "critical")]
+    if fmt == "slack":
+        icon = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:"}.get(
+            doc["state"], ":warning:"
+        )
+        text = f"{icon} hsmon: job *{doc['job']}* is *{doc['state']}*: {doc.get('reason', '')}"
+        if hints:
+            text += "\n" + "\n".join(f"• {h}" for h in hints[:5])
+        return {"text": text}
+    return {
+        "source": "hsmon",
+        "job": doc["job"],
+        "kind": doc.get("kind"),
+        "state": doc["state"],
+        "previous": previous,
+        "reason": doc.get("reason"),
+        "since_ts": doc.get("state_since_ts"),
+        "hints": doc.get("hints", []),
+        "progress": doc.get("progress"),
+        "ts": time.time(),
+    }
+
+
+class Notifier:
+    """A Monitor listener that posts to a webhook."""
+
+    def __init__(self, url: str, fmt: str = "json", repeat_s: float = 3600.0, timeout_s: float = 5.0) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"--notify-format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--notify-webhook {url!r} is not an http(s) URL")
+        self.url, self.fmt, self.repeat_s, self.timeout_s = url, fmt, repeat_s, timeout_s
+        self.sent_total = 0
+        self.failed_total = 0
+        self.suppressed_total = 0
+        self._last_sent: dict[tuple[str, str], float] = {}
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=1000)
+        self._thread = threading.Thread(target=self._run, name="hsmon-notify", daemon=True)
+        self._thread.start()
+
+    def __call__(self, doc: dict[str, Any], previous: str | None) -> None:
+        """Monitor listener: called after each tick for each job."""
+        state = doc.get("state")
+        if state not in ALERT_STATES:
+            return
+        key = (doc["job"], state)
+        now = time.monotonic()
+        last = self._last_sent.get(key)
+        if last is not None and now - last < self.repeat_s:
+            if previous is not None:
+                self.suppressed_total += 1
+            return
+        self._last_sent[key] = now
+        try:
+            self._queue.put_nowait(build_body(doc, previous, self.fmt))
+        except queue.Full:
+            self.failed_total += 1
+            log.warning("notification queue full: dropped a message for job %s", doc["job"])
+
+    def _run(self) -> None:
+        while True:
+            body = self._queue.get()
+            if body is None:
+                return
+            self._post(body)
+
+    def _post(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "hsmon"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                resp.read()
+            self.sent_total += 1
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.failed_total += 1
+            log.warning("webhook %s failed: %s (will not retry this message)", self.url, exc)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)

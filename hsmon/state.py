@@ -1,0 +1,216 @@
+"""The job state machine: a pure function of a snapshot of plain figures.
+
+States (contract of issue 3):
+    starting  watched, but no work seen yet (loading a model, waiting for a process)
+    running   progress events arrive
+    silent    work is visible (dump files, output growth, CPU time, I/O) but no progress events:
+              the story's empty log, not an alert
+    stalled   alive, and no signal has moved for ``stall_after`` seconds
+    dead      the process is gone without a ``done``/``stopped`` event
+    paused    the job said so (``pause`` event: disk, shm, server)
+    done      the job said it finished (``done``, or ``stopped`` on request)
+
+No I/O, no clock, no threads here: the caller measures, this decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done")
+ALERT_STATES = frozenset({"stalled", "dead", "paused", "done"})
+
+
+@dataclass(frozen=True)
+class Hint:
+    id: str
+    severity: str  # info | warning | critical
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "severity": self.severity, "message": self.message}
+
+
+@dataclass
+class ProcessFacts:
+    role: str
+    pid: int | None
+    alive: bool
+    status: str  # running | sleeping | stopped | zombie | gone
+    seen_alive: bool = False  # this process role was alive at some point while watched
+    stdout: str | None = None
+    stdout_buffered: bool = False
+    cmdline: str = ""
+
+
+@dataclass
+class Snapshot:
+    """Everything the decision needs, measured by the monitor at ``now``."""
+
+    now: float
+    stall_after: float
+    watch_start_ts: float
+    processes: list[ProcessFacts] = field(default_factory=list)
+    process_watched: bool = False  # a pid/pidfile/match (or the events' pid) is configured
+    events_watched: bool = False
+    # From the events file:
+    started: bool = False  # a start event was seen
+    terminal_kind: str | None = None  # done | stopped (after the last start)
+    terminal_ts: float | None = None
+    paused_reason: str | None = None
+    last_progress_ts: float | None = None  # last event that moved a counter
+    last_error: str | None = None
+    # From the other trackers (the monitor's clock of when each last moved; None: never):
+    last_work_ts: float | None = None  # dump files created/consumed, output grew
+    last_busy_ts: float | None = None  # CPU or I/O above the idle threshold
+    evidence_of_job: bool = False  # any output, dump file or event exists
+    bad_event_lines: int = 0
+    disk_fits: bool | None = None
+    disk_message: str | None = None
+    shm_fits: bool | None = None
+    shm_message: str | None = None
+    dump_oldest_age_s: float | None = None
+
+
+@dataclass
+class Decision:
+    state: str
+    reason: str
+    hints: list[Hint]
+
+
+def _age(now: float, ts: float | None) -> float | None:
+    return None if ts is None else max(0.0, now - ts)
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def hints_for(snap: Snapshot) -> list[Hint]:
+    """Advice that holds whatever the state."""
+    hints: list[Hint] = []
+    for proc in snap.processes:
+        if proc.alive and proc.stdout_buffered:
+            hints.append(
+                Hint(
+                    "stdout-buffered",
+                    "info",
+                    f"{proc.role} PID {proc.pid} writes stdout to {proc.stdout}, a regular file, without "
+                    "PYTHONUNBUFFERED or python -u: Python holds its output in an 8 KB buffer, so an empty "
+                    "or stale log does not mean the job is stuck. Start it with `python -u` or "
+                    "PYTHONUNBUFFERED=1 (or write hsmon progress events) to see progress as it happens.",
+                )
+            )
+        if proc.alive and proc.status == "stopped":
+            hints.append(
+                Hint(
+                    "process-stopped",
+                    "warning",
+                    f"{proc.role} PID {proc.pid} is stopped (SIGSTOP/SIGTSTP, e.g. Ctrl-Z): "
+                    f"resume it with `kill -CONT {proc.pid}`.",
+                )
+            )
+    if snap.disk_fits is False:
+        hints.append(
+            Hint("disk-wont-fit", "critical", snap.disk_message or "the output will not fit on disk")
+        )
+    if snap.shm_fits is False:
+        hints.append(Hint("shm-full-soon", "warning", snap.shm_message or "/dev/shm is filling up"))
+    if snap.dump_oldest_age_s is not None and snap.dump_oldest_age_s > snap.stall_after:
+        hints.append(
+            Hint(
+                "dump-backlog",
+                "warning",
+                f"the oldest dump file is {_fmt(snap.dump_oldest_age_s)} old: nothing consumes the dump "
+                "directory (is the packing script alive?)",
+            )
+        )
+    if snap.bad_event_lines:
+        hints.append(
+            Hint(
+                "events-bad-lines",
+                "warning",
+                f"{snap.bad_event_lines} line(s) of the events file are not valid events (skipped)",
+            )
+        )
+    return hints
+
+
+def decide(snap: Snapshot) -> Decision:
+    """The job's state, a one-line reason, and hints."""
+    hints = hints_for(snap)
+    now, stall = snap.now, snap.stall_after
+
+    if snap.terminal_kind is not None:
+        if snap.terminal_kind == "done":
+            return Decision("done", "the job reported done", hints)
+        return Decision("done", f"the job stopped on request ({snap.terminal_kind} event)", hints)
+
+    alive = [p for p in snap.processes if p.alive and p.status != "zombie"]
+    main = snap.processes[0] if snap.processes else None
+    if snap.process_watched and main is not None and not (main.alive and main.status != "zombie"):
+        if main.seen_alive or snap.evidence_of_job:
+            what = f"{main.role} PID {main.pid}" if main.pid else f"the {main.role} process"
+            status = "is a zombie" if main.status == "zombie" else "is gone"
+            detail = f" (last error: {snap.last_error})" if snap.last_error else ""
+            hints.append(
+                Hint(
+                    "dead",
+                    "critical",
+                    f"{what} {status} without a 'done' event{detail}: check its log, then "
+                    "rerun the same command to resume.",
+                )
+            )
+            return Decision("dead", f"{what} {status} without a done event{detail}", hints)
+        return Decision(
+            "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
+        )
+
+    if snap.paused_reason is not None:
+        return Decision("paused", f"the job paused itself (reason: {snap.paused_reason})", hints)
+
+    progress_age = _age(now, snap.last_progress_ts)
+    work_age = _age(now, snap.last_work_ts)
+    busy_age = _age(now, snap.last_busy_ts)
+    if progress_age is not None and progress_age <= stall:
+        return Decision("running", f"progress events {_fmt(progress_age)} ago", hints)
+    if work_age is not None and work_age <= stall:
+        if snap.events_watched and snap.last_progress_ts is not None:
+            why = f"no progress event for {_fmt(progress_age or 0)}"
+        elif snap.events_watched:
+            why = "no progress events yet"
+        else:
+            why = "no events file watched"
+        return Decision(
+            "silent", f"work is visible (dump/output moved {_fmt(work_age)} ago) but {why}", hints
+        )
+    never_worked = snap.last_progress_ts is None and snap.last_work_ts is None
+    since_watch = max(0.0, now - snap.watch_start_ts)
+    if busy_age is not None and busy_age <= stall:
+        if never_worked:
+            return Decision("starting", f"busy (CPU/I/O {_fmt(busy_age)} ago) but no output yet", hints)
+        return Decision(
+            "silent",
+            f"CPU/I/O busy {_fmt(busy_age)} ago, no output for "
+            f"{_fmt(min(a for a in (progress_age, work_age) if a is not None))}",
+            hints,
+        )
+    if never_worked and snap.last_busy_ts is None and since_watch <= stall:
+        return Decision("starting", f"watching for {_fmt(since_watch)}; no signal yet", hints)
+    last = max(
+        (t for t in (snap.last_progress_ts, snap.last_work_ts, snap.last_busy_ts) if t is not None),
+        default=snap.watch_start_ts,
+    )
+    quiet = max(0.0, now - max(last, snap.watch_start_ts if never_worked else last))
+    if snap.process_watched and not alive and main is None:
+        return Decision("starting", "no process found yet", hints)
+    hints.append(
+        Hint(
+            "stalled",
+            "critical",
+            f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
+            f"(stall-after {_fmt(stall)})",
+        )
+    )
+    return Decision("stalled", f"no signal moved for {_fmt(quiet)}", hints)

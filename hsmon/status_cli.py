@@ -1,0 +1,197 @@
+"""`hsmon status`: one-shot status, from a daemon (``--url``) or straight from paths and a PID.
+
+The JSON (``--json``) is the status document of docs/status-api.md, as /api/v1/status serves it.
+Without a daemon it samples twice, ``--sample`` seconds apart, so that rates and activity exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from hsmon import config as cfgmod
+from hsmon.units import format_bytes, format_duration
+
+DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help=f"a running daemon (e.g. {DEFAULT_URL}); default without path options")
+    parser.add_argument("--config", metavar="FILE", help="hsmon.toml: read every job in it without a daemon")
+    cfgmod.add_job_arguments(parser)
+    parser.add_argument(
+        "--sample",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="without a daemon: watch this long to measure activity (default 1)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the status document as JSON")
+
+
+def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """GET the status document from a daemon."""
+    import urllib.error
+    import urllib.request
+
+    full = url.rstrip("/") + "/api/v1/status"
+    try:
+        with urllib.request.urlopen(full, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise RuntimeError(
+            f"cannot read {full}: {getattr(exc, 'reason', exc)}; is `hsmon daemon` running "
+            "there? (or give --dump-dir/--out/--events/--pid to look without a daemon)"
+        ) from None
+
+
+def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> dict[str, Any]:
+    """The status document measured in-process (no daemon)."""
+    from hsmon.monitor import Monitor
+
+    monitor = Monitor(jobs, use_watchdog=False, source="inprocess", scan_interval=max(sample_s, 0.01))
+    monitor.tick(force_scan=True)
+    time.sleep(max(0.0, sample_s))
+    monitor.tick(force_scan=True)
+    return monitor.status_document()
+
+
+def _pct(done: Any, total: Any) -> str:
+    return f" ({100.0 * done / total:.1f} %)" if isinstance(done, (int, float)) and total else ""
+
+
+def render(doc: dict[str, Any]) -> str:
+    """A readable table of every job."""
+    lines = []
+    for job in doc["jobs"]:
+        lines.append(
+            f"{job['job']} [{job.get('kind')}]: {job['state'].upper()} for "
+            f"{format_duration(doc['generated_ts'] - (job.get('state_since_ts') or doc['generated_ts']))}"
+            f" — {job.get('reason', '')}"
+        )
+        rows = []
+        prog = job.get("progress") or {}
+        if prog:
+            total = prog.get("rows_total")
+            rows.append(
+                (
+                    "rows",
+                    f"{prog.get('rows_done')}"
+                    + (f" / {total}" if total else "")
+                    + _pct(prog.get("rows_done"), total),
+                )
+            )
+            if prog.get("tokens_done"):
+                rows.append(
+                    (
+                        "tokens",
+                        f"{prog['tokens_done']}"
+                        + (f" / {prog['tokens_total']}" if prog.get("tokens_total") else ""),
+                    )
+                )
+            rate = prog.get("rows_per_s")
+            if rate:
+                rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))
+        dump = job.get("dump")
+        if dump:
+            state = (
+                "missing"
+                if not dump["exists"]
+                else dump.get("error")
+                or (
+                    f"{dump['files']} files, {format_bytes(dump['bytes'])}, oldest "
+                    f"{format_duration(dump['oldest_age_s'])}, created {dump['created_total']}, "
+                    f"consumed {dump['consumed_total']}"
+                )
+            )
+            rows.append(("dump", f"{dump['path']}: {state}"))
+        out = job.get("output")
+        if out:
+            state = (
+                "missing"
+                if not out["exists"]
+                else out.get("error")
+                or (
+                    f"{out['layout']}: {out['chunks_complete']} chunks complete, "
+                    f"{out['chunks_in_progress']} in progress, "
+                    f"{out['rows']} rows, {format_bytes(out['bytes'])}"
+                )
+            )
+            rows.append(("output", f"{out['path']}: {state}"))
+        for d in job.get("disk") or []:
+            fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.get("fits")]
+            rows.append(
+                (
+                    f"disk {d['role']}",
+                    f"{d['path']}: {format_bytes(d['free_bytes'])} free, needs "
+                    f"{format_bytes(d['needed_bytes'])}, {fits}; full in "
+                    f"{format_duration(d['time_to_full_s'])}, done in {format_duration(d['time_to_done_s'])}",
+                )
+            )
+        for p in job.get("processes") or []:
+            if p["alive"]:
+                cpu = f"{p['cpu_percent']:.0f} %" if p.get("cpu_percent") is not None else "-"
+                rows.append(
+                    (
+                        p["role"],
+                        f"PID {p['pid']} {p['status']}, CPU {cpu} ({p['cpu_seconds']:.1f} s), "
+                        f"RSS {format_bytes(p['rss_bytes'])}, up {format_duration(p['uptime_s'])}, "
+                        f"restarts {p['restarts']}",
+                    )
+                )
+            else:
+                rows.append((p["role"], f"{p['status']} ({p['cmdline']})"))
+        ev = job.get("events")
+        if ev:
+            last = (
+                format_duration(doc["generated_ts"] - ev["last_event_ts"]) + " ago"
+                if ev.get("last_event_ts")
+                else "none yet"
+            )
+            rows.append(
+                (
+                    "events",
+                    f"{ev['path']}: {ev['lines']} lines ({ev['bad_lines']} bad), last "
+                    f"{ev.get('last_kind') or '-'} {last}",
+                )
+            )
+        tr = job.get("training")
+        if tr:
+            rows.append(
+                (
+                    "training",
+                    f"step {tr.get('step')} epoch {tr.get('epoch')} loss {tr.get('loss')} "
+                    f"acc {tr.get('acc')}",
+                )
+            )
+        width = max((len(k) for k, _ in rows), default=0)
+        lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+        for hint in job.get("hints", []):
+            lines.append(f"  ! {hint['severity']}: {hint['message']}")
+        lines.append("")
+    if not doc["jobs"]:
+        lines.append("no jobs watched")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        job = cfgmod.job_from_args(args)
+        jobs = cfgmod.load_toml(args.config).jobs if args.config else []
+        if job is not None:
+            jobs.append(job)
+        if jobs and args.url:
+            raise cfgmod.ConfigError("give either --url or path/process options, not both")
+        doc = measure(jobs, args.sample) if jobs else fetch(args.url or DEFAULT_URL)
+    except (cfgmod.ConfigError, RuntimeError) as exc:
+        print(f"hsmon status: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+    else:
+        sys.stdout.write(render(doc))
+    bad = {"stalled", "dead"}
+    return 1 if any(j.get("state") in bad for j in doc["jobs"]) else 0

@@ -1,0 +1,71 @@
+"""Disk headroom for the output filesystem and /dev/shm.
+
+``usage()`` is the only I/O (statvfs of the path, or of its nearest existing parent); the
+arithmetic is ``headroom()``, a pure function.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def usage(path: str) -> tuple[int, int] | None:
+    """(free bytes for unprivileged writers, total bytes) of the filesystem holding ``path``."""
+    probe = os.path.abspath(path)
+    while True:
+        try:
+            st = os.statvfs(probe)
+            return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        except FileNotFoundError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return None
+            probe = parent
+        except OSError:
+            return None
+
+
+def needed_bytes(
+    bytes_done: float | None, rows_done: int | None, rows_total: int | None, estimate: float | None = None
+) -> float | None:
+    """Bytes still to write: the job's own estimate, else bytes per row so far × rows left."""
+    if estimate is not None:
+        return max(0.0, float(estimate))
+    if not bytes_done or not rows_done or rows_total is None:
+        return None
+    return max(0, rows_total - rows_done) * (bytes_done / rows_done)
+
+
+def headroom(
+    role: str,
+    path: str,
+    fs: tuple[int, int] | None,
+    needed: float | None,
+    write_bytes_per_s: float | None,
+    time_to_done_s: float | None,
+) -> dict[str, Any]:
+    """One entry of the status document's ``disk`` list.
+
+    fits: needed <= free when the need is known; else time to full >= time to done when both are;
+    else null. time_to_full_s is null unless the filesystem is being filled (positive rate).
+    """
+    free, total = fs if fs else (None, None)
+    rate = write_bytes_per_s if write_bytes_per_s and write_bytes_per_s > 0 else None
+    time_to_full = free / rate if (free is not None and rate) else None
+    fits: bool | None = None
+    if free is not None and needed is not None:
+        fits = needed <= free
+    elif time_to_full is not None and time_to_done_s is not None:
+        fits = time_to_full >= time_to_done_s
+    return {
+        "role": role,
+        "path": path,
+        "free_bytes": free,
+        "total_bytes": total,
+        "needed_bytes": needed,
+        "fits": fits,
+        "write_bytes_per_s": write_bytes_per_s,
+        "time_to_full_s": time_to_full,
+        "time_to_done_s": time_to_done_s,
+    }

@@ -1,0 +1,223 @@
+"""Dump directory tracker (e.g. /dev/shm/sglang_hs): files, bytes, oldest file, created/consumed.
+
+Two sources feed one in-memory table of the directory's entries:
+- filesystem events (watchdog), which are fast but lossy under load, and
+- ``scan()``, a full listing that reconciles the table exactly (periodic, and at once after an
+  inotify queue overflow).
+A scan and events can interleave: names touched by an event while a listing runs keep the
+event's verdict, so the scan never undoes a newer event. ``snapshot()`` reads memory only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import threading
+import time
+from typing import Any
+
+
+class DumpDirTracker:
+    """Entries directly inside ``path`` (files, or per-request subdirectories)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self._lock = threading.Lock()
+        self._files: dict[str, tuple[int, float]] = {}  # name -> (bytes, mtime)
+        self._bytes = 0
+        self._heap: list[tuple[float, str]] = []  # (mtime, name), lazily cleaned
+        self._touched: set[str] | None = None  # names changed by events during a running scan
+        self.created_total = 0
+        self.consumed_total = 0
+        self.events_total = 0
+        self.scans_total = 0
+        self.scan_seconds_last = 0.0
+        self.exists = False
+        self.error: str | None = None
+        self.dir_inode: int | None = None
+        self.last_change_ts: float | None = None
+        self.newest_mtime: float | None = None  # of the last scan's entries: work before we watched
+
+    # -- events (watchdog thread) --------------------------------------------------------------
+    def _name_of(self, path: str | bytes) -> str | None:
+        path = os.fsdecode(path)
+        parent, name = os.path.split(path)
+        return name if parent == self.path and name else None
+
+    def _stat(self, name: str) -> tuple[int, float] | None:
+        try:
+            st = os.stat(os.path.join(self.path, name))
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime
+
+    def _put(self, name: str, info: tuple[int, float]) -> None:
+        old = self._files.get(name)
+        if old is not None:
+            self._bytes -= old[0]
+        self._files[name] = info
+        self._bytes += info[0]
+        if old is None or old[1] != info[1]:
+            heapq.heappush(self._heap, (info[1], name))
+
+    def _drop(self, name: str) -> bool:
+        old = self._files.pop(name, None)
+        if old is None:
+            return False
+        self._bytes -= old[0]
+        return True
+
+    def on_created(self, path: str | bytes) -> None:
+        name = self._name_of(path)
+        if name is None:
+            return
+        info = self._stat(name)
+        with self._lock:
+            self.events_total += 1
+            if self._touched is not None:
+                self._touched.add(name)
+            self.last_change_ts = time.time()
+            known = name in self._files
+            if info is None:  # already consumed: it existed and is gone
+                if known:
+                    self._drop(name)
+                    self.consumed_total += 1
+                else:
+                    self.created_total += 1
+                    self.consumed_total += 1
+                return
+            if not known:
+                self.created_total += 1
+            self._put(name, info)
+
+    def on_changed(self, path: str | bytes) -> None:
+        """A file was written and closed (or moved in): refresh its size."""
+        name = self._name_of(path)
+        if name is None:
+            return
+        info = self._stat(name)
+        if info is None:
+            return
+        with self._lock:
+            self.events_total += 1
+            if self._touched is not None:
+                self._touched.add(name)
+            if name not in self._files:
+                self.created_total += 1
+                self.last_change_ts = time.time()
+            self._put(name, info)
+
+    def on_deleted(self, path: str | bytes) -> None:
+        name = self._name_of(path)
+        if name is None:
+            return
+        with self._lock:
+            self.events_total += 1
+            if self._touched is not None:
+                self._touched.add(name)
+            if self._drop(name):
+                self.consumed_total += 1
+                self.last_change_ts = time.time()
+
+    # -- reconciliation (scanner thread) -------------------------------------------------------
+    def scan(self) -> None:
+        """List the directory and make the table exact."""
+        started = time.perf_counter()
+        with self._lock:
+            self._touched = set()
+        listed: dict[str, tuple[int, float]] = {}
+        error = None
+        exists = True
+        inode = None
+        try:
+            inode = os.stat(self.path).st_ino
+            with os.scandir(self.path) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # consumed while we listed
+                    size = st.st_size
+                    if entry.is_dir(follow_symlinks=False):
+                        size = _dir_bytes(entry.path)
+                    listed[entry.name] = (size, st.st_mtime)
+        except FileNotFoundError:
+            exists = False
+        except NotADirectoryError:
+            error = f"{self.path} is not a directory"
+        except PermissionError:
+            error = f"permission denied reading {self.path}"
+        except OSError as exc:
+            error = f"cannot read {self.path}: {exc.strerror}"
+        with self._lock:
+            touched, self._touched = self._touched or set(), None
+            self.scans_total += 1
+            self.scan_seconds_last = time.perf_counter() - started
+            self.exists, self.error = exists, error
+            if error is not None:
+                return  # keep what we knew: an unreadable directory says nothing new
+            if not exists or (self.dir_inode is not None and inode != self.dir_inode):
+                # deleted (or replaced): its old entries are gone, not consumed
+                self._files.clear()
+                self._heap.clear()
+                self._bytes = 0
+            self.dir_inode = inode
+            self.newest_mtime = max((m for _, m in listed.values()), default=self.newest_mtime)
+            changed = False
+            for name in [n for n in self._files if n not in listed and n not in touched]:
+                self._drop(name)
+                self.consumed_total += 1
+                changed = True
+            for name, info in listed.items():
+                if name in touched:
+                    continue
+                if name not in self._files:
+                    self.created_total += 1
+                    changed = True
+                if self._files.get(name) != info:
+                    self._put(name, info)
+            if changed and self.scans_total > 1:  # the first scan is a baseline, not work
+                self.last_change_ts = time.time()
+            if len(self._heap) > 2 * len(self._files) + 1024:
+                self._heap = [(mtime, name) for name, (_, mtime) in self._files.items()]
+                heapq.heapify(self._heap)
+
+    def forget_watch_identity(self) -> None:
+        """The directory was seen deleted by an event: the next scan starts from a clean table."""
+        with self._lock:
+            self.dir_inode = -1
+
+    # -- reading (any thread, memory only) -----------------------------------------------------
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        with self._lock:
+            while self._heap:
+                mtime, name = self._heap[0]
+                info = self._files.get(name)
+                if info is not None and info[1] == mtime:
+                    break
+                heapq.heappop(self._heap)
+            oldest = max(0.0, now - self._heap[0][0]) if self._heap else None
+            return {
+                "path": self.path,
+                "exists": self.exists,
+                "error": self.error,
+                "files": len(self._files) if self.error is None or self._files else None,
+                "bytes": self._bytes,
+                "oldest_age_s": oldest,
+                "created_total": self.created_total,
+                "consumed_total": self.consumed_total,
+            }
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    total += entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        pass
+    return total

@@ -1,0 +1,329 @@
+"""Output directory tracker: complete and in-progress chunks, rows, tokens, bytes.
+
+Understands three layouts:
+- ``hsmon``: the manifest (hsmon.layout) says what is done; read incrementally (append-only).
+- ``specforge``: plain ``rows_{a}-{b}/data_{i}.ckpt`` written by another tool; every row file
+  counts; a chunk is complete when it holds all its rows.
+- ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files (in OUT or one level
+  below); tokens come from each file's safetensors header (a few bytes, read once per file).
+In-progress files are hidden temporaries (hsmon.layout.is_temporary). A directory whose mtime has
+not changed is not listed again (only the newest chunk is, since files there may still grow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hsmon import layout
+
+SPECULATORS_RE = re.compile(r"^hs_\d+.*\.safetensors$")
+
+
+@dataclass
+class JsonlTail:
+    """Incremental reader of an append-only JSON Lines file (restarts on truncation/rotation)."""
+
+    path: str
+    offset: int = 0
+    inode: int | None = None
+    _partial: bytes = b""
+
+    def poll(self) -> tuple[list[dict[str, Any]], bool]:
+        """(new records, reset) where reset says the file was truncated or replaced."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return [], False
+        reset = self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset)
+        if reset:
+            self.offset, self._partial = 0, b""
+        self.inode = st.st_ino
+        if st.st_size == self.offset:
+            return [], reset
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return [], reset
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        records = []
+        for raw in lines:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                records.append(obj)
+        return records, reset
+
+
+@dataclass
+class _DirInfo:
+    mtime_ns: int
+    rows: int
+    bytes: int
+    temps: int
+    row_ids: set[int] = field(default_factory=set)
+
+
+def safetensors_tokens(path: str) -> int | None:
+    """Tokens in a safetensors file: the length of ``input_ids``, else the first dim of a tensor."""
+    try:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > 16 * 1024 * 1024:
+                return None
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError, struct.error):
+        return None
+    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    for key in ("input_ids", "token_ids"):
+        shape = tensors.get(key, {}).get("shape")
+        if shape:
+            return int(shape[-1])
+    for info in tensors.values():
+        shape = info.get("shape") or []
+        if shape:
+            return int(shape[0]) if len(shape) < 3 else int(shape[-2])
+    return None
+
+
+class OutputDirTracker:
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self._lock = threading.Lock()
+        self._manifests: dict[str, JsonlTail] = {}
+        self._manifest = layout.Manifest()
+        self._dirs: dict[str, _DirInfo] = {}
+        self._spec_files: dict[str, tuple[int, int, int | None]] = {}  # rel path -> (size, mtime_ns, tokens)
+        self._snap: dict[str, Any] = self._empty(False, None)
+        self.scans_total = 0
+        self.last_growth_ts: float | None = None
+        self.rows_total_hint: int | None = None  # from a manifest 'run' record
+        self.newest_mtime: float | None = None  # newest chunk dir or manifest: work before we watched
+
+    def _empty(self, exists: bool, error: str | None) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "exists": exists,
+            "error": error,
+            "layout": "empty",
+            "chunks_complete": 0,
+            "chunks_in_progress": 0,
+            "rows": 0,
+            "tokens": 0,
+            "bytes": 0,
+            "temp_files": 0,
+        }
+
+    def scan(self) -> None:
+        """Bring the figures up to date (cheap when little changed)."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            self._reset()
+            self._publish(self._empty(False, None))
+            return
+        except NotADirectoryError:
+            self._publish(self._empty(True, f"{self.path} is not a directory"))
+            return
+        except PermissionError:
+            self._publish(self._empty(True, f"permission denied reading {self.path}"))
+            return
+        manifests = sorted(n for n in names if n.startswith("hsmon-manifest") and n.endswith(".jsonl"))
+        chunk_dirs = sorted((b, n) for n in names if (b := layout.parse_chunk_dir_name(n)))
+        for name in manifests:
+            tail = self._manifests.setdefault(name, JsonlTail(os.path.join(self.path, name)))
+            records, reset = tail.poll()
+            if reset:  # a replaced manifest: reread all of them
+                self._reset()
+                self.scan()
+                return
+            for rec in records:
+                self._manifest.add(rec)
+                if rec.get("type") == "run":
+                    total = rec.get("rows_total", rec.get("total_rows"))
+                    if isinstance(total, int):
+                        self.rows_total_hint = total
+        newest = chunk_dirs[-1][1] if chunk_dirs else None
+        for name in ([newest] if newest else []) + manifests:
+            try:
+                mtime = os.stat(os.path.join(self.path, name)).st_mtime
+            except OSError:
+                continue
+            self.newest_mtime = max(mtime, self.newest_mtime or 0.0)
+        live = set()
+        for _, name in chunk_dirs:
+            live.add(name)
+            if manifests and name in self._manifest.chunks and name in self._dirs:
+                continue  # complete per the manifest: nothing there changes any more
+            self._scan_chunk_dir(name, force=name == newest)
+        for name in list(self._dirs):
+            if name not in live:
+                del self._dirs[name]
+        if manifests:
+            snap = self._hsmon_figures(chunk_dirs)
+        elif chunk_dirs:
+            snap = self._specforge_figures(chunk_dirs)
+        else:
+            snap = self._speculators_figures(names)
+        self._publish(snap)
+
+    def _reset(self) -> None:
+        self._manifests.clear()
+        self._manifest = layout.Manifest()
+        self._dirs.clear()
+        self._spec_files.clear()
+
+    def _scan_chunk_dir(self, name: str, force: bool) -> None:
+        path = os.path.join(self.path, name)
+        try:
+            mtime_ns = os.stat(path).st_mtime_ns
+        except OSError:
+            self._dirs.pop(name, None)
+            return
+        old = self._dirs.get(name)
+        if old is not None and old.mtime_ns == mtime_ns and not force:
+            return
+        rows = nbytes = temps = 0
+        row_ids: set[int] = set()
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    if layout.is_temporary(entry.name):
+                        temps += 1
+                        continue
+                    row = layout.parse_row_file_name(entry.name)
+                    if row is None:
+                        continue
+                    try:
+                        nbytes += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+                    rows += 1
+                    row_ids.add(row)
+        except OSError:
+            return
+        self._dirs[name] = _DirInfo(mtime_ns, rows, nbytes, temps, row_ids)
+
+    def _hsmon_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> dict[str, Any]:
+        m = self._manifest
+        done_chunks = set(m.chunks)
+        in_progress = sum(
+            1
+            for _, n in chunk_dirs
+            if n not in done_chunks and self._dirs.get(n) and (self._dirs[n].rows or self._dirs[n].temps)
+        )
+        snap = self._empty(True, None)
+        snap.update(
+            layout="hsmon",
+            chunks_complete=len(done_chunks),
+            chunks_in_progress=in_progress,
+            rows=len(m.rows),
+            tokens=m.tokens,
+            bytes=m.bytes,
+            temp_files=sum(d.temps for d in self._dirs.values()),
+            rejects=len(m.rejects),
+        )
+        return snap
+
+    def _specforge_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> dict[str, Any]:
+        complete = in_progress = rows = nbytes = temps = 0
+        for (a, b), name in chunk_dirs:
+            info = self._dirs.get(name)
+            if info is None:
+                continue
+            rows += info.rows
+            nbytes += info.bytes
+            temps += info.temps
+            if info.rows >= b - a:
+                complete += 1
+            elif info.rows or info.temps:
+                in_progress += 1
+        snap = self._empty(True, None)
+        snap.update(
+            layout="specforge",
+            chunks_complete=complete,
+            chunks_in_progress=in_progress,
+            rows=rows,
+            tokens=None,
+            bytes=nbytes,
+            temp_files=temps,
+        )
+        return snap
+
+    def _speculators_figures(self, names: list[str]) -> dict[str, Any]:
+        candidates: list[str] = []
+        temps = 0
+        for name in names:
+            if layout.is_temporary(name):
+                temps += 1
+            elif SPECULATORS_RE.match(name):
+                candidates.append(name)
+            elif os.path.isdir(os.path.join(self.path, name)):
+                try:
+                    sub = os.listdir(os.path.join(self.path, name))
+                except OSError:
+                    continue
+                candidates += [f"{name}/{s}" for s in sub if SPECULATORS_RE.match(s)]
+                temps += sum(1 for s in sub if layout.is_temporary(s))
+        seen = set()
+        rows = nbytes = tokens = 0
+        tokens_known = True
+        for rel in candidates:
+            full = os.path.join(self.path, rel)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            cached = self._spec_files.get(rel)
+            if cached is None or cached[:2] != (st.st_size, st.st_mtime_ns):
+                cached = (st.st_size, st.st_mtime_ns, safetensors_tokens(full))
+                self._spec_files[rel] = cached
+            seen.add(rel)
+            rows += 1
+            nbytes += st.st_size
+            if cached[2] is None:
+                tokens_known = False
+            else:
+                tokens += cached[2]
+        for rel in set(self._spec_files) - seen:
+            del self._spec_files[rel]
+        snap = self._empty(True, None)
+        if rows or temps:
+            snap.update(
+                layout="speculators",
+                chunks_complete=rows,
+                rows=rows,
+                bytes=nbytes,
+                tokens=tokens if tokens_known else None,
+                temp_files=temps,
+            )
+        return snap
+
+    def _publish(self, snap: dict[str, Any]) -> None:
+        with self._lock:
+            old = self._snap
+            first = self.scans_total == 0  # a baseline, not growth (e.g. a daemon restarted mid-job)
+            self.scans_total += 1
+            if (
+                not first
+                and (snap.get("rows"), snap.get("bytes"), snap.get("temp_files"))
+                != (old.get("rows"), old.get("bytes"), old.get("temp_files"))
+                and snap["exists"]
+            ):
+                self.last_growth_ts = time.time()
+            self._snap = snap
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._snap)

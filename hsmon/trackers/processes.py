@@ -1,0 +1,246 @@
+"""Process tracker: finds a job's process by PID, pidfile or command-line regex (psutil), and
+measures it: alive, status, CPU seconds, RSS, I/O, threads, start time, restarts.
+
+Also detects the story's trap: Python writing stdout to a regular file without -u or
+PYTHONUNBUFFERED (block-buffered, so the log looks dead while the job works).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from typing import Any
+
+import psutil
+
+from hsmon.config import ProcessSpec
+
+_STATUS = {
+    psutil.STATUS_RUNNING: "running",
+    psutil.STATUS_SLEEPING: "sleeping",
+    psutil.STATUS_DISK_SLEEP: "sleeping",
+    psutil.STATUS_IDLE: "sleeping",
+    psutil.STATUS_WAKING: "running",
+    psutil.STATUS_STOPPED: "stopped",
+    psutil.STATUS_TRACING_STOP: "stopped",
+    psutil.STATUS_ZOMBIE: "zombie",
+    psutil.STATUS_DEAD: "gone",
+}
+
+
+def python_unbuffered(cmdline: list[str], environ: dict[str, str]) -> bool | None:
+    """True if a Python process runs unbuffered (-u or PYTHONUNBUFFERED); None if not Python."""
+    if not cmdline or "python" not in os.path.basename(cmdline[0]):
+        return None
+    if environ.get("PYTHONUNBUFFERED"):
+        return True
+    args = iter(cmdline[1:])
+    for arg in args:
+        if not arg.startswith("-") or arg == "-" or arg.startswith("--"):
+            return False  # the script (or stdin): interpreter options end here
+        for i, ch in enumerate(arg[1:]):
+            if ch == "u":
+                return True
+            if ch in "cm":
+                return False  # -c CODE / -m MODULE end the interpreter options
+            if ch in "XWQ":
+                if i == len(arg) - 2:
+                    next(args, None)  # its value is the next argument
+                break
+    return False
+
+
+def stdout_block_buffered(cmdline: list[str], environ: dict[str, str], stdout_is_regular_file: bool) -> bool:
+    """The story's trap: Python, stdout to a regular file, neither -u nor PYTHONUNBUFFERED."""
+    return stdout_is_regular_file and python_unbuffered(cmdline, environ) is False
+
+
+def _read_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def stdout_target(pid: int) -> tuple[str | None, bool]:
+    """(where fd 1 points, whether it is a regular file)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/1")
+        is_reg = stat.S_ISREG(os.stat(f"/proc/{pid}/fd/1").st_mode)
+    except OSError:
+        return None, False
+    return target, is_reg
+
+
+class ProcessTracker:
+    """One role of a job (extractor, server, trainer)."""
+
+    def __init__(self, spec: ProcessSpec) -> None:
+        self.spec = spec
+        self.role = spec.role
+        self._regex = re.compile(spec.match) if spec.match else None
+        self._proc: psutil.Process | None = None
+        self.pid: int | None = None
+        self.restarts = 0
+        self.seen_alive = False
+        self._last_cpu: tuple[float, float] | None = None  # (monotonic, cpu seconds)
+        self._stdout_checked_pid: int | None = None
+        self._stdout: tuple[str | None, bool] = (None, False)
+        self._snap: dict[str, Any] = self._gone_snapshot()
+
+    def set_pid(self, pid: int) -> None:
+        """Follow this PID (e.g. the one a job's start event names)."""
+        self.spec = ProcessSpec(self.role, pid=pid)
+
+    def _wanted_pid(self) -> int | None:
+        if self.spec.pid is not None:
+            return self.spec.pid
+        if self.spec.pidfile:
+            try:
+                with open(self.spec.pidfile) as fh:
+                    return int(fh.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                return None
+        return None
+
+    def _find_by_match(self) -> psutil.Process | None:
+        assert self._regex is not None
+        me = os.getpid()
+        mine = {me} | {p.pid for p in psutil.Process(me).parents()}
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "create_time", "ppid"]):
+            info = proc.info
+            if info["pid"] in mine or not info["cmdline"]:
+                continue
+            if self._regex.search(" ".join(info["cmdline"])):
+                found.append(proc)
+        if not found:
+            return None
+        pids = {p.pid for p in found}
+        # a shell that started the real process matches too: prefer the innermost one
+        leaves = [p for p in found if not any(q.info["ppid"] == p.pid for q in found if q.pid in pids)]
+        return min(leaves or found, key=lambda p: p.info["create_time"] or 0)
+
+    def _locate(self) -> psutil.Process | None:
+        if self._proc is not None:
+            try:
+                if self._proc.is_running() and (self._wanted_pid() in (None, self._proc.pid)):
+                    return self._proc
+            except psutil.Error:
+                pass
+        proc = None
+        try:
+            if self._regex is not None:
+                proc = self._find_by_match()
+            else:
+                pid = self._wanted_pid()
+                proc = psutil.Process(pid) if pid is not None else None
+        except (psutil.Error, OSError):
+            proc = None
+        if proc is not None and proc.pid != self.pid:
+            if self.pid is not None:
+                self.restarts += 1
+            self.pid = proc.pid
+            self._last_cpu = None
+        self._proc = proc
+        return proc
+
+    def _gone_snapshot(self, status: str = "gone") -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "pid": self.pid,
+            "alive": False,
+            "status": status,
+            "cpu_seconds": None,
+            "cpu_percent": None,
+            "rss_bytes": None,
+            "read_bytes": None,
+            "write_bytes": None,
+            "read_chars": None,
+            "write_chars": None,
+            "threads": None,
+            "start_ts": None,
+            "uptime_s": None,
+            "restarts": self.restarts,
+            "cmdline": self.spec.describe(),
+            "stdout": None,
+            "stdout_buffered": False,
+        }
+
+    def poll(self) -> dict[str, Any]:
+        """Measure now; returns (and keeps) the process's section of the status document."""
+        proc = self._locate()
+        if proc is None:
+            self._snap = self._gone_snapshot()
+            return self._snap
+        try:
+            with proc.oneshot():
+                status = _STATUS.get(proc.status(), "running")
+                cpu = proc.cpu_times()
+                mem = proc.memory_info()
+                threads = proc.num_threads()
+                start = proc.create_time()
+                cmdline = proc.cmdline()
+            try:
+                io = proc.io_counters()
+            except (psutil.AccessDenied, AttributeError, NotImplementedError):
+                io = None
+        except psutil.NoSuchProcess:
+            self._proc = None
+            self._snap = self._gone_snapshot()
+            return self._snap
+        except psutil.ZombieProcess:
+            self._snap = self._gone_snapshot("zombie")
+            return self._snap
+        except psutil.AccessDenied:
+            self._snap = self._gone_snapshot()
+            self._snap.update(alive=True, status="running")
+            return self._snap
+        if status == "zombie":
+            self._snap = self._gone_snapshot("zombie")
+            return self._snap
+        cpu_s = cpu.user + cpu.system
+        mono = time.monotonic()
+        pct = None
+        if self._last_cpu is not None and mono > self._last_cpu[0]:
+            pct = 100.0 * (cpu_s - self._last_cpu[1]) / (mono - self._last_cpu[0])
+        self._last_cpu = (mono, cpu_s)
+        if self._stdout_checked_pid != proc.pid:
+            self._stdout_checked_pid = proc.pid
+            self._stdout = stdout_target(proc.pid)
+            self._buffered = stdout_block_buffered(cmdline, _read_environ(proc.pid), self._stdout[1])
+        self.seen_alive = True
+        now = time.time()
+        self._snap = {
+            "role": self.role,
+            "pid": proc.pid,
+            "alive": True,
+            "status": status,
+            "cpu_seconds": cpu_s,
+            "cpu_percent": pct,
+            "rss_bytes": mem.rss,
+            "read_bytes": getattr(io, "read_bytes", None),
+            "write_bytes": getattr(io, "write_bytes", None),
+            "read_chars": getattr(io, "read_chars", None),
+            "write_chars": getattr(io, "write_chars", None),
+            "threads": threads,
+            "start_ts": start,
+            "uptime_s": max(0.0, now - start),
+            "restarts": self.restarts,
+            "cmdline": " ".join(cmdline)[:500],
+            "stdout": self._stdout[0],
+            "stdout_buffered": self._buffered,
+        }
+        return self._snap
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self._snap)

@@ -1,0 +1,209 @@
+"""Progress tracker: tails a job's events file (contract 1) and keeps the job's counters.
+
+Copes with a file that does not exist yet, truncation, rotation, a partial last line and garbage
+lines (hsmon.events.EventFileReader). Field names are read liberally (cumulative ``rows_done``
+or per-event increments) so that other writers' events count too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from hsmon import events as ev
+from hsmon.trackers.rates import RateWindow
+
+PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
+
+
+def _num(event: dict[str, Any], *keys: str) -> float | None:
+    for key in keys:
+        value = event.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class ProgressTracker:
+    def __init__(self, path: str, recent: int = 50) -> None:
+        self.path = path
+        self.reader = ev.EventFileReader(path)
+        self._lock = threading.Lock()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.exists = False
+        self.job_id: str | None = None
+        self.pid: int | None = None
+        self.started = False
+        self.start_ts: float | None = None
+        self.rows_done = 0
+        self.rows_total: int | None = None
+        self.tokens_done = 0
+        self.tokens_total: int | None = None
+        self.chunks_done = 0
+        self.chunks_total: int | None = None
+        self.rejects = 0
+        self.bytes_done = 0
+        self.terminal_kind: str | None = None
+        self.terminal_ts: float | None = None
+        self.paused_reason: str | None = None
+        self.last_error: str | None = None
+        self.last_event_ts: float | None = None
+        self.last_kind: str | None = None
+        self.last_progress_ts: float | None = None
+        self.training: dict[str, Any] | None = None
+        self.kind_counts: dict[str, int] = {}
+        self._rows_rate = RateWindow(60.0)
+        self._tokens_rate = RateWindow(60.0)
+        self._bytes_rate = RateWindow(60.0)
+
+    def poll(self) -> int:
+        """Read new events; returns how many arrived."""
+        import os
+
+        new = self.reader.poll()
+        exists = os.path.exists(self.path)
+        with self._lock:
+            self.exists = exists
+            for event in new:
+                self._apply(event)
+        return len(new)
+
+    def _apply(self, e: dict[str, Any]) -> None:
+        kind = e["kind"]
+        ts = _num(e, "ts") or time.time()
+        self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
+        self.last_event_ts, self.last_kind = ts, kind
+        if kind != ev.STATE:
+            self.recent.append(e)
+        if isinstance(e.get("job"), str):
+            self.job_id = e["job"]
+        before = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"))
+        if kind == ev.START:
+            self.started, self.start_ts = True, ts
+            self.terminal_kind = self.terminal_ts = self.paused_reason = None
+            pid = e.get("pid")
+            self.pid = pid if isinstance(pid, int) else None
+            for attr, keys in (
+                ("rows_total", ("rows_total", "total_rows")),
+                ("tokens_total", ("tokens_total", "total_tokens")),
+                ("chunks_total", ("chunks_total", "total_chunks")),
+            ):
+                value = _num(e, *keys)
+                if value is not None:
+                    setattr(self, attr, int(value))
+        elif kind in (ev.ROW, ev.ROWS, ev.HEARTBEAT, ev.CHUNK):
+            rows = _num(e, "rows_done")
+            tokens = _num(e, "tokens_done")
+            if kind == ev.ROW and rows is None:
+                self.rows_done += 1
+                self.tokens_done += int(_num(e, "tokens") or 0)
+            elif kind == ev.ROWS and rows is None:
+                self.rows_done += int(_num(e, "rows", "count") or 0)
+                self.tokens_done += int(_num(e, "tokens") or 0)
+            if rows is not None:
+                self.rows_done = int(rows)
+            if tokens is not None:
+                self.tokens_done = int(tokens)
+            chunks = _num(e, "chunks_done")
+            if kind == ev.CHUNK:
+                self.chunks_done = int(chunks) if chunks is not None else self.chunks_done + 1
+                self.bytes_done += int(_num(e, "bytes") or 0)
+            elif chunks is not None:
+                self.chunks_done = int(chunks)
+            rejects = _num(e, "rejects")
+            if rejects is not None:
+                self.rejects = int(rejects)
+            for attr, key in (("rows_total", "rows_total"), ("tokens_total", "tokens_total")):
+                value = _num(e, key)
+                if value is not None:
+                    setattr(self, attr, int(value))
+        elif kind == ev.REJECT:
+            self.rejects += 1
+        elif kind == ev.PAUSE:
+            self.paused_reason = str(e.get("reason", "unknown"))
+        elif kind == ev.RESUME:
+            self.paused_reason = None
+        elif kind in ev.TERMINAL_KINDS:
+            self.terminal_kind, self.terminal_ts = kind, ts
+            self.paused_reason = None
+        elif kind == ev.ERROR:
+            self.last_error = str(e.get("message") or e.get("error") or "error")[:300]
+        elif kind in (ev.STEP, ev.CHECKPOINT, ev.EVAL):
+            training = self.training or {
+                "step": None,
+                "epoch": None,
+                "loss": None,
+                "acc": None,
+                "tokens_per_s": None,
+                "last_checkpoint": None,
+                "eta_s": None,
+            }
+            if kind == ev.STEP:
+                for key in ("step", "epoch", "loss", "acc", "tokens_per_s", "eta_s"):
+                    if key in e:
+                        training[key] = e[key]
+                if "losses" in e and "loss" not in e:
+                    training["loss"] = e["losses"]
+                if "accs" in e and "acc" not in e:
+                    training["acc"] = e["accs"]
+                self.tokens_done += int(_num(e, "tokens") or 0)
+                if "tokens_done" in e:
+                    self.tokens_done = int(_num(e, "tokens_done") or 0)
+            elif kind == ev.CHECKPOINT:
+                training["last_checkpoint"] = e.get("path") or e.get("dir")
+                self.last_progress_ts = ts
+            else:
+                training["eval"] = {k: v for k, v in e.items() if k not in ("v", "ts", "job", "kind")}
+            self.training = training
+        after = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"))
+        if after != before:
+            self.last_progress_ts = ts
+            self._rows_rate.add(ts, self.rows_done)
+            self._tokens_rate.add(ts, self.tokens_done)
+            self._bytes_rate.add(ts, self.bytes_done)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The ``events`` and ``progress`` sections, and ``training`` (None when not a training)."""
+        with self._lock:
+            rows_per_s = self._rows_rate.rate()
+            tokens_per_s = self._tokens_rate.rate()
+            eta = None
+            if self.rows_total is not None and rows_per_s:
+                eta = max(0, self.rows_total - self.rows_done) / rows_per_s
+            elif self.training and self.training.get("eta_s") is not None:
+                eta = self.training["eta_s"]
+            progress = {
+                "rows_done": self.rows_done,
+                "rows_total": self.rows_total,
+                "tokens_done": self.tokens_done,
+                "tokens_total": self.tokens_total,
+                "chunks_done": self.chunks_done,
+                "chunks_total": self.chunks_total,
+                "rejects": self.rejects,
+                "rows_per_s": rows_per_s,
+                "tokens_per_s": tokens_per_s,
+                "bytes_per_s": self._bytes_rate.rate(),
+                "elapsed_s": (now - self.start_ts) if self.start_ts else None,
+                "eta_s": eta,
+                "last_progress_ts": self.last_progress_ts,
+            }
+            events = {
+                "path": self.path,
+                "exists": self.exists,
+                "lines": self.reader.lines,
+                "bad_lines": self.reader.bad_lines,
+                "rotations": self.reader.rotations,
+                "last_event_ts": self.last_event_ts,
+                "last_kind": self.last_kind,
+            }
+            training = dict(self.training) if self.training else None
+            if training is not None and training.get("tokens_per_s") is None:
+                training["tokens_per_s"] = tokens_per_s
+            return {
+                "progress": progress,
+                "events": events,
+                "training": training,
+                "recent_events": list(self.recent)[-20:],
+            }
