@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from textual.widgets import Button, Input, Static, TabbedContent
 from tui_documents import documents
 from tui_status_server import StatusServer
 
+from hsmon.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.screens.help import HelpScreen
@@ -116,7 +118,7 @@ async def test_training_screen_prefilled_and_warns_unfinished_extraction() -> No
         await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
         screen = app.screen
         assert screen.query_one("#field-data_dir", Input).value == "/data/out"
-        assert screen.query_one("#field-out", Input).value == "/data/out-drafter"
+        assert screen.query_one("#field-out_dir", Input).value == "/data/out-drafter"
         assert screen.query_one("#field-target_model", Input).value == "/models/target"
         assert "unfinished" in str(screen.query_one("#form-warning", Static).render())
         text = screen_text(app)
@@ -164,8 +166,17 @@ async def test_disconnected_then_recovers_without_restart() -> None:
         server.close()
 
 
-async def test_launch_through_the_daemon_sends_the_form_with_the_token() -> None:
-    server = StatusServer(documents(3))
+def extraction_dir(tmp_path: Path) -> str:
+    """A real (tiny) extraction output: what validate_training_request accepts as data_dir."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST_NAME).write_text('{"type": "run"}\n')
+    return str(out)
+
+
+async def test_launch_through_the_daemon_sends_the_form_with_the_token(tmp_path: Path) -> None:
+    out = extraction_dir(tmp_path)
+    server = StatusServer(documents(3, out=out, model="embedded"))
     try:
         source = HttpStatusSource(server.url, token="s3cret", interval=0.5)
         async with running([source]) as (app, pilot):
@@ -175,14 +186,15 @@ async def test_launch_through_the_daemon_sends_the_form_with_the_token() -> None
             await wait_for(pilot, lambda: any(path == "/api/v1/train" for path, _, _ in server.requests))
             _path, body, auth = server.requests[-1]
             assert auth == "Bearer s3cret"
-            assert body["data_dir"] == "/data/out" and body["ttt_length"] == "7"
+            assert body["data_dir"] == out and body["out_dir"] == f"{out}-drafter"
+            assert body["ttt_length"] == "7" and body["target_model"] == ""
             await wait_for(pilot, lambda: app.launched == (0, "train-1"))
     finally:
         server.close()
 
 
-async def test_launch_without_token_is_refused_with_a_clear_message() -> None:
-    server = StatusServer(documents(3))
+async def test_launch_without_token_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
     try:
         async with running([HttpStatusSource(server.url, token=None, interval=0.5)]) as (app, pilot):
             await pilot.press("t")
@@ -194,8 +206,8 @@ async def test_launch_without_token_is_refused_with_a_clear_message() -> None:
         server.close()
 
 
-async def test_field_errors_from_the_daemon_show_inline() -> None:
-    server = StatusServer(documents(3))
+async def test_field_errors_from_the_daemon_show_inline(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
     server.launch_reply = (400, {"message": "invalid request", "errors": {"epochs": "epochs: must be >= 1"}})
     try:
         async with running([HttpStatusSource(server.url, token="s3cret", interval=0.5)]) as (app, pilot):
@@ -260,3 +272,53 @@ async def test_quit_key_exits() -> None:
     async with running(fixed()) as (app, pilot):
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_every_field_is_validated_inline_and_blocks_launch(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
+    try:
+        async with running([HttpStatusSource(server.url, token="s3cret", interval=0.5)]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            screen = app.screen
+            assert not any(box.display for box in screen.query(".error"))  # the prefill is valid
+            bad = {
+                "epochs": "0",
+                "lr": "fast",
+                "batch_tokens": "-5",
+                "ttt_length": "100",
+                "draft_vocab_size": "1.5",
+                "gpus": "0",
+                "data_dir": str(tmp_path / "nowhere"),
+                "target_model": str(tmp_path / "no-model"),
+                "out_dir": "",
+            }
+            for name, value in bad.items():
+                screen.query_one(f"#field-{name}", Input).value = value
+            for name in bad:
+                error = screen.query_one(f"#error-{name}", Static)
+                await wait_for(pilot, lambda error=error: error.display)
+                assert str(error.render()).strip(), name
+            assert "must be at least 1" in str(screen.query_one("#error-epochs", Static).render())
+            await pilot.press("l")
+            await pilot.pause(0.3)
+            assert server.requests == []
+            screen.query_one("#field-epochs", Input).value = "2"
+            await wait_for(pilot, lambda: not screen.query_one("#error-epochs", Static).display)
+            await pilot.press("ctrl+r")  # back to the job's defaults
+            await wait_for(pilot, lambda: not any(box.display for box in screen.query(".error")))
+    finally:
+        server.close()
+
+
+async def test_typing_in_a_field_and_escape_returns_the_keys() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        await pilot.click("#field-epochs")
+        box = app.screen.query_one("#field-epochs", Input)
+        box.value = ""
+        await pilot.press("3", "o")  # 'o' is text here, not "overview"
+        assert box.value == "3o" and isinstance(app.screen, TrainingScreen)
+        await pilot.press("escape", "o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))

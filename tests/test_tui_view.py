@@ -55,7 +55,7 @@ def test_event_filters() -> None:
 def test_training_defaults_from_the_extraction() -> None:
     defaults = view.training_defaults(extraction_job())
     assert defaults["data_dir"] == "/data/out"
-    assert defaults["out"] == "/data/out-drafter"
+    assert defaults["out_dir"] == "/data/out-drafter"
     assert defaults["target_model"] == "/models/target"
     assert view.training_defaults(None)["data_dir"] == ""
 

@@ -12,7 +12,7 @@ from typing import Any
 T0 = 1764489600.0
 
 
-def extraction_job(step: int = 0) -> dict[str, Any]:
+def extraction_job(step: int = 0, out: str = "/data/out", model: str = "/models/target") -> dict[str, Any]:
     """An extraction a quarter done, silent with the stdout-buffering hint, /dev/shm tight."""
     now = T0 + step
     return {
@@ -57,7 +57,7 @@ def extraction_job(step: int = 0) -> dict[str, Any]:
             "consumed_per_s": 1.4,
         },
         "output": {
-            "path": "/data/out",
+            "path": out,
             "exists": True,
             "layout": "hsmon",
             "chunks_complete": 1,
@@ -123,7 +123,7 @@ def extraction_job(step: int = 0) -> dict[str, Any]:
             },
         ],
         "events": {
-            "path": "/data/out/events.jsonl",
+            "path": f"{out}/events.jsonl",
             "exists": True,
             "lines": 900,
             "bad_lines": 0,
@@ -137,8 +137,8 @@ def extraction_job(step: int = 0) -> dict[str, Any]:
                 "job": "extract",
                 "kind": "start",
                 "rows": 10000,
-                "model": "/models/target",
-                "output_dir": "/data/out",
+                "model": model,
+                "output_dir": out,
             },
             {
                 "v": 1,
@@ -221,8 +221,8 @@ def training_job(step: int = 0) -> dict[str, Any]:
     }
 
 
-def document(step: int = 0, training: bool = True) -> dict[str, Any]:
-    jobs = [extraction_job(step)]
+def document(step: int = 0, training: bool = True, **paths: str) -> dict[str, Any]:
+    jobs = [extraction_job(step, **paths)]
     if training:
         jobs.append(training_job(step))
     return {
@@ -233,6 +233,6 @@ def document(step: int = 0, training: bool = True) -> dict[str, Any]:
     }
 
 
-def documents(count: int = 12, training: bool = True) -> list[dict[str, Any]]:
+def documents(count: int = 12, training: bool = True, **paths: str) -> list[dict[str, Any]]:
     """A short history, so sparklines have a shape."""
-    return [document(step, training) for step in range(count)]
+    return [document(step, training, **paths) for step in range(count)]

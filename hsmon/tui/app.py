@@ -126,7 +126,7 @@ class HsmonApp(App[None]):
         if selected is not None and selected.get("kind") != "train" and self.selected is not None:
             return self.selected, selected
         for key, job, _ in self.jobs():
-            if job.get("kind") == "extract":
+            if job.get("kind") != "train" and job.get("training") is None:
                 return key, job
         return None
 

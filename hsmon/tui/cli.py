@@ -14,43 +14,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `hsmon tui`."""
     parser.add_argument("--url", action="append", default=[], metavar="URL",
                         help="a daemon to read (repeatable: a tab per job and host), e.g. http://127.0.0.1:9108")
-    parser.add_argument("--token", default=None,
-                        help="the daemons' token for launching and stopping (default: $HSMON_TOKEN)")
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="file holding the daemons' control token, for launching and stopping "
+                             "(default: $HSMON_CONTROL_TOKEN)")
     parser.add_argument("--refresh", type=float, default=DEFAULT_REFRESH_S, metavar="SECONDS",
                         help=f"how often to read each source (default {DEFAULT_REFRESH_S:g})")
     parser.add_argument("--status-file", default=None, metavar="FILE",
                         help="show a saved `hsmon status --json` document instead of live sources")
-    local = parser.add_argument_group("in-process trackers (when no daemon runs)")
-    local.add_argument("--config", default=None, help="a hsmon.toml of jobs, as for `hsmon daemon`")
-    local.add_argument("--job", default=None, help="job name (default: extract)")
-    local.add_argument("--dump-dir", default=None, help="dump directory to watch, e.g. /dev/shm/sglang_hs")
-    local.add_argument("--out", default=None, help="the extraction output directory")
-    local.add_argument("--events", default=None, help="the job's events file (JSON Lines)")
-    who = local.add_mutually_exclusive_group()
-    who.add_argument("--pid", type=int, default=None, help="the job's process id")
-    who.add_argument("--pidfile", default=None, help="a file holding the job's process id")
-    who.add_argument("--match", default=None, metavar="REGEX", help="find the job's processes by cmdline")
-    local.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
-                       help="call a live job stalled after this long without any signal")
+    local = parser.add_argument_group("in-process trackers (when no daemon runs; as for `hsmon daemon`)")
+    local.add_argument("--config", default=None, help="a hsmon.toml with [[job]] tables")
+    from hsmon.config import add_job_arguments
 
-
-def has_local_paths(args: argparse.Namespace) -> bool:
-    return any(getattr(args, name) is not None
-               for name in ("config", "dump_dir", "out", "events", "pid", "pidfile", "match"))
+    add_job_arguments(local)
 
 
 def local_job_configs(args: argparse.Namespace) -> list[Any]:
-    """JobConfigs from the path options, built the way `hsmon daemon` builds them."""
+    """JobConfigs from --config and the path options, built the way `hsmon daemon` builds them."""
     from hsmon import config
 
-    builder = getattr(config, "job_configs_from_args", None)
-    if callable(builder):
-        return list(builder(args))
-    fields = {"job": args.job or "extract", "dump_dir": args.dump_dir, "out": args.out, "events": args.events,
-              "pid": args.pid, "pidfile": args.pidfile, "match": args.match}
-    if args.stall_after is not None:
-        fields["stall_after"] = args.stall_after
-    return [config.JobConfig(**fields)]
+    jobs = list(config.load_toml(args.config).jobs) if args.config else []
+    job = config.job_from_args(args)
+    if job is not None:
+        jobs.append(job)
+    return jobs
+
+
+def read_token(path: str | None) -> str | None:
+    """The control token: first line of ``path``, else $HSMON_CONTROL_TOKEN; None when neither."""
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.readline().strip() or None
+        except OSError as exc:
+            raise ValueError(f"--token-file {path}: {exc.strerror}; give a readable file") from exc
+    return os.environ.get("HSMON_CONTROL_TOKEN", "").strip() or None
 
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
@@ -59,7 +56,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
 
     if args.refresh <= 0:
         raise ValueError(f"--refresh {args.refresh}: must be a positive number of seconds")
-    token = args.token or os.environ.get("HSMON_TOKEN") or None
+    token = read_token(args.token_file)
     sources: list[Any] = []
     if args.status_file:
         try:
@@ -70,8 +67,14 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")
         sources.append(HttpStatusSource(url, token=token, interval=args.refresh))
-    if has_local_paths(args):
-        sources.append(InProcessSource(local_job_configs(args), interval=args.refresh))
+    from hsmon.config import ConfigError
+
+    try:
+        jobs = local_job_configs(args)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+    if jobs:
+        sources.append(InProcessSource(jobs, interval=args.refresh))
     if not sources:
         raise ValueError("nothing to show: give --url URL of a daemon, or paths (--out, --dump-dir, "
                          "--events, --pid) to watch in-process")

@@ -25,6 +25,7 @@ from hsmon.tui.messages import SourceDown, StatusUpdate
 
 Post = Callable[[Message], Any]
 RETRY_DELAYS = (1.0, 2.0, 3.0, 5.0)
+PATH_FIELDS = frozenset({"data_dir", "target_model", "out_dir"})
 
 
 @dataclass
@@ -100,6 +101,12 @@ class StatusSource:
         """One status document (None: nothing new). Raise to report the source as down."""
         raise NotImplementedError
 
+    def validate_fields(self, fields: dict[str, str]) -> dict[str, str]:
+        """Inline errors for the training form: {field: one-line error}, empty when it is fine."""
+        from hsmon.launch import validate_training_request
+
+        return dict(validate_training_request(fields)[1])
+
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
         """Start a drafter training (blocking: call from a worker thread)."""
         return ActionResult(False, f"{self.label}: this source cannot launch a training")
@@ -135,6 +142,18 @@ class HttpStatusSource(StatusSource):
             self._session = requests.Session()
         return self._session
 
+    @property
+    def is_local(self) -> bool:
+        host = self.label.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        return host in ("127.0.0.1", "localhost", "::1")
+
+    def validate_fields(self, fields: dict[str, str]) -> dict[str, str]:
+        """Paths are checked here only for a daemon on this machine; a remote one checks its own."""
+        errors = super().validate_fields(fields)
+        if not self.is_local:
+            errors = {k: v for k, v in errors.items() if k not in PATH_FIELDS}
+        return errors
+
     def fetch(self) -> dict[str, Any]:
         response = self._http().get(f"{self.base_url}/api/v1/status", timeout=self.timeout)
         response.raise_for_status()
@@ -145,7 +164,8 @@ class HttpStatusSource(StatusSource):
 
     def _post_action(self, path: str, body: dict[str, Any]) -> ActionResult:
         if not self.token:
-            return ActionResult(False, "launching needs the daemon token: give --token or $HSMON_TOKEN")
+            return ActionResult(False, "this needs the daemon's control token: start the TUI with "
+                                       "--token-file FILE or $HSMON_CONTROL_TOKEN")
         import requests
 
         try:
@@ -160,19 +180,23 @@ class HttpStatusSource(StatusSource):
         if not isinstance(reply, dict):
             reply = {}
         errors = reply.get("errors") if isinstance(reply.get("errors"), dict) else {}
-        message = reply.get("message") or reply.get("error") or ""
+        message = reply.get("message") or reply.get("error") or errors.get("_") or ""
+        if not message and errors:
+            message = "the daemon refused: " + "; ".join(str(v) for v in errors.values())
         if response.status_code in (401, 403):
             return ActionResult(False, message or "the daemon refused the token (401/403)")
         if response.status_code >= 400:
             return ActionResult(False, message or f"the daemon answered {response.status_code}",
                                 {str(k): str(v) for k, v in errors.items()})
         self.poll_now()
+        if reply.get("warning"):
+            message = f"{message or 'done'}; {reply['warning']}"
         return ActionResult(True, message or "done", job=reply.get("job"))
 
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
         result = self._post_action("/api/v1/train", dict(fields))
-        if result.ok and result.message == "done":
-            result.message = f"training {result.job or ''} launched through {self.label}".replace("  ", " ")
+        if result.ok and result.message.startswith("done"):
+            result.message = f"training {result.job} launched through {self.label}" + result.message[4:]
         return result
 
     def stop_job(self, job: dict[str, Any]) -> ActionResult:
@@ -231,7 +255,7 @@ class InProcessSource(StatusSource):
         super().__init__(interval)
         from hsmon.monitor import Monitor
 
-        self.monitor = Monitor(job_configs)
+        self.monitor = Monitor(job_configs, source="inprocess")
         self._started = False
 
     def start(self, source_id: int, post: Post) -> None:
@@ -254,14 +278,21 @@ class InProcessSource(StatusSource):
         request, errors = launch.validate_training_request(fields)
         if request is None:
             return ActionResult(False, "fix the highlighted fields", dict(errors))
+        name = request.job_name
+        if name in self.monitor.job_names():
+            if self.monitor.job_pid(name) is not None:
+                return ActionResult(False, f"a training into {request.out_dir} is already running",
+                                    {"out_dir": f"a training into {request.out_dir} is already running"})
+            self.monitor.remove_job(name)
+        warning = launch.complete_chunks_warning(request.data_dir)
         try:
             launched = launch.launch_training(request)
-        except Exception as exc:
+        except OSError as exc:
             return ActionResult(False, f"launch failed: {_one_line(exc)}")
         self.monitor.add_job(launched_job_config(launched))
         self.poll_now()
-        name = getattr(launched, "job", None)
-        return ActionResult(True, f"training {name} launched (pid {getattr(launched, 'pid', '?')})", job=name)
+        message = f"training {launched.job} launched (pid {launched.pid}, log {launched.log})"
+        return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
 
     def stop_job(self, job: dict[str, Any]) -> ActionResult:
         from hsmon import launch
@@ -278,11 +309,8 @@ class InProcessSource(StatusSource):
 
 
 def launched_job_config(launched: Any) -> Any:
-    """The JobConfig that watches a launched training (its events file, output and PID)."""
-    to_config = getattr(launched, "job_config", None)
-    if callable(to_config):
-        return to_config()
+    """The JobConfig that watches a launched training (its events file and PID), as the daemon's."""
     from hsmon.config import JobConfig
 
-    return JobConfig(job=launched.job, events=launched.events, out=getattr(launched, "out", None),
-                     pid=launched.pid, kind="train")
+    return JobConfig(name=launched.job, kind="train", events=launched.events, pid=launched.pid,
+                     role="trainer", stall_after=600.0)

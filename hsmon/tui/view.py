@@ -212,7 +212,7 @@ def find_start_event(job: dict[str, Any]) -> dict[str, Any] | None:
 def training_defaults(job: dict[str, Any] | None) -> dict[str, str]:
     """Training form values prefilled from an (extraction) job."""
     defaults = {
-        "data_dir": "", "target_model": "", "out": "", "epochs": "1", "lr": "1e-4",
+        "data_dir": "", "target_model": "", "out_dir": "", "epochs": "1", "lr": "1e-4",
         "batch_tokens": "8192", "ttt_length": "7", "draft_vocab_size": "32000", "gpus": "1",
     }
     if not job:
@@ -224,7 +224,7 @@ def training_defaults(job: dict[str, Any] | None) -> dict[str, str]:
     model = start.get("model") or start.get("target_model") or ""
     defaults["target_model"] = "" if model in (None, "embedded") else str(model)
     if data_dir:
-        defaults["out"] = str(data_dir).rstrip("/") + "-drafter"
+        defaults["out_dir"] = str(data_dir).rstrip("/") + "-drafter"
     return defaults
 
 

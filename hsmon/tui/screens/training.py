@@ -43,8 +43,13 @@ class TrainingScreen(Screen[None]):
                 yield UnrollPlot(id="unroll-plot")
             with Vertical(id="training-form-box") as box:
                 box.border_title = "launch a drafter training"
-                yield TrainingForm(id="training-form")
+                yield TrainingForm(validator=self._validate, id="training-form")
         yield Footer()
+
+    def _validate(self, fields: dict[str, str]) -> dict[str, str]:
+        if not self.app.sources:
+            return {}
+        return self.app.source_for_actions()[1].validate_fields(fields)
 
     def on_mount(self) -> None:
         self.watch(self.app, "revision", self.refresh_from_app, init=False)

@@ -15,7 +15,7 @@ from textual.widgets import Button, Input, Label, Static
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("data_dir", "data directory", "the extraction output"),
     ("target_model", "target model", "empty: the embedded target"),
-    ("out", "output directory", "where checkpoints and the export go"),
+    ("out_dir", "output directory", "where checkpoints and the export go"),
     ("epochs", "epochs", "1"),
     ("lr", "learning rate", "1e-4"),
     ("batch_tokens", "batch (tokens)", "8192"),
@@ -24,19 +24,6 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("gpus", "GPUs", "torchrun processes"),
 )
 Validator = Callable[[dict[str, str]], dict[str, str]]
-
-
-def default_validator() -> Validator | None:
-    """hsmon.launch's validation, when this build has it (the daemon validates again anyway)."""
-    try:
-        from hsmon.launch import validate_training_request
-    except ImportError:
-        return None
-
-    def validate(fields: dict[str, str]) -> dict[str, str]:
-        return dict(validate_training_request(fields)[1])
-
-    return validate
 
 
 class TrainingForm(Vertical):
@@ -61,7 +48,7 @@ class TrainingForm(Vertical):
 
     def __init__(self, validator: Validator | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.validator = validator if validator is not None else default_validator()
+        self.validator = validator
         self.errors: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
