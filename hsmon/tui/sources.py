@@ -301,9 +301,11 @@ class InProcessSource(StatusSource):
         if pid is None:
             return ActionResult(False, f"{job.get('job')}: no live process to stop")
         try:
-            launch.stop_job(pid)
-        except Exception as exc:
+            stopped = launch.stop_job(pid)
+        except OSError as exc:
             return ActionResult(False, f"stop failed: {_one_line(exc)}")
+        if not stopped:
+            return ActionResult(False, f"{job.get('job')}: process {pid} is already gone")
         self.poll_now()
         return ActionResult(True, f"asked {job.get('job')} (pid {pid}) to stop; it writes a checkpoint first")
 

@@ -128,7 +128,8 @@ def process_rows(processes: Iterable[dict[str, Any]] | None) -> list[tuple[str, 
 def event_matches(event: dict[str, Any], which: str) -> bool:
     kind = event.get("kind")
     if which == "errors":
-        return kind in ERROR_KINDS or (kind == "state" and event.get("to") in ("dead", "stalled"))
+        return kind in ERROR_KINDS or (
+            kind == "state" and (event.get("state") or event.get("to")) in ("dead", "stalled"))
     if which == "rejects":
         return kind in REJECT_KINDS
     return True

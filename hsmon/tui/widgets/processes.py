@@ -8,13 +8,13 @@ from textual.widgets import DataTable
 
 from hsmon.tui.view import process_rows
 
+MAX_HEIGHT = 9
 COLUMNS = ("role", "PID", "state", "CPU", "RSS", "uptime", "restarts")
 
 
 class ProcessTable(DataTable):
     """Rebuilt only when a figure changed, so an idle job costs nothing."""
 
-    DEFAULT_CSS = "ProcessTable { height: auto; max-height: 8; }"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
@@ -33,3 +33,5 @@ class ProcessTable(DataTable):
             self.add_rows(rows)
         else:
             self.add_row("-", "-", "no process found", "", "", "", "")
+        # Auto height is measured once, while the table is empty: size it to its rows (header, border).
+        self.styles.height = min(max(len(rows), 1) + 3, MAX_HEIGHT)
