@@ -35,6 +35,7 @@ class HsmonApp(App[None]):
     SUB_TITLE = f"extraction and training monitor {__version__}"
     MODES: ClassVar = {"overview": OverviewScreen, "training": TrainingScreen}
     DEFAULT_MODE = "overview"
+    ENABLE_COMMAND_PALETTE = False  # every action has its own key; the footer keeps the room
     HORIZONTAL_BREAKPOINTS: ClassVar = [(0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar = [
         Binding("o", "switch_mode('overview')", "overview"),

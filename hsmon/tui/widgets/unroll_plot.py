@@ -51,11 +51,11 @@ class UnrollPlot(Widget):
         width = self.size.width
         spark_width = max(4, (width - 34) // 2)
         all_loss = [v for s in losses for v in s]
-        text = Text(f"{'':<5}{'loss':<{spark_width + 8}}acc", style="bold")
+        text = Text(f"{'':<6}{'loss':<{spark_width + 9}}acc", style="bold")
         for i in range(max(len(losses), len(accs))):
             loss = losses[i] if i < len(losses) else []
             acc = accs[i] if i < len(accs) else []
-            text.append(f"\nstep{i:<2}")
+            text.append(f"\nstep{i:<2} ")
             text.append(f"{sparkline(loss, spark_width, min(all_loss), max(all_loss)):<{spark_width}}",
                         style="red")
             text.append(f" {loss[-1]:6.3f}  " if loss else f" {'-':>6}  ")
