@@ -1,0 +1,1 @@
+"""`hsmon tui`: the Textual dashboard. Part of the monitor: never imports torch or transformers."""

@@ -1,0 +1,197 @@
+"""The hsmon dashboard: keeps the latest status document of every source and shows it.
+
+Sources post documents from their own threads; the app stores them, bumps ``revision``, and the
+visible screen redraws (the hidden one catches up when shown), so CPU use follows the refresh
+interval, not the job's event rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.reactive import reactive
+
+from hsmon import __version__
+from hsmon.tui.messages import SourceDown, StatusUpdate
+from hsmon.tui.screens.help import HelpScreen
+from hsmon.tui.screens.overview import OverviewScreen
+from hsmon.tui.screens.training import TrainingScreen
+from hsmon.tui.sources import ActionResult, StatusSource
+from hsmon.tui.view import JobHistory
+
+JobKey = tuple[int, str]
+
+
+class HsmonApp(App[None]):
+    """`hsmon tui`."""
+
+    CSS_PATH = "hsmon.tcss"
+    TITLE = "hsmon"
+    SUB_TITLE = f"extraction and training monitor {__version__}"
+    MODES: ClassVar = {"overview": OverviewScreen, "training": TrainingScreen}
+    DEFAULT_MODE = "overview"
+    ENABLE_COMMAND_PALETTE = False  # every action has its own key; the footer keeps the room
+    HORIZONTAL_BREAKPOINTS: ClassVar = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS: ClassVar = [
+        Binding("o", "switch_mode('overview')", "overview"),
+        Binding("t", "switch_mode('training')", "training"),
+        Binding("r", "poll_now", "refresh"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    revision: reactive[int] = reactive(0, always_update=True)
+
+    def __init__(self, sources: Sequence[StatusSource], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sources = list(sources)
+        self.documents: dict[int, dict[str, Any]] = {}
+        self.errors: dict[int, str | None] = {}
+        self.last_update: dict[int, float] = {}
+        self.histories: dict[JobKey, JobHistory] = {}
+        self.selected: JobKey | None = None
+        self.launched: JobKey | None = None
+        self.first_paint_ts: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        for source_id, source in enumerate(self.sources):
+            self.errors[source_id] = "connecting…"
+            source.start(source_id, self.post_message)
+
+    def on_unmount(self) -> None:
+        for source in self.sources:
+            source.stop()
+
+    # -- messages from the sources ----------------------------------------------------------
+    def on_status_update(self, message: StatusUpdate) -> None:
+        document = message.document
+        self.documents[message.source_id] = document
+        self.errors[message.source_id] = None
+        self.last_update[message.source_id] = time.monotonic()
+        for job in document.get("jobs") or []:
+            self.history((message.source_id, str(job.get("job")))).add(job, document.get("generated_ts"))
+        self.revision += 1
+        if self.first_paint_ts is None:
+            self.first_paint_ts = time.time()
+
+    def on_source_down(self, message: SourceDown) -> None:
+        self.errors[message.source_id] = (f"disconnected, retrying in {message.retry_in:.0f}s "
+                                          f"({message.error})")
+        self.revision += 1
+
+    # -- what screens read ------------------------------------------------------------------
+    def history(self, key: JobKey) -> JobHistory:
+        if key not in self.histories:
+            self.histories[key] = JobHistory()
+        return self.histories[key]
+
+    def jobs(self) -> list[tuple[JobKey, dict[str, Any], dict[str, Any]]]:
+        """(key, job, document) for every job of every source, in source then document order."""
+        out = []
+        for source_id in sorted(self.documents):
+            document = self.documents[source_id]
+            for job in document.get("jobs") or []:
+                out.append(((source_id, str(job.get("job"))), job, document))
+        return out
+
+    def job(self, key: JobKey | None) -> dict[str, Any] | None:
+        for job_key, job, _ in self.jobs():
+            if job_key == key:
+                return job
+        return None
+
+    def tab_label(self, key: JobKey) -> str:
+        if len(self.sources) > 1:
+            return f"{key[1]} @ {self.sources[key[0]].label}"
+        return key[1]
+
+    def connection_states(self) -> list[tuple[str, str | None]]:
+        return [(source.label, self.errors.get(i)) for i, source in enumerate(self.sources)]
+
+    def stale_note(self, source_id: int) -> str | None:
+        error = self.errors.get(source_id)
+        if error is None or source_id not in self.last_update:
+            return None
+        age = time.monotonic() - self.last_update[source_id]
+        return f"{self.sources[source_id].label} {error.split(' (')[0]}: figures are {age:.0f}s old"
+
+    def extraction_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+        """The job a training would train on: the selected one unless it is a training itself."""
+        selected = self.job(self.selected)
+        if selected is not None and selected.get("kind") != "train" and self.selected is not None:
+            return self.selected, selected
+        for key, job, _ in self.jobs():
+            if job.get("kind") != "train" and job.get("training") is None:
+                return key, job
+        return None
+
+    def training_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+        """The training to follow: the one launched here, else the last training job seen."""
+        launched = self.job(self.launched)
+        if launched is not None and self.launched is not None:
+            return self.launched, launched
+        found = None
+        for key, job, _ in self.jobs():
+            if job.get("kind") == "train" or job.get("training") is not None:
+                found = (key, job)
+        return found
+
+    def source_for_actions(self) -> tuple[int, StatusSource]:
+        key = self.extraction_job()
+        source_id = key[0][0] if key else 0
+        return source_id, self.sources[source_id]
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_poll_now(self) -> None:
+        for source in self.sources:
+            source.poll_now()
+        self.notify("reading every source again", timeout=2)
+
+    def launch_training(self, fields: dict[str, str]) -> None:
+        """Launch in a thread (a launch can take a second); report in a notification."""
+        if not self.sources:
+            self.notify("no source to launch through", severity="error")
+            return
+        source_id, source = self.source_for_actions()
+        self.notify(f"launching hsmon train through {source.label}…", timeout=3)
+        self._launch_worker(source_id, source, fields)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def _launch_worker(self, source_id: int, source: StatusSource, fields: dict[str, str]) -> None:
+        result = source.launch_training(fields)
+        self.call_from_thread(self._launched, source_id, result)
+
+    def _launched(self, source_id: int, result: ActionResult) -> None:
+        if result.ok:
+            if result.job:
+                self.launched = (source_id, result.job)
+            self.notify(result.message, title="training launched")
+        else:
+            self.notify(result.message, title="launch failed", severity="error", timeout=10)
+        screen = self.screen
+        if isinstance(screen, TrainingScreen):
+            screen.show_launch_errors(result.errors)
+        self.revision += 1
+
+    def stop_job(self, key: JobKey) -> None:
+        job = self.job(key)
+        if job is None:
+            self.notify(f"{key[1]} is not known any more", severity="error")
+            return
+        self._stop_worker(self.sources[key[0]], job)
+
+    @work(thread=True, group="stop")
+    def _stop_worker(self, source: StatusSource, job: dict[str, Any]) -> None:
+        result = source.stop_job(job)
+        self.call_from_thread(self.notify, result.message, title="stop" if result.ok else "stop failed",
+                              severity="information" if result.ok else "error")

@@ -1,0 +1,94 @@
+"""`hsmon tui`: the terminal dashboard, from daemons (--url) or trackers run in-process (paths)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+DEFAULT_REFRESH_S = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `hsmon tui`."""
+    parser.add_argument("--url", action="append", default=[], metavar="URL",
+                        help="a daemon to read (repeatable: a tab per job and host), e.g. http://127.0.0.1:9108")
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="file holding the daemons' control token, for launching and stopping "
+                             "(default: $HSMON_CONTROL_TOKEN)")
+    parser.add_argument("--refresh", type=float, default=DEFAULT_REFRESH_S, metavar="SECONDS",
+                        help=f"how often to read each source (default {DEFAULT_REFRESH_S:g})")
+    parser.add_argument("--status-file", default=None, metavar="FILE",
+                        help="show a saved `hsmon status --json` document instead of live sources")
+    local = parser.add_argument_group("in-process trackers (when no daemon runs; as for `hsmon daemon`)")
+    local.add_argument("--config", default=None, help="a hsmon.toml with [[job]] tables")
+    from hsmon.config import add_job_arguments
+
+    add_job_arguments(local)
+
+
+def local_job_configs(args: argparse.Namespace) -> list[Any]:
+    """JobConfigs from --config and the path options, built the way `hsmon daemon` builds them."""
+    from hsmon import config
+
+    jobs = list(config.load_toml(args.config).jobs) if args.config else []
+    job = config.job_from_args(args)
+    if job is not None:
+        jobs.append(job)
+    return jobs
+
+
+def read_token(path: str | None) -> str | None:
+    """The control token: first line of ``path``, else $HSMON_CONTROL_TOKEN; None when neither."""
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.readline().strip() or None
+        except OSError as exc:
+            raise ValueError(f"--token-file {path}: {exc.strerror}; give a readable file") from exc
+    return os.environ.get("HSMON_CONTROL_TOKEN", "").strip() or None
+
+
+def build_sources(args: argparse.Namespace) -> list[Any]:
+    """The sources the options ask for; raises ValueError naming the bad option."""
+    from hsmon.tui.sources import FixedSource, HttpStatusSource, InProcessSource
+
+    if args.refresh <= 0:
+        raise ValueError(f"--refresh {args.refresh}: must be a positive number of seconds")
+    token = read_token(args.token_file)
+    sources: list[Any] = []
+    if args.status_file:
+        try:
+            sources.append(FixedSource.from_file(args.status_file))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--status-file {args.status_file}: {exc}") from exc
+    for url in args.url:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")
+        sources.append(HttpStatusSource(url, token=token, interval=args.refresh))
+    from hsmon.config import ConfigError
+
+    try:
+        jobs = local_job_configs(args)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+    if jobs:
+        sources.append(InProcessSource(jobs, interval=args.refresh))
+    if not sources:
+        raise ValueError("nothing to show: give --url URL of a daemon, or paths (--out, --dump-dir, "
+                         "--events, --pid) to watch in-process")
+    return sources
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the dashboard; returns when the user quits."""
+    try:
+        sources = build_sources(args)
+    except ValueError as exc:
+        print(f"hsmon tui: {exc}", file=sys.stderr)
+        return 2
+    from hsmon.tui.app import HsmonApp
+
+    HsmonApp(sources).run()
+    return 0

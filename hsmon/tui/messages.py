@@ -1,0 +1,26 @@
+"""Messages that status sources post to the app (from their own threads: post_message is thread-safe)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.message import Message
+
+
+class StatusUpdate(Message):
+    """A fresh status document from one source."""
+
+    def __init__(self, source_id: int, document: dict[str, Any]) -> None:
+        super().__init__()
+        self.source_id = source_id
+        self.document = document
+
+
+class SourceDown(Message):
+    """A source could not be read; it retries by itself after ``retry_in`` seconds."""
+
+    def __init__(self, source_id: int, error: str, retry_in: float) -> None:
+        super().__init__()
+        self.source_id = source_id
+        self.error = error
+        self.retry_in = retry_in

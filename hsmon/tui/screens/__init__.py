@@ -1,0 +1,1 @@
+"""The dashboard's screens: overview (a tab per job), training, help, confirmation."""

@@ -1,0 +1,104 @@
+"""The overview: which sources answer, then a tab per job with everything about it."""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+
+from hsmon.tui.widgets.connection_bar import ConnectionBar
+from hsmon.tui.widgets.event_log import EventLog
+from hsmon.tui.widgets.job_overview import JobOverview
+
+
+def pane_id(key: tuple[int, str]) -> str:
+    return f"job-{key[0]}-{re.sub(r'[^A-Za-z0-9_-]', '_', key[1])}"
+
+
+class OverviewScreen(Screen[None]):
+    """A tab per job (per job and host with several daemons)."""
+
+    BINDINGS: ClassVar = [
+        Binding("f", "cycle_filter", "filter"),
+        Binding("n", "next_tab", "next job"),
+        Binding("p", "previous_tab", "prev job", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◉")
+        yield ConnectionBar(id="connections")
+        yield Static("waiting for the first status…", id="empty")
+        yield TabbedContent(id="jobs")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#jobs", TabbedContent).display = False
+        self.watch(self.app, "revision", self.refresh_from_app, init=False)
+        await self.refresh_from_app()
+
+    async def on_screen_resume(self) -> None:
+        await self.refresh_from_app()
+
+    @property
+    def _app(self):  # the HsmonApp, typed loosely to avoid an import cycle
+        return self.app
+
+    async def _ensure_panes(self) -> None:
+        tabs = self.query_one("#jobs", TabbedContent)
+        existing = {pane.id for pane in tabs.query(TabPane)}
+        for key, _job, _doc in self._app.jobs():
+            pid = pane_id(key)
+            if pid not in existing:
+                existing.add(pid)
+                await tabs.add_pane(TabPane(self._app.tab_label(key), JobOverview(key), id=pid))
+        if existing:
+            tabs.display = True
+            self.query_one("#empty", Static).display = False
+
+    async def refresh_from_app(self) -> None:
+        """Show the app's latest documents (only the visible tab is redrawn)."""
+        if not self.is_current:
+            return
+        self.query_one("#connections", ConnectionBar).show(self._app.connection_states())
+        await self._ensure_panes()
+        tabs = self.query_one("#jobs", TabbedContent)
+        active = tabs.active
+        if not active:
+            return
+        for key, job, doc in self._app.jobs():
+            if pane_id(key) == active:
+                self._app.selected = key
+                overview = tabs.get_pane(active).query_one(JobOverview)
+                overview.show(job, self._app.history(key), doc.get("generated_ts"),
+                              self._app.stale_note(key[0]))
+                break
+
+    async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        await self.refresh_from_app()
+
+    def _active_overview(self) -> JobOverview | None:
+        tabs = self.query_one("#jobs", TabbedContent)
+        if not tabs.active:
+            return None
+        return tabs.get_pane(tabs.active).query_one(JobOverview)
+
+    def action_cycle_filter(self) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            overview.query_one(EventLog).cycle_filter()
+
+    def _move_tab(self, step: int) -> None:
+        tabs = self.query_one("#jobs", TabbedContent)
+        ids = [pane.id for pane in tabs.query(TabPane)]
+        if ids and tabs.active in ids:
+            tabs.active = ids[(ids.index(tabs.active) + step) % len(ids)]
+
+    def action_next_tab(self) -> None:
+        self._move_tab(1)
+
+    def action_previous_tab(self) -> None:
+        self._move_tab(-1)

@@ -1,0 +1,121 @@
+"""The training screen: the form that launches `hsmon train`, and the training's live figures."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header
+
+from hsmon.tui.screens.confirm import ConfirmScreen
+from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
+from hsmon.tui.widgets.connection_bar import ConnectionBar
+from hsmon.tui.widgets.training_form import TrainingForm
+from hsmon.tui.widgets.training_status import TrainingStatus
+from hsmon.tui.widgets.unroll_plot import UnrollPlot
+
+
+class TrainingScreen(Screen[None]):
+    """Prefilled from the job selected in the overview; follows the training it launched."""
+
+    BINDINGS: ClassVar = [
+        Binding("l", "launch", "launch"),
+        Binding("s", "stop", "stop"),
+        Binding("ctrl+r", "prefill", "reset form", show=False),
+        Binding("escape", "leave_field", "leave field", show=False),
+    ]
+    AUTO_FOCUS = None  # keys work at once; tab walks into the form
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prefilled_from: object = None
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◉")
+        yield ConnectionBar(id="connections")
+        with VerticalScroll(id="training-body"), Horizontal(id="training-columns"):
+            with Vertical(id="training-live") as live:
+                live.border_title = "training"
+                yield TrainingStatus(id="training-status")
+                yield UnrollPlot(id="unroll-plot")
+            with Vertical(id="training-form-box") as box:
+                box.border_title = "launch a drafter training"
+                yield TrainingForm(validator=self._validate, id="training-form")
+        yield Footer()
+
+    def _validate(self, fields: dict[str, str]) -> dict[str, str]:
+        if not self.app.sources:
+            return {}
+        return self.app.source_for_actions()[1].validate_fields(fields)
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "revision", self.refresh_from_app, init=False)
+        self.refresh_from_app()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_from_app()
+
+    def refresh_from_app(self) -> None:
+        if not self.is_current:
+            return
+        app = self.app
+        self.query_one("#connections", ConnectionBar).show(app.connection_states())
+        source_job = app.extraction_job()
+        key = source_job[0] if source_job else None
+        form = self.query_one(TrainingForm)
+        if key != self._prefilled_from:
+            self._prefilled_from = key
+            form.prefill(training_defaults(source_job[1] if source_job else None))
+        extraction = source_job[1] if source_job else None
+        if extraction_unfinished(extraction):
+            chunks = complete_chunks(extraction)
+            form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished: a training now uses "
+                             f"only the {chunks if chunks is not None else '?'} complete chunks")
+        else:
+            form.set_warning(None)
+        training = app.training_job()
+        self.query_one(TrainingStatus).show(training[1] if training else None)
+        self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
+        self.query_one("#stop", Button).disabled = training is None or training[1].get("state") in (
+            "done", "dead")
+
+    def action_leave_field(self) -> None:
+        self.query_one("#launch", Button).focus()
+
+    def action_prefill(self) -> None:
+        source_job = self.app.extraction_job()
+        self.query_one(TrainingForm).prefill(training_defaults(source_job[1] if source_job else None),
+                                             overwrite=True)
+
+    def action_launch(self) -> None:
+        self.query_one(TrainingForm).request_launch()
+
+    def on_training_form_launch_requested(self, message: TrainingForm.LaunchRequested) -> None:
+        self.app.launch_training(message.fields)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "stop":
+            self.action_stop()
+
+    def action_stop(self) -> None:
+        training = self.app.training_job()
+        if training is None:
+            self.app.notify("no training to stop", severity="warning")
+            return
+        name = training[1].get("job")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.app.stop_job(training[0])
+            else:
+                self.app.notify(f"{name} keeps running")
+
+        self.app.push_screen(ConfirmScreen(f"Stop training {name}?\nIt writes a checkpoint, then exits."),
+                             answered)
+
+    def show_launch_errors(self, errors: dict[str, str]) -> None:
+        if errors:
+            self.query_one(TrainingForm).show_errors(errors)

@@ -1,0 +1,318 @@
+"""Where the dashboard's status documents come from.
+
+A ``StatusSource`` delivers status documents (docs/status-api.md) to the app as messages from a
+worker thread (the watcher-thread style of Textualize/toolong), and carries out the two actions
+that start or stop work: launching a training and stopping a job.
+
+- ``HttpStatusSource``: a daemon's ``/api/v1/status``; actions go to its API with the bearer token.
+- ``InProcessSource``: trackers run in this process (``hsmon.monitor.Monitor``); actions use
+  ``hsmon.launch`` directly and the launched training is added to the monitor as a job.
+- ``FixedSource``: documents given up front (a saved ``hsmon status --json``; tests).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.message import Message
+
+from hsmon.tui.messages import SourceDown, StatusUpdate
+
+Post = Callable[[Message], Any]
+RETRY_DELAYS = (1.0, 2.0, 3.0, 5.0)
+PATH_FIELDS = frozenset({"data_dir", "target_model", "out_dir"})
+
+
+@dataclass
+class ActionResult:
+    """Outcome of a launch or stop: ``ok``, a one-line ``message``, and per-field ``errors``."""
+
+    ok: bool
+    message: str
+    errors: dict[str, str] = field(default_factory=dict)
+    job: str | None = None
+
+
+class StatusSource:
+    """Base class: a thread that posts ``StatusUpdate``/``SourceDown`` until stopped."""
+
+    label = "?"
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.source_id = 0
+        self._post: Post | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, source_id: int, post: Post) -> None:
+        """Start delivering documents through ``post`` (thread-safe message posting)."""
+        self.source_id = source_id
+        self._post = post
+        self._thread = threading.Thread(target=self._run, name=f"hsmon-source-{source_id}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=3)
+
+    def poll_now(self) -> None:
+        """Read again at once (after an action, or on the user's refresh)."""
+        self._wake.set()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until woken; False once stopped."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return not self._stop.is_set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                document = self.fetch()
+            except Exception as exc:  # any failure is shown, then retried
+                delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
+                failures += 1
+                self._emit(SourceDown(self.source_id, _one_line(exc), delay))
+                if not self._sleep(delay):
+                    return
+                continue
+            failures = 0
+            if document is not None:
+                self._emit(StatusUpdate(self.source_id, document))
+            if not self._sleep(self.interval):
+                return
+
+    def _emit(self, message: Message) -> None:
+        if self._post is not None and not self._stop.is_set():
+            self._post(message)
+
+    # -- what subclasses provide -------------------------------------------------------------
+    def fetch(self) -> dict[str, Any] | None:
+        """One status document (None: nothing new). Raise to report the source as down."""
+        raise NotImplementedError
+
+    def validate_fields(self, fields: dict[str, str]) -> dict[str, str]:
+        """Inline errors for the training form: {field: one-line error}, empty when it is fine."""
+        from hsmon.launch import validate_training_request
+
+        return dict(validate_training_request(fields)[1])
+
+    def launch_training(self, fields: dict[str, str]) -> ActionResult:
+        """Start a drafter training (blocking: call from a worker thread)."""
+        return ActionResult(False, f"{self.label}: this source cannot launch a training")
+
+    def stop_job(self, job: dict[str, Any]) -> ActionResult:
+        """Stop a job gracefully (blocking: call from a worker thread)."""
+        return ActionResult(False, f"{self.label}: this source cannot stop a job")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
+
+
+class HttpStatusSource(StatusSource):
+    """Polls a daemon's ``/api/v1/status``; launches and stops through its token-guarded API."""
+
+    def __init__(self, url: str, token: str | None = None, interval: float = 1.0,
+                 timeout: float = 3.0) -> None:
+        super().__init__(interval)
+        self.base_url = url.rstrip("/")
+        if self.base_url.endswith("/api/v1/status"):
+            self.base_url = self.base_url[: -len("/api/v1/status")]
+        self.label = self.base_url.split("://", 1)[-1]
+        self.token = token
+        self.timeout = timeout
+        self._session: Any = None
+
+    def _http(self) -> Any:
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
+
+    @property
+    def is_local(self) -> bool:
+        host = self.label.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        return host in ("127.0.0.1", "localhost", "::1")
+
+    def validate_fields(self, fields: dict[str, str]) -> dict[str, str]:
+        """Paths are checked here only for a daemon on this machine; a remote one checks its own."""
+        errors = super().validate_fields(fields)
+        if not self.is_local:
+            errors = {k: v for k, v in errors.items() if k not in PATH_FIELDS}
+        return errors
+
+    def fetch(self) -> dict[str, Any]:
+        response = self._http().get(f"{self.base_url}/api/v1/status", timeout=self.timeout)
+        response.raise_for_status()
+        document = response.json()
+        if not isinstance(document, dict) or "jobs" not in document:
+            raise ValueError(f"{self.base_url}/api/v1/status did not return a status document")
+        return document
+
+    def _post_action(self, path: str, body: dict[str, Any]) -> ActionResult:
+        if not self.token:
+            return ActionResult(False, "this needs the daemon's control token: start the TUI with "
+                                       "--token-file FILE or $HSMON_CONTROL_TOKEN")
+        import requests
+
+        try:
+            response = requests.post(f"{self.base_url}{path}", json=body, timeout=max(self.timeout, 30.0),
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        except requests.RequestException as exc:
+            return ActionResult(False, f"{self.label}: {_one_line(exc)}")
+        try:
+            reply = response.json()
+        except ValueError:
+            reply = {}
+        if not isinstance(reply, dict):
+            reply = {}
+        errors = reply.get("errors") if isinstance(reply.get("errors"), dict) else {}
+        message = reply.get("message") or reply.get("error") or errors.get("_") or ""
+        if not message and errors:
+            message = "the daemon refused: " + "; ".join(str(v) for v in errors.values())
+        if response.status_code in (401, 403):
+            return ActionResult(False, message or "the daemon refused the token (401/403)")
+        if response.status_code >= 400:
+            return ActionResult(False, message or f"the daemon answered {response.status_code}",
+                                {str(k): str(v) for k, v in errors.items()})
+        self.poll_now()
+        if reply.get("warning"):
+            message = f"{message or 'done'}; {reply['warning']}"
+        return ActionResult(True, message or "done", job=reply.get("job"))
+
+    def launch_training(self, fields: dict[str, str]) -> ActionResult:
+        result = self._post_action("/api/v1/train", dict(fields))
+        if result.ok and result.message.startswith("done"):
+            result.message = f"training {result.job} launched through {self.label}" + result.message[4:]
+        return result
+
+    def stop_job(self, job: dict[str, Any]) -> ActionResult:
+        name = str(job.get("job"))
+        result = self._post_action(f"/api/v1/jobs/{name}/stop", {})
+        if result.ok and result.message == "done":
+            result.message = f"asked {name} to stop (it writes a checkpoint first)"
+        return result
+
+
+class FixedSource(StatusSource):
+    """Documents given up front, delivered in order (a saved status; deterministic tests)."""
+
+    def __init__(self, documents: Sequence[dict[str, Any]], label: str = "file",
+                 interval: float = 0.0) -> None:
+        super().__init__(interval)
+        self.label = label
+        self._documents = list(documents)
+
+    @classmethod
+    def from_file(cls, path: str) -> FixedSource:
+        with open(path, encoding="utf-8") as fh:
+            document = json.load(fh)
+        return cls([document], label=path)
+
+    def _run(self) -> None:
+        for document in self._documents:
+            if self._stop.is_set():
+                return
+            self._emit(StatusUpdate(self.source_id, document))
+            if self.interval:
+                time.sleep(self.interval)
+
+    def fetch(self) -> dict[str, Any] | None:
+        return self._documents[-1] if self._documents else None
+
+
+def trainer_pid(job: dict[str, Any]) -> int | None:
+    """PID of a job's trainer (or only) process, from its status."""
+    processes = job.get("processes") or []
+    for proc in processes:
+        if proc.get("role") == "trainer" and proc.get("alive", True):
+            return int(proc["pid"])
+    for proc in processes:
+        if proc.get("alive", True) and proc.get("pid"):
+            return int(proc["pid"])
+    return None
+
+
+class InProcessSource(StatusSource):
+    """Runs the trackers in this process (no daemon needed) and reads their status document."""
+
+    label = "local"
+
+    def __init__(self, job_configs: list[Any], interval: float = 1.0) -> None:
+        super().__init__(interval)
+        from hsmon.monitor import Monitor
+
+        self.monitor = Monitor(job_configs, source="inprocess")
+        self._started = False
+
+    def start(self, source_id: int, post: Post) -> None:
+        self.monitor.start()
+        self._started = True
+        super().start(source_id, post)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._started:
+            self.monitor.stop()
+            self._started = False
+
+    def fetch(self) -> dict[str, Any]:
+        return self.monitor.status_document()
+
+    def launch_training(self, fields: dict[str, str]) -> ActionResult:
+        from hsmon import launch
+
+        request, errors = launch.validate_training_request(fields)
+        if request is None:
+            return ActionResult(False, "fix the highlighted fields", dict(errors))
+        name = request.job_name
+        if name in self.monitor.job_names():
+            if self.monitor.job_pid(name) is not None:
+                return ActionResult(False, f"a training into {request.out_dir} is already running",
+                                    {"out_dir": f"a training into {request.out_dir} is already running"})
+            self.monitor.remove_job(name)
+        warning = launch.complete_chunks_warning(request.data_dir)
+        try:
+            launched = launch.launch_training(request)
+        except OSError as exc:
+            return ActionResult(False, f"launch failed: {_one_line(exc)}")
+        self.monitor.add_job(launched_job_config(launched))
+        self.poll_now()
+        message = f"training {launched.job} launched (pid {launched.pid}, log {launched.log})"
+        return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
+
+    def stop_job(self, job: dict[str, Any]) -> ActionResult:
+        from hsmon import launch
+
+        pid = trainer_pid(job)
+        if pid is None:
+            return ActionResult(False, f"{job.get('job')}: no live process to stop")
+        try:
+            stopped = launch.stop_job(pid)
+        except OSError as exc:
+            return ActionResult(False, f"stop failed: {_one_line(exc)}")
+        if not stopped:
+            return ActionResult(False, f"{job.get('job')}: process {pid} is already gone")
+        self.poll_now()
+        return ActionResult(True, f"asked {job.get('job')} (pid {pid}) to stop; it writes a checkpoint first")
+
+
+def launched_job_config(launched: Any) -> Any:
+    """The JobConfig that watches a launched training (its events file and PID), as the daemon's."""
+    from hsmon.config import JobConfig
+
+    return JobConfig(name=launched.job, kind="train", events=launched.events, pid=launched.pid,
+                     role="trainer", stall_after=600.0)

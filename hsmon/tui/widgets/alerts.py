@@ -1,0 +1,29 @@
+"""Hints and alerts, shown prominently above everything else (hidden when there are none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from hsmon.tui.view import alerts
+
+SEVERITY_STYLES = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
+SEVERITY_MARKS = {"critical": "✖", "warning": "▲", "info": "ℹ"}
+
+
+class AlertsPanel(Static):
+    """Every hint of the job (e.g. the stdout-buffering hint) and every disk or state alarm."""
+
+    def show(self, job: dict[str, Any]) -> None:
+        items = alerts(job)
+        self.display = bool(items)
+        self.set_class(any(sev == "critical" for sev, _ in items), "-critical")
+        text = Text()
+        for i, (severity, message) in enumerate(items):
+            if i:
+                text.append("\n")
+            style = SEVERITY_STYLES.get(severity, "")
+            text.append(f"{SEVERITY_MARKS.get(severity, '•')} {message}", style=style)
+        self.update(text)

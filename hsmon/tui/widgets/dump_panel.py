@@ -1,0 +1,40 @@
+"""The dump directory's backlog: files, bytes, oldest age, created/consumed rates, a sparkline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Label, Sparkline
+
+from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
+from hsmon.units import format_bytes, format_duration
+
+
+class DumpPanel(Vertical):
+    """Backlog of the RAM dump directory: a growing backlog means the consumer fell behind."""
+
+    DEFAULT_CSS = """
+    DumpPanel { height: auto; }
+    DumpPanel Sparkline { height: 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Label("", id="dump-figures")
+        yield Sparkline([], id="dump-spark")
+
+    def show(self, job: dict[str, Any], history: JobHistory) -> None:
+        dump = job.get("dump")
+        self.display = dump is not None
+        if dump is None:
+            return
+        self.border_title = f"dump {dump.get('path', '')}"
+        if not dump.get("exists", True):
+            self.query_one("#dump-figures", Label).update("directory does not exist (yet)")
+        else:
+            self.query_one("#dump-figures", Label).update(
+                f"{fmt_count(dump.get('files'))} files  {format_bytes(dump.get('bytes'))}  "
+                f"oldest {format_duration(dump.get('oldest_age_s'))}  "
+                f"in {fmt_rate(dump.get('created_per_s'))} out {fmt_rate(dump.get('consumed_per_s'))}")
+        self.query_one("#dump-spark", Sparkline).data = list(history.dump_files)

@@ -1,0 +1,46 @@
+"""The one line that says how a job is: coloured state badge, job, elapsed time, ETA, reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from hsmon.tui.view import job_elapsed_eta
+
+BADGE_STYLES = {
+    "starting": "bold black on cyan",
+    "running": "bold black on green",
+    "silent": "bold black on yellow",
+    "stalled": "bold white on red",
+    "dead": "bold white on dark_red",
+    "paused": "bold black on magenta",
+    "done": "bold white on blue",
+}
+
+
+def badge(state: str | None) -> Text:
+    """The state as a coloured badge."""
+    state = state or "unknown"
+    return Text(f" {state.upper()} ", style=BADGE_STYLES.get(state, "bold white on grey37"))
+
+
+class JobHeader(Static):
+    """State badge, job name and kind, elapsed, ETA and the state's reason."""
+
+    DEFAULT_CSS = "JobHeader { height: auto; }"
+
+    def show(self, job: dict[str, Any], stale: str | None = None) -> None:
+        elapsed, eta = job_elapsed_eta(job)
+        text = Text.assemble(
+            badge(job.get("state")), " ",
+            (str(job.get("job", "?")), "bold"), f" ({job.get('kind', '?')})",
+            "  elapsed ", (elapsed, "bold"), "  ETA ", (eta, "bold"),
+        )
+        reason = job.get("reason")
+        if reason:
+            text.append(f"\n{reason}", style="italic")
+        if stale:
+            text.append(f"\n{stale}", style="bold red")
+        self.update(text)

@@ -1,0 +1,61 @@
+"""Everything about one job on one scrollable page: the overview tab of a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Grid, VerticalScroll
+
+from hsmon.tui.view import JobHistory
+from hsmon.tui.widgets.alerts import AlertsPanel
+from hsmon.tui.widgets.disk_panel import DiskPanel
+from hsmon.tui.widgets.dump_panel import DumpPanel
+from hsmon.tui.widgets.event_log import EventLog
+from hsmon.tui.widgets.job_header import JobHeader
+from hsmon.tui.widgets.processes import ProcessTable
+from hsmon.tui.widgets.progress_panel import ProgressPanel
+from hsmon.tui.widgets.rates import RatesPanel
+
+
+class JobOverview(VerticalScroll):
+    """Header, alerts, progress, rates, dump backlog, disk, processes and the event log of a job."""
+
+    def __init__(self, key: tuple[int, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key = key
+
+    def compose(self) -> ComposeResult:
+        yield JobHeader(classes="job-header")
+        yield AlertsPanel(classes="alerts")
+        with Grid(classes="panels"):
+            progress = ProgressPanel(classes="panel")
+            progress.border_title = "progress"
+            yield progress
+            rates = RatesPanel(classes="panel")
+            rates.border_title = "rates"
+            yield rates
+            dump = DumpPanel(classes="panel")
+            dump.border_title = "dump"
+            yield dump
+            disk = DiskPanel(classes="panel")
+            disk.border_title = "disk"
+            yield disk
+        processes = ProcessTable(classes="panel")
+        processes.border_title = "processes"
+        yield processes
+        log = EventLog(classes="panel")
+        log.border_title = "events  (f: filter)"
+        yield log
+
+    def show(self, job: dict[str, Any], history: JobHistory, now_ts: float | None,
+             stale: str | None = None) -> None:
+        """Render one job's status (``stale``: why these figures may be old)."""
+        self.query_one(JobHeader).show(job, stale)
+        self.query_one(AlertsPanel).show(job)
+        self.query_one(ProgressPanel).show(job)
+        self.query_one(RatesPanel).show(job, history)
+        self.query_one(DumpPanel).show(job, history)
+        self.query_one(DiskPanel).show(job)
+        self.query_one(ProcessTable).show(job)
+        self.query_one(EventLog).show(job, now_ts)

@@ -1,0 +1,120 @@
+"""The training form: every field of `hsmon train`, prefilled from the job, validated inline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Button, Input, Label, Static
+
+# (field, label, placeholder). Field names are the keys of hsmon.launch.validate_training_request
+# and of the daemon's POST /api/v1/train body.
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("data_dir", "data directory", "the extraction output"),
+    ("target_model", "target model", "empty: the embedded target"),
+    ("out_dir", "output directory", "where checkpoints and the export go"),
+    ("epochs", "epochs", "1"),
+    ("lr", "learning rate", "1e-4"),
+    ("batch_tokens", "batch (tokens)", "8192"),
+    ("ttt_length", "unroll length", "7"),
+    ("draft_vocab_size", "draft vocab", "32000"),
+    ("gpus", "GPUs", "torchrun processes"),
+)
+Validator = Callable[[dict[str, str]], dict[str, str]]
+
+
+class TrainingForm(Vertical):
+    """Inputs with their error line under each; Launch posts ``LaunchRequested``."""
+
+    DEFAULT_CSS = """
+    TrainingForm { height: auto; }
+    TrainingForm .field-box { height: auto; }
+    TrainingForm .field { height: 1; }
+    TrainingForm .field Label { width: 18; padding: 0 1 0 0; }
+    TrainingForm .field Input { width: 1fr; height: 1; border: none; padding: 0 1; background: $boost; }
+    TrainingForm .field Input:focus { background: $primary 30%; }
+    TrainingForm .field Input.-invalid { background: $error 25%; border: none; }
+    TrainingForm .error { color: $error; padding-left: 18; height: auto; }
+    TrainingForm .buttons { height: auto; }
+    """
+
+    class LaunchRequested(Message):
+        def __init__(self, fields: dict[str, str]) -> None:
+            super().__init__()
+            self.fields = fields
+
+    def __init__(self, validator: Validator | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validator = validator
+        self.errors: dict[str, str] = {}
+
+    def compose(self) -> ComposeResult:
+        for name, label, placeholder in FIELDS:
+            with Vertical(classes="field-box"):
+                with Horizontal(classes="field"):
+                    yield Label(label)
+                    yield Input(placeholder=placeholder, id=f"field-{name}")
+                yield Static("", id=f"error-{name}", classes="error")
+        yield Static("", id="form-warning", classes="warning")
+        with Horizontal(classes="buttons"):
+            yield Button("Launch (l)", id="launch", variant="success")
+            yield Button("Stop (s)", id="stop", variant="error")
+
+    def on_mount(self) -> None:
+        for name, _, _ in FIELDS:
+            self.query_one(f"#error-{name}", Static).display = False
+
+    @property
+    def values(self) -> dict[str, str]:
+        return {name: self.query_one(f"#field-{name}", Input).value.strip() for name, _, _ in FIELDS}
+
+    def prefill(self, defaults: dict[str, str], overwrite: bool = False) -> None:
+        """Fill empty fields (all fields with ``overwrite``) from the job's defaults."""
+        for name, _, _ in FIELDS:
+            box = self.query_one(f"#field-{name}", Input)
+            if name in defaults and (overwrite or not box.value):
+                box.value = defaults[name]
+        self.validate()
+
+    def set_warning(self, text: str | None) -> None:
+        warning = self.query_one("#form-warning", Static)
+        warning.update(text or "")
+        warning.display = bool(text)
+
+    def validate(self) -> dict[str, str]:
+        """Run the validator over every field and show each error under its field."""
+        if self.validator is None:
+            return {}
+        self.show_errors(self.validator(self.values))
+        return self.errors
+
+    def show_errors(self, errors: dict[str, str]) -> None:
+        self.errors = dict(errors)
+        for name, _, _ in FIELDS:
+            box = self.query_one(f"#error-{name}", Static)
+            message = errors.get(name)
+            box.update(message or "")
+            box.display = bool(message)
+            self.query_one(f"#field-{name}", Input).set_class(bool(message), "-invalid")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.validate()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.request_launch()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "launch":
+            event.stop()
+            self.request_launch()
+
+    def request_launch(self) -> None:
+        if self.validate():
+            self.app.notify("fix the fields marked in red first", severity="error")
+            return
+        self.post_message(self.LaunchRequested(self.values))

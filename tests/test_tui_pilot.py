@@ -1,0 +1,324 @@
+"""Every control of `hsmon tui`, driven with Textual's pilot (App.run_test)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Button, Input, Static, TabbedContent
+from tui_documents import documents
+from tui_status_server import StatusServer
+
+from hsmon.layout import MANIFEST_NAME
+from hsmon.tui.app import HsmonApp
+from hsmon.tui.screens.confirm import ConfirmScreen
+from hsmon.tui.screens.help import HelpScreen
+from hsmon.tui.screens.overview import OverviewScreen
+from hsmon.tui.screens.training import TrainingScreen
+from hsmon.tui.sources import FixedSource, HttpStatusSource
+from hsmon.tui.widgets.connection_bar import ConnectionBar
+from hsmon.tui.widgets.event_log import EventLog
+from hsmon.tui.widgets.job_header import JobHeader
+
+pytestmark = pytest.mark.asyncio
+
+
+async def wait_for(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Let the app run until ``condition()`` holds (sources deliver from their own threads)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {condition}")
+        await pilot.pause(0.05)
+
+
+def screen_text(app: HsmonApp) -> str:
+    """What the terminal shows, as plain text."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+@asynccontextmanager
+async def running(
+    sources: list[Any], size: tuple[int, int] = (100, 40)
+) -> AsyncIterator[tuple[HsmonApp, Pilot]]:
+    app = HsmonApp(sources)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: app.documents and app.query(TabbedContent).first().display)
+        yield app, pilot
+
+
+def fixed(count: int = 3) -> list[Any]:
+    return [FixedSource(documents(count), label="fixture")]
+
+
+async def test_overview_shows_the_job_with_tabs_per_job() -> None:
+    async with running(fixed()) as (app, pilot):
+        await wait_for(pilot, lambda: "SILENT" in screen_text(app))
+        text = screen_text(app)
+        assert "extract (extract)" in text and "ETA 4h29m" in text
+        assert "PYTHONUNBUFFERED" in text  # the buffering hint, prominent
+        tabs = app.screen.query_one(TabbedContent)
+        assert [str(tab.label) for tab in tabs.query("Tab")] == ["extract", "train"]
+
+
+async def test_next_previous_and_clicked_tabs() -> None:
+    async with running(fixed()) as (app, pilot):
+        tabs = app.screen.query_one(TabbedContent)
+        assert tabs.active == "job-0-extract"
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.selected == (0, "train"))
+        assert "RUNNING" in screen_text(app)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: tabs.active == "job-0-extract")
+        await pilot.click("#--content-tab-job-0-train")
+        await wait_for(pilot, lambda: tabs.active == "job-0-train")
+
+
+async def test_event_filter_by_key_and_by_mouse() -> None:
+    async with running(fixed()) as (app, pilot):
+        log = app.screen.query_one(EventLog)
+        lines = log.query_one("#event-lines", Static)
+        assert "retry" in str(lines.render()) and "chunk" in str(lines.render())
+        await pilot.press("f")
+        await wait_for(pilot, lambda: log.which == "errors")
+        shown = str(lines.render())
+        assert "retry" in shown and "reject" not in shown and "chunk" not in shown
+        await pilot.press("f")
+        await wait_for(pilot, lambda: log.which == "rejects")
+        shown = str(lines.render())
+        assert "row=2101" in shown and "retry" not in shown
+        bar = log.query_one("#event-filter")
+        bar.scroll_visible(animate=False)
+        await pilot.pause(0.1)
+        await pilot.click(bar, offset=(14, 0))  # 'show:  all   errors   rejects': on 'errors'
+        await wait_for(pilot, lambda: log.which == "errors")
+        await pilot.click(bar, offset=(8, 0))  # on 'all'
+        await wait_for(pilot, lambda: log.which == "all")
+        assert "chunk" in str(lines.render())
+
+
+async def test_help_opens_and_closes() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert "event log filter" in screen_text(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+
+
+async def test_training_screen_prefilled_and_warns_unfinished_extraction() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        screen = app.screen
+        assert screen.query_one("#field-data_dir", Input).value == "/data/out"
+        assert screen.query_one("#field-out_dir", Input).value == "/data/out-drafter"
+        assert screen.query_one("#field-target_model", Input).value == "/models/target"
+        assert "unfinished" in str(screen.query_one("#form-warning", Static).render())
+        text = screen_text(app)
+        assert "step0" in text and "step6" in text  # loss/acc per unroll step
+        assert "tok/s" in text and "ckpt-40" in text
+        await pilot.press("o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+
+
+async def test_resize_switches_between_narrow_and_wide_layouts() -> None:
+    async with running(fixed(), size=(80, 24)) as (app, pilot):
+        assert app.screen.has_class("-narrow")
+        await pilot.resize_terminal(160, 48)
+        await wait_for(pilot, lambda: app.screen.has_class("-wide"))
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: app.screen.has_class("-narrow"))
+        assert "SILENT" in screen_text(app)
+
+
+async def test_refresh_key_reads_the_daemon_again() -> None:
+    server = StatusServer(documents(3))
+    try:
+        async with running([HttpStatusSource(server.url, interval=30.0)]) as (_app, pilot):
+            before = server.gets
+            await pilot.press("r")
+            await wait_for(pilot, lambda: server.gets > before)
+    finally:
+        server.close()
+
+
+async def test_disconnected_then_recovers_without_restart() -> None:
+    server = StatusServer(documents(3))
+    port = server.port
+    try:
+        async with running([HttpStatusSource(server.url, interval=0.2, timeout=1.0)]) as (app, pilot):
+            bar = app.screen.query_one(ConnectionBar)
+            server.close()
+            await wait_for(pilot, lambda: "disconnected, retrying" in str(bar.render()))
+            assert "disconnected, retrying" in screen_text(app)
+            assert "figures are" in str(app.screen.query_one(JobHeader).render())
+            server = StatusServer(documents(3), port=port)
+            await wait_for(pilot, lambda: "disconnected" not in str(bar.render()), timeout=15)
+            assert not bar.has_class("-down")
+    finally:
+        server.close()
+
+
+def extraction_dir(tmp_path: Path) -> str:
+    """A real (tiny) extraction output: what validate_training_request accepts as data_dir."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST_NAME).write_text('{"type": "run"}\n')
+    return str(out)
+
+
+async def test_launch_through_the_daemon_sends_the_form_with_the_token(tmp_path: Path) -> None:
+    out = extraction_dir(tmp_path)
+    server = StatusServer(documents(3, out=out, model="embedded"))
+    try:
+        source = HttpStatusSource(server.url, token="s3cret", interval=0.5)
+        async with running([source]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await pilot.press("l")
+            await wait_for(pilot, lambda: any(path == "/api/v1/train" for path, _, _ in server.requests))
+            _path, body, auth = server.requests[-1]
+            assert auth == "Bearer s3cret"
+            assert body["data_dir"] == out and body["out_dir"] == f"{out}-drafter"
+            assert body["ttt_length"] == "7" and body["target_model"] == ""
+            await wait_for(pilot, lambda: app.launched == (0, "train-1"))
+    finally:
+        server.close()
+
+
+async def test_launch_without_token_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
+    try:
+        async with running([HttpStatusSource(server.url, token=None, interval=0.5)]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await pilot.click("#launch")
+            await wait_for(pilot, lambda: any("token" in n.message for n in app._notifications))
+            assert server.requests == []
+    finally:
+        server.close()
+
+
+async def test_field_errors_from_the_daemon_show_inline(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
+    server.launch_reply = (400, {"message": "invalid request", "errors": {"epochs": "epochs: must be >= 1"}})
+    try:
+        async with running([HttpStatusSource(server.url, token="s3cret", interval=0.5)]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await pilot.press("l")
+            error = app.screen.query_one("#error-epochs", Static)
+            await wait_for(pilot, lambda: error.display and "must be >= 1" in str(error.render()))
+            assert app.screen.query_one("#field-epochs", Input).has_class("-invalid")
+    finally:
+        server.close()
+
+
+async def test_stop_asks_first_and_no_keeps_it_running() -> None:
+    server = StatusServer(documents(3))
+    try:
+        async with running([HttpStatusSource(server.url, token="s3cret", interval=0.5)]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "writes a checkpoint" in screen_text(app)
+            await pilot.press("n")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await pilot.pause(0.3)
+            assert not any(path.endswith("/stop") for path, _, _ in server.requests)
+            await pilot.click("#stop")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.click("#confirm-yes")
+            await wait_for(
+                pilot, lambda: any(path == "/api/v1/jobs/train/stop" for path, _, _ in server.requests)
+            )
+            assert server.requests[-1][2] == "Bearer s3cret"
+    finally:
+        server.close()
+
+
+async def test_stop_button_disabled_without_a_training() -> None:
+    async with running([FixedSource(documents(2, training=False))]) as (app, pilot):
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        assert app.screen.query_one("#stop", Button).disabled
+        assert "no training job yet" in screen_text(app)
+
+
+async def test_two_daemons_give_a_tab_per_job_and_host() -> None:
+    one, two = StatusServer(documents(2, training=False)), StatusServer(documents(2))
+    try:
+        sources = [HttpStatusSource(one.url), HttpStatusSource(two.url)]
+        async with running(sources) as (app, pilot):
+            tabs = app.screen.query_one(TabbedContent)
+            await wait_for(pilot, lambda: len(tabs.query("Tab")) == 3)
+            labels = [str(tab.label) for tab in tabs.query("Tab")]
+            assert labels[0] == f"extract @ 127.0.0.1:{one.port}"
+            assert f"train @ 127.0.0.1:{two.port}" in labels
+    finally:
+        one.close()
+        two.close()
+
+
+async def test_quit_key_exits() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_every_field_is_validated_inline_and_blocks_launch(tmp_path: Path) -> None:
+    server = StatusServer(documents(3, out=extraction_dir(tmp_path), model="embedded"))
+    try:
+        async with running([HttpStatusSource(server.url, token="s3cret", interval=0.5)]) as (app, pilot):
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            screen = app.screen
+            assert not any(box.display for box in screen.query(".error"))  # the prefill is valid
+            bad = {
+                "epochs": "0",
+                "lr": "fast",
+                "batch_tokens": "-5",
+                "ttt_length": "100",
+                "draft_vocab_size": "1.5",
+                "gpus": "0",
+                "data_dir": str(tmp_path / "nowhere"),
+                "target_model": str(tmp_path / "no-model"),
+                "out_dir": "",
+            }
+            for name, value in bad.items():
+                screen.query_one(f"#field-{name}", Input).value = value
+            for name in bad:
+                error = screen.query_one(f"#error-{name}", Static)
+                await wait_for(pilot, lambda error=error: error.display)
+                assert str(error.render()).strip(), name
+            assert "must be at least 1" in str(screen.query_one("#error-epochs", Static).render())
+            await pilot.press("l")
+            await pilot.pause(0.3)
+            assert server.requests == []
+            screen.query_one("#field-epochs", Input).value = "2"
+            await wait_for(pilot, lambda: not screen.query_one("#error-epochs", Static).display)
+            await pilot.press("ctrl+r")  # back to the job's defaults
+            await wait_for(pilot, lambda: not any(box.display for box in screen.query(".error")))
+    finally:
+        server.close()
+
+
+async def test_typing_in_a_field_and_escape_returns_the_keys() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        await pilot.click("#field-epochs")
+        box = app.screen.query_one("#field-epochs", Input)
+        box.value = ""
+        await pilot.press("3", "o")  # 'o' is text here, not "overview"
+        assert box.value == "3o" and isinstance(app.screen, TrainingScreen)
+        await pilot.press("escape", "o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))

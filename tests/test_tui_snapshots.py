@@ -1,0 +1,78 @@
+"""Snapshots of the main screens at 80x24 and 160x48, from fixed status documents.
+
+Every figure on screen derives from the documents (their own generated_ts), so the pictures are the
+same on every run. Update after an intended change: pytest tests/test_tui_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from tui_documents import documents
+
+from hsmon.layout import MANIFEST_NAME
+from hsmon.tui.app import HsmonApp
+from hsmon.tui.sources import FixedSource
+
+# A fixed path (not tmp_path): it is printed in the form, and the form checks that it exists.
+DATA_DIR = Path("/tmp/hsmon-tui-snapshot/out")
+SIZES = [(80, 24), (160, 48)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def data_dir() -> Path:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    (DATA_DIR / MANIFEST_NAME).write_text('{"type": "run"}\n')
+    return DATA_DIR
+
+
+def make_app() -> HsmonApp:
+    return HsmonApp([FixedSource(documents(12, out=str(DATA_DIR), model="embedded"), label="fixture")])
+
+
+async def all_documents_shown(pilot: Pilot) -> None:
+    app = pilot.app
+    for _ in range(200):
+        history = app.histories.get((0, "extract"))
+        if history is not None and len(history.rows_per_s) == 12 and app.query("JobOverview"):
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.2)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_overview(snap_compare, size: tuple[int, int]) -> None:
+    assert snap_compare(make_app(), terminal_size=size, run_before=all_documents_shown)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_training(snap_compare, size: tuple[int, int]) -> None:
+    async def to_training(pilot: Pilot) -> None:
+        await all_documents_shown(pilot)
+        await pilot.press("t")
+        await pilot.pause(0.3)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=to_training)
+
+
+def test_help(snap_compare) -> None:
+    async def to_help(pilot: Pilot) -> None:
+        await all_documents_shown(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.3)
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=to_help)
+
+
+def test_training_errors_inline(snap_compare) -> None:
+    async def bad_fields(pilot: Pilot) -> None:
+        await all_documents_shown(pilot)
+        await pilot.press("t")
+        await pilot.pause(0.2)
+        pilot.app.screen.query_one("#field-epochs").value = "0"
+        pilot.app.screen.query_one("#field-lr").value = "fast"
+        await pilot.pause(0.3)
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=bad_fields)

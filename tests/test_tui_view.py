@@ -1,0 +1,86 @@
+"""The TUI's pure arithmetic and wording (hsmon/tui/view.py), no terminal involved."""
+
+from __future__ import annotations
+
+from tui_documents import document, extraction_job, training_job
+
+from hsmon.tui import view
+from hsmon.tui.widgets.unroll_plot import sparkline
+
+
+def test_progress_label_and_fraction() -> None:
+    assert view.progress_label(250, 1000) == "250 / 1,000 (25.0%)"
+    assert view.progress_label(5, None) == "5 / ?"
+    assert view.fraction(5, 0) is None
+    assert view.fraction(20, 10) == 1.0
+
+
+def test_disk_verdicts() -> None:
+    lines = view.disk_lines(extraction_job()["disk"])
+    assert [(line.role, line.verdict) for line in lines] == [
+        ("output", "fills before done"),
+        ("shm", "WILL NOT FIT"),
+    ]
+    assert lines[1].free == "2.0 GB"
+    ok = {
+        "role": "output",
+        "path": "/d",
+        "free_bytes": 1e12,
+        "needed_bytes": 1e9,
+        "fits": True,
+        "time_to_full_s": 9e4,
+        "time_to_done_s": 10.0,
+    }
+    assert view.disk_lines([ok])[0].verdict == "fits"
+
+
+def test_alerts_carry_hints_disk_and_bad_states() -> None:
+    job = extraction_job()
+    messages = [message for _, message in view.alerts(job)]
+    assert any("PYTHONUNBUFFERED" in m for m in messages)
+    assert any("WILL NOT FIT" in m for m in messages)
+    job["state"], job["reason"] = "stalled", "nothing moved for 300s"
+    assert view.alerts(job)[0] == ("critical", "stalled: nothing moved for 300s")
+
+
+def test_event_filters() -> None:
+    events = extraction_job()["recent_events"]
+    assert [e["kind"] for e in view.filtered_events(events, "rejects", 10)] == ["reject", "reject"]
+    assert [e["kind"] for e in view.filtered_events(events, "errors", 10)] == ["retry"]
+    assert len(view.filtered_events(events, "all", 3)) == 3
+    line = view.event_line(events[-1], events[-1]["ts"] + 65)
+    assert line.split()[:2] == ["-1m05s", "reject"] and "reason=too long" in line
+
+
+def test_training_defaults_from_the_extraction() -> None:
+    defaults = view.training_defaults(extraction_job())
+    assert defaults["data_dir"] == "/data/out"
+    assert defaults["out_dir"] == "/data/out-drafter"
+    assert defaults["target_model"] == "/models/target"
+    assert view.training_defaults(None)["data_dir"] == ""
+
+
+def test_extraction_unfinished() -> None:
+    job = extraction_job()
+    assert view.extraction_unfinished(job)
+    job["progress"]["chunks_done"] = 5
+    assert not view.extraction_unfinished(job)
+    assert not view.extraction_unfinished(training_job())
+
+
+def test_history_ignores_repeated_documents_and_tracks_unroll_steps() -> None:
+    history = view.JobHistory()
+    for step in (0, 0, 1, 2):
+        doc = document(step)
+        history.add(doc["jobs"][1], doc["generated_ts"])
+    assert len(history.rows_per_s) == 3
+    series = view.unroll_series(history.training, "loss")
+    assert len(series) == 7 and len(series[0]) == 3
+    assert series[0][0] > series[0][-1]  # the fixture's loss falls
+
+
+def test_sparkline_scales() -> None:
+    assert sparkline([0, 1], 10) == "▁█"
+    assert sparkline([5, 5, 5], 2) == "▅▅"
+    assert sparkline([], 5) == ""
+    assert len(sparkline(list(range(100)), 8)) == 8
