@@ -13,13 +13,18 @@ venv=${1:-$root/.sglang-venv}
 stamp=$venv/.hsmon-sglang-ready
 version=1  # bump when this script changes what it installs
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ]; then
+  touch "$stamp"  # newer than this script: make stops asking
   echo "sglang env ready: $venv"
   exit 0
 fi
 python=${PYTHON:-python3}
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip="$venv/bin/python -m pip"
+log=$venv/setup.log
+echo "building $venv (about 2 minutes, 2.8 GB; log: $log)"
+trap 'echo "setup-sglang-env: failed; last lines of $log:" >&2; tail -20 "$log" >&2' ERR
+pip="pip_quiet"
+pip_quiet() { "$venv/bin/python" -m pip "$@" >>"$log" 2>&1; }
 $pip install -q --upgrade pip
 $pip install -q torch==2.13.0
 $pip install -q --no-deps sglang==0.5.23 torchvision==0.28.0 compressed-tensors==0.18.0 xgrammar==0.2.7
@@ -37,6 +42,6 @@ meta=$(echo "$venv"/lib/python3*/site-packages/torchvision/_meta_registrations.p
 sed -i -E 's/^@torch\.library\.register_fake\("(torchvision::[a-z_]+)"\)/@(torch.library.register_fake("\1") if torchvision.extension._has_ops() else (lambda f: f))/' "$meta"
 # sgl-kernel has no CPU wheel; the project's stand-in (tests/sglang_stubs) goes on PYTHONPATH at use.
 PYTHONPATH=$root/tests/sglang_stubs SGLANG_USE_CPU_ENGINE=1 "$venv/bin/python" -c \
-  "import sglang.srt.models.llama_eagle3" >/dev/null
+  "import sglang.srt.models.llama_eagle3" >>"$log" 2>&1
 echo "$version" > "$stamp"
 echo "sglang env ready: $venv"

@@ -20,17 +20,33 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--drafter", required=True, metavar="DIR",
-                        help="a drafter exported by `hsmon export-drafter` (or a training --out directory)")
-    parser.add_argument("--target-model", metavar="DIR", default=None,
-                        help="the target's Hugging Face directory (default: the embedded target)")
-    parser.add_argument("--prompts", required=True, metavar="FILE",
-                        help='JSONL of prompts: {"input_ids": [...]} or {"text": "..."} per line')
+    parser.add_argument(
+        "--drafter",
+        required=True,
+        metavar="DIR",
+        help="a drafter exported by `hsmon export-drafter` (or a training --out directory)",
+    )
+    parser.add_argument(
+        "--target-model",
+        metavar="DIR",
+        default=None,
+        help="the target's Hugging Face directory (default: the embedded target)",
+    )
+    parser.add_argument(
+        "--prompts",
+        required=True,
+        metavar="FILE",
+        help='JSONL of prompts: {"input_ids": [...]} or {"text": "..."} per line',
+    )
     parser.add_argument("--depth", type=int, default=7, help="measure draft depths 1..DEPTH (default 7)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
     parser.add_argument("--max-prompts", type=int, default=None, help="use at most N prompts")
-    parser.add_argument("--max-prompt-tokens", type=int, default=256, help="truncate prompts to their last N tokens")
-    parser.add_argument("--ngram-max", type=int, default=3, help="longest n-gram the prompt-lookup drafter matches")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=256, help="truncate prompts to their last N tokens"
+    )
+    parser.add_argument(
+        "--ngram-max", type=int, default=3, help="longest n-gram the prompt-lookup drafter matches"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
@@ -41,13 +57,14 @@ class PromptError(ValueError):
 
 @dataclass
 class DecodeResult:
-    tokens: list[int]   # generated tokens (the target's greedy continuation)
-    rounds: int         # verifying target forwards
-    accepted: int       # drafted tokens accepted
+    tokens: list[int]  # generated tokens (the target's greedy continuation)
+    rounds: int  # verifying target forwards
+    accepted: int  # drafted tokens accepted
 
 
-def read_prompts(path: Path, tokenize: Callable[[str], list[int]] | None, limit: int | None,
-                 max_tokens: int) -> list[list[int]]:
+def read_prompts(
+    path: Path, tokenize: Callable[[str], list[int]] | None, limit: int | None, max_tokens: int
+) -> list[list[int]]:
     """Token-id prompts from a JSONL file; a bad line is a PromptError naming it."""
     if not path.is_file():
         raise PromptError(f"{path}: no such prompts file; pass a JSONL file with input_ids or text per line")
@@ -63,8 +80,9 @@ def read_prompts(path: Path, tokenize: Callable[[str], list[int]] | None, limit:
             ids = [int(x) for x in row["input_ids"]]
         elif isinstance(row, dict) and isinstance(row.get("text"), str):
             if tokenize is None:
-                raise PromptError(f"{path}:{number}: text prompt but the target has no tokenizer; "
-                                  "give input_ids instead")
+                raise PromptError(
+                    f"{path}:{number}: text prompt but the target has no tokenizer; give input_ids instead"
+                )
             ids = tokenize(row["text"])
         else:
             raise PromptError(f'{path}:{number}: expected {{"input_ids": [...]}} or {{"text": "..."}}')
@@ -82,10 +100,10 @@ def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
     suffix n-gram (n = max_n..1); empty when no suffix occurred before."""
     size = len(tokens)
     for n in range(min(max_n, size - 1), 0, -1):
-        suffix = tokens[size - n:]
+        suffix = tokens[size - n :]
         for start in range(size - n - 1, -1, -1):
-            if tokens[start:start + n] == suffix:
-                follow = tokens[start + n:start + n + depth]
+            if tokens[start : start + n] == suffix:
+                follow = tokens[start + n : start + n + depth]
                 if follow:
                     return follow
     return []
@@ -113,8 +131,9 @@ class Target:
         return out.logits[0].argmax(-1), features
 
 
-def speculative_decode(target: Target, prompt: list[int], max_new: int,
-                       draft: Callable[[list[int], Any], list[int]]) -> DecodeResult:
+def speculative_decode(
+    target: Target, prompt: list[int], max_new: int, draft: Callable[[list[int], Any], list[int]]
+) -> DecodeResult:
     """Greedy decoding where ``draft(tokens, features)`` proposes tokens and the target verifies.
 
     ``tokens`` ends with the target's newest token (its features not computed yet); ``features``
@@ -134,12 +153,11 @@ def speculative_decode(target: Target, prompt: list[int], max_new: int,
         rounds += 1
         accepted += agree
         generated += agree + 1
-    return DecodeResult(tokens[len(prompt):][:max_new], rounds, accepted)
+    return DecodeResult(tokens[len(prompt) :][:max_new], rounds, accepted)
 
 
 def load_drafter(path: Path, target: Path):
     """An Eagle3Drafter from an export directory (or a training output directory)."""
-    import torch
     from safetensors.torch import load_file
 
     from trainer.model import DrafterConfig, Eagle3Drafter
@@ -155,15 +173,22 @@ def load_drafter(path: Path, target: Path):
         path = export_checkpoint(ckpt, tmp, "float32")
     config = json.loads((path / "config.json").read_text())
     cfg = DrafterConfig(
-        hidden_size=config["hidden_size"], intermediate_size=config["intermediate_size"],
-        num_attention_heads=config["num_attention_heads"], num_key_value_heads=config["num_key_value_heads"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
         head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
-        vocab_size=config["vocab_size"], draft_vocab_size=config["draft_vocab_size"],
-        num_aux=config.get("num_aux_hidden_states", 3), rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        vocab_size=config["vocab_size"],
+        draft_vocab_size=config["draft_vocab_size"],
+        num_aux=config.get("num_aux_hidden_states", 3),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
         rope_theta=config.get("rope_theta", 10000.0),
-        max_position_embeddings=config.get("max_position_embeddings", 2048))
+        max_position_embeddings=config.get("max_position_embeddings", 2048),
+    )
     drafter = Eagle3Drafter(cfg)
-    state = {k: v.float() if v.is_floating_point() else v for k, v in load_file(path / "model.safetensors").items()}
+    state = {
+        k: v.float() if v.is_floating_point() else v for k, v in load_file(path / "model.safetensors").items()
+    }
     embed, _ = load_embed_and_head(target)
     state["embed_tokens.weight"] = embed
     drafter.load_state_dict(state, strict=True)
@@ -175,27 +200,40 @@ def default_capture_points(layers: int) -> list[int]:
     return [2, layers // 2, layers - 3]
 
 
-def evaluate(drafter_dir: Path, target_dir: Path, prompts: list[list[int]], depth: int, max_new: int,
-             ngram_max: int = 3) -> dict[str, Any]:
+def evaluate(
+    drafter_dir: Path,
+    target_dir: Path,
+    prompts: list[list[int]],
+    depth: int,
+    max_new: int,
+    ngram_max: int = 3,
+) -> dict[str, Any]:
     """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth."""
     drafter, points = load_drafter(drafter_dir, target_dir)
     target_config = json.loads((target_dir / "config.json").read_text())
     target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
     import torch
 
-    reference: list[list[int]] = [speculative_decode(target, p, max_new, lambda t, f: []).tokens for p in prompts]
+    reference: list[list[int]] = [
+        speculative_decode(target, p, max_new, lambda t, f: []).tokens for p in prompts
+    ]
 
     def eagle(d: int) -> Callable[[list[int], Any], list[int]]:
         def draft(tokens: list[int], features: Any) -> list[int]:
             next_ids = torch.tensor([tokens[1:]])
             return drafter.draft_chain(features, next_ids, d)
+
         return draft
 
     def ngram(d: int) -> Callable[[list[int], Any], list[int]]:
         return lambda tokens, features: ngram_draft(tokens, d, ngram_max)
 
-    result: dict[str, Any] = {"acceptance_length": {"eagle3": {}, "ngram": {}}, 
-                              "prompts": len(prompts), "max_new_tokens": max_new, "outputs_match_greedy": True}
+    result: dict[str, Any] = {
+        "acceptance_length": {"eagle3": {}, "ngram": {}},
+        "prompts": len(prompts),
+        "max_new_tokens": max_new,
+        "outputs_match_greedy": True,
+    }
     for name, make in (("eagle3", eagle), ("ngram", ngram)):
         per_depth = {}
         for d in range(1, depth + 1):
@@ -235,7 +273,9 @@ def run(args: argparse.Namespace) -> int:
         prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens)
         drafter_dir = Path(args.drafter)
         if not drafter_dir.is_dir():
-            raise PromptError(f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`")
+            raise PromptError(
+                f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
+            )
         result = evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max)
     except (PromptError, TargetError, FileNotFoundError) as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
@@ -243,12 +283,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"mean acceptance length (tokens per target forward), {result['prompts']} prompts, "
-              f"{result['max_new_tokens']} new tokens each")
+        print(
+            f"mean acceptance length (tokens per target forward), {result['prompts']} prompts, "
+            f"{result['max_new_tokens']} new tokens each"
+        )
         print(f"{'depth':>5}  {'eagle3':>7}  {'ngram':>7}")
         for d in range(1, args.depth + 1):
-            print(f"{d:>5}  {result['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
-                  f"{result['acceptance_length']['ngram'][str(d)]:>7.3f}")
+            print(
+                f"{d:>5}  {result['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
+                f"{result['acceptance_length']['ngram'][str(d)]:>7.3f}"
+            )
         if not result["outputs_match_greedy"]:
             print("WARNING: a speculative output differed from plain greedy decoding", file=sys.stderr)
     return 0

@@ -24,19 +24,28 @@ def free_port() -> int:
 
 def main(export_dir: str) -> int:
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-    from safetensors.torch import load_file
-    from transformers import AutoConfig
-
     import sglang.srt.models.llama_eagle3 as eagle3
+    from safetensors.torch import load_file
     from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import ServerArgs
+    from transformers import AutoConfig
 
-    args = ServerArgs(model_path=export_dir, device="cpu", attention_backend="torch_native",
-                      dtype="float32", skip_tokenizer_init=True)
+    args = ServerArgs(
+        model_path=export_dir,
+        device="cpu",
+        attention_backend="torch_native",
+        dtype="float32",
+        skip_tokenizer_init=True,
+    )
     publish(args, role="test", ranks=SpawnRanks(world_rank=0))
-    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+    init_distributed_environment(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        backend="gloo",
+        distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
+    )
     initialize_model_parallel()
 
     config = AutoConfig.from_pretrained(export_dir)
@@ -55,6 +64,7 @@ def main(export_dir: str) -> int:
             source = names_by_id.get(id(loaded_weight), "?")
             received.setdefault(source, []).append([param_name, list(shard)])
             return loader(param, loaded_weight, *shard)
+
         return load
 
     for name, param in params.items():
@@ -69,17 +79,22 @@ def main(export_dir: str) -> int:
     eagle3.default_weight_loader = default_loader
     model.load_weights(iter(tensors.items()))
 
+    cls = eagle3.LlamaForCausalLMEagle3
     unwritten = [n for n, p in params.items() if torch.isnan(p.data).any()]
     hot = model.get_hot_token_id()
-    print(json.dumps({
-        "tensors": {n: list(t.shape) for n, t in tensors.items()},
-        "received": received,
-        "params": {n: list(p.shape) for n, p in params.items()},
-        "unwritten": unwritten,
-        "hot_token_id": hot.tolist() if hot is not None else None,
-        "fc_weight": model.model.fc.weight.detach().flatten()[:8].tolist(),
-        "sglang_class": f"{eagle3.LlamaForCausalLMEagle3.__module__}.{eagle3.LlamaForCausalLMEagle3.__name__}",
-    }))
+    print(
+        json.dumps(
+            {
+                "tensors": {n: list(t.shape) for n, t in tensors.items()},
+                "received": received,
+                "params": {n: list(p.shape) for n, p in params.items()},
+                "unwritten": unwritten,
+                "hot_token_id": hot.tolist() if hot is not None else None,
+                "fc_weight": model.model.fc.weight.detach().flatten()[:8].tolist(),
+                "sglang_class": f"{cls.__module__}.{cls.__name__}",
+            }
+        )
+    )
     return 0
 
 
