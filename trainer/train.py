@@ -260,7 +260,8 @@ def _aux_layer_ids(data_dir: Path) -> list[int] | None:
     from hsmon.layout import read_manifest
 
     for run in reversed(read_manifest(data_dir).runs):
-        layers = run.get("layers") or run.get("capture_layers")
+        settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
+        layers = settings.get("layers") or run.get("layers")
         if isinstance(layers, list) and all(isinstance(x, int) for x in layers):
             return [x - 1 for x in layers]  # capture point p is SGLang's layer id p - 1
     return None
