@@ -48,16 +48,42 @@ def make_rows(target: Path, data: Path, rows: int, length: int) -> None:
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    seqs = [torch.randint(3, vocab, (int(torch.randint(length // 2, length + 1, (1,), generator=gen)),),
-                          generator=gen).tolist() for _ in range(rows)]
+    seqs = [
+        torch.randint(
+            3, vocab, (int(torch.randint(length // 2, length + 1, (1,), generator=gen)),), generator=gen
+        ).tolist()
+        for _ in range(rows)
+    ]
     write_rows(target, data, seqs, chunk_size=64)
 
 
 def run_train(target: Path, data: Path, out: Path, steps: int, batch_tokens: int, threads: int) -> list[dict]:
     events = out.with_suffix(".jsonl")
-    cmd = [sys.executable, "-m", "hsmon", "train", str(data), "--target-model", str(target), "--out", str(out),
-           "--max-steps", str(steps), "--batch-tokens", str(batch_tokens), "--events", str(events),
-           "--threads", str(threads), "--lr", "1e-3", "--checkpoint-every", "0", "--eval-fraction", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hsmon",
+        "train",
+        str(data),
+        "--target-model",
+        str(target),
+        "--out",
+        str(out),
+        "--max-steps",
+        str(steps),
+        "--batch-tokens",
+        str(batch_tokens),
+        "--events",
+        str(events),
+        "--threads",
+        str(threads),
+        "--lr",
+        "1e-3",
+        "--checkpoint-every",
+        "0",
+        "--eval-fraction",
+        "0",
+    ]
     subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return [json.loads(line) for line in events.read_text().splitlines()]
 
@@ -110,8 +136,12 @@ def main() -> int:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-tokens", type=int, default=2048)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for both runs (1: steady figures on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for both runs (1: steady figures on a shared machine)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hsmon-bench-train-") as tmp:
         work = Path(tmp)
@@ -122,17 +152,21 @@ def main() -> int:
         print(f"target {target}; dataset {args.rows} rows made in {time.perf_counter() - started:.1f} s")
         events = run_train(target, data, work / "run", args.steps, args.batch_tokens, args.threads)
         steps = [e for e in events if e["kind"] == "step"]
-        measured = steps[min(3, len(steps) // 4):]  # skip the first steps (allocation, first reads)
+        measured = steps[min(3, len(steps) // 4) :]  # skip the first steps (allocation, first reads)
         train_tok_s = statistics.fmean(e["tokens_s"] for e in measured)
         wait = statistics.fmean(e["data_wait_frac"] for e in measured)
         inmem = in_memory_baseline(target, data, args.steps, args.batch_tokens, args.threads)
     ratio = train_tok_s / inmem
-    print(f"hsmon train (rows read from disk):  {train_tok_s:10.0f} tokens/s, waiting for data {wait:.1%} "
-          f"of step time (goal < 10%)")
+    print(
+        f"hsmon train (rows read from disk):  {train_tok_s:10.0f} tokens/s, waiting for data {wait:.1%} "
+        f"of step time (goal < 10%)"
+    )
     print(f"same steps, batches in memory:     {inmem:10.0f} tokens/s")
     print(f"ratio to the in-memory baseline:   {ratio:10.2f}")
-    print(f"RESULT train_tok_s={train_tok_s:.0f} data_wait_frac={wait:.4f} inmem_tok_s={inmem:.0f} "
-          f"ratio={ratio:.3f}")
+    print(
+        f"RESULT train_tok_s={train_tok_s:.0f} data_wait_frac={wait:.4f} inmem_tok_s={inmem:.0f} "
+        f"ratio={ratio:.3f}"
+    )
     return 0
 
 
