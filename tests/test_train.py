@@ -409,3 +409,37 @@ def test_eval_drafter_trained_beats_untrained(setup, trained):
         assert all(1.0 <= v <= 4.0 for v in res["acceptance_length"]["eagle3"].values())
     assert good["acceptance_length"]["eagle3"]["3"] > bad["acceptance_length"]["eagle3"]["3"] + 0.3
     assert good["acceptance_length"]["ngram"] == bad["acceptance_length"]["ngram"]
+
+
+@pytest.mark.slow
+def test_end_to_end_from_hsmon_extract(setup, tmp_path):
+    """hsmon extract's own output trains, exports and loads, with the capture layers carried over."""
+    target, _, _ = setup
+    dataset = tmp_path / "rows.jsonl"
+    seqs = markov_sequences(12, 40, seed=11)
+    dataset.write_text(
+        "".join(json.dumps({"input_ids": s, "loss_mask": [0] * 4 + [1] * (len(s) - 4)}) + "\n" for s in seqs)
+    )
+    data = tmp_path / "extracted"
+    hsmon(
+        "extract",
+        str(dataset),
+        "--out",
+        str(data),
+        "--model",
+        str(target),
+        "--events",
+        str(tmp_path / "extract.jsonl"),
+    )
+    events = tmp_path / "train.jsonl"
+    hsmon(
+        *train_args(setup, tmp_path / "run", "--max-steps", "4", "--events", str(events))[:1],
+        str(data),
+        *train_args(setup, tmp_path / "run", "--max-steps", "4", "--events", str(events))[2:],
+    )
+    start = next(e for e in iter_events(events) if e["kind"] == "start")
+    assert start["total_rows"] + start["eval_rows"] == 12
+    hsmon("export-drafter", str(tmp_path / "run"), "--out", str(tmp_path / "export"), "--dtype", "float32")
+    config = json.loads((tmp_path / "export" / "config.json").read_text())
+    # capture points 2, 4, 5 of the 8-layer target are SGLang layer ids 1, 3, 4
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]

@@ -57,7 +57,21 @@ def make_tiny_target(path: Path, train_steps: int = 150) -> Path:
         loss.backward()
         opt.step()
     model.save_pretrained(path, safe_serialization=True)
+    save_word_tokenizer(path)
     return path
+
+
+def save_word_tokenizer(path: Path) -> None:
+    """A word-level tokenizer over the tiny vocabulary (token i is the word ``t{i}``), so that tools
+    that insist on a tokenizer (hsmon extract) accept the tiny target."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(path)
 
 
 def capture_points(layers: int) -> list[int]:
