@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup sysdeps demo test lint clean bench
+.PHONY: setup sysdeps sglang-env demo test lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -31,12 +31,19 @@ sysdeps:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
 	  else echo "sysdeps: prometheus is missing (as root: apt-get install prometheus); its tests will skip"; fi; }
 
-test: setup sysdeps
+# SGLang's own model classes, in a CPU environment of their own (see scripts/setup-sglang-env.sh);
+# the drafter-export test loads an export with them. Skips when already built.
+sglang-env: .sglang-venv/.hsmon-sglang-ready
+
+.sglang-venv/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
+	scripts/setup-sglang-env.sh .sglang-venv
+
+test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra
+	HSMON_REQUIRE_SGLANG=1 $(PY) -m pytest -q -ra
 
 bench: setup
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .sglang-venv .pytest_cache build *.egg-info

@@ -1,0 +1,445 @@
+"""hsmon train / export-drafter / eval-drafter on a tiny trained target and data made from it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import make_tiny_target, markov_sequences, write_rows
+
+from hsmon.events import iter_events
+from hsmon.layout import MANIFEST_NAME
+from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
+from trainer.evaluate import ngram_draft
+
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_PYTHON = ROOT / ".sglang-venv" / "bin" / "python"
+FAST = ["--threads", "1", "--heartbeat", "0.3"]
+
+torch.set_num_threads(1)
+
+
+def hsmon(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hsmon {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(target dir, data dir, prompts file): a tiny trained Llama and 64 extracted rows."""
+    base = tmp_path_factory.mktemp("train")
+    target = make_tiny_target(base / "target")
+    data = base / "data"
+    write_rows(target, data, markov_sequences(64, 56, seed=1))
+    prompts = base / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"input_ids": s[:10]}) + "\n" for s in markov_sequences(4, 20, seed=5))
+    )
+    return target, data, prompts
+
+
+def train_args(setup, out: Path, *extra: str) -> list[str]:
+    target, data, _ = setup
+    return [
+        "train",
+        str(data),
+        "--target-model",
+        str(target),
+        "--out",
+        str(out),
+        "--batch-tokens",
+        "512",
+        "--lr",
+        "3e-3",
+        *FAST,
+        *extra,
+    ]
+
+
+def model_state(out: Path) -> dict[str, torch.Tensor]:
+    from trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    return load_checkpoint(latest_checkpoint(out))
+
+
+# ---------- pure pieces ----------
+
+
+def test_draft_vocab_keeps_the_most_frequent_trained_tokens():
+    counts = Counter({7: 50, 3: 40, 9: 30, 1: 1})
+    d2t, t2d = build_draft_vocab(counts, vocab_size=12, draft_vocab_size=3)
+    chosen = (torch.arange(3) + d2t).tolist()
+    assert chosen == [3, 7, 9]
+    assert t2d.nonzero().flatten().tolist() == chosen
+    # smaller data than the draft vocab: topped up with unused ids, still a valid mapping
+    d2t, t2d = build_draft_vocab(counts, vocab_size=12, draft_vocab_size=6)
+    assert sorted((torch.arange(6) + d2t).tolist()) == (torch.arange(6) + d2t).tolist()
+    assert int(t2d.sum()) == 6 and {1, 3, 7, 9} <= set(t2d.nonzero().flatten().tolist())
+    # default: the whole target vocabulary when it is under 32,000
+    assert build_draft_vocab(counts, vocab_size=100, draft_vocab_size=None)[0].shape[0] == 100
+
+
+def test_epoch_plan_covers_every_row_once_within_the_token_budget():
+    rows = [RowRef(f"r{i}", i, length) for i, length in enumerate([5, 80, 33, 12, 64, 7, 100, 41] * 10)]
+    plan = plan_epoch(rows, batch_tokens=200, seed=3, epoch=1, window=16)
+    flat = [i for batch in plan for i in batch]
+    assert sorted(flat) == list(range(len(rows)))
+    for batch in plan:
+        assert len(batch) == 1 or max(rows[i].length for i in batch) * len(batch) <= 200
+    assert plan == plan_epoch(rows, batch_tokens=200, seed=3, epoch=1, window=16)
+    assert plan != plan_epoch(rows, batch_tokens=200, seed=3, epoch=2, window=16)
+    # length bucketing: padding stays far below what random batching would waste
+    padded = sum(max(rows[i].length for i in b) * len(b) for b in plan)
+    real = sum(r.length for r in rows)
+    assert padded < 1.3 * real
+
+
+def test_ngram_drafter_proposes_what_followed_the_suffix_before():
+    assert ngram_draft([1, 2, 3, 4, 9, 2, 3], depth=3, max_n=3) == [4, 9, 2]
+    assert ngram_draft([5, 6, 7], depth=3, max_n=3) == []
+    assert ngram_draft([1, 2, 1], depth=1, max_n=3) == [2]
+
+
+# ---------- data over the layout ----------
+
+
+def test_index_reads_only_rows_the_manifest_lists(setup, tmp_path):
+    target, _, _ = setup
+    data = tmp_path / "data"
+    write_rows(target, data, markov_sequences(6, 20, seed=2))
+    # a row written but never recorded (a crash before the manifest append) and a temporary file
+    write_rows(target, data, markov_sequences(1, 20, seed=3), manifest=False, first_row=6)
+    (data / "rows_0-8" / ".data_7.ckpt.tmp-123").write_bytes(b"partial")
+    index = build_index(data)
+    assert sorted(r.row for r in index.rows) == list(range(6))
+    assert index.hidden_size == 32 and index.num_aux == 3
+    # a SpecForge layout without a manifest: every readable row counts
+    (data / MANIFEST_NAME).unlink()
+    assert sorted(r.row for r in build_index(data).rows) == list(range(7))
+
+
+def test_train_rejects_bad_input_with_one_line_errors(setup, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    target, _, _ = setup
+    proc = hsmon(
+        "train", str(empty), "--target-model", str(target), "--out", str(tmp_path / "o"), check=False
+    )
+    assert (
+        proc.returncode == 2
+        and "no complete rows" in proc.stderr
+        and len(proc.stderr.strip().splitlines()) == 1
+    )
+    proc = hsmon(
+        "train",
+        str(tmp_path / "missing"),
+        "--target-model",
+        str(target),
+        "--out",
+        str(tmp_path / "o"),
+        check=False,
+    )
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+    proc = hsmon(
+        "train", str(empty), "--target-model", str(tmp_path), "--out", str(tmp_path / "o"), check=False
+    )
+    assert proc.returncode == 2 and "no config.json" in proc.stderr
+
+
+# ---------- training ----------
+
+
+@pytest.mark.slow
+def test_training_emits_events_and_learns(setup, tmp_path):
+    out = tmp_path / "run"
+    events = tmp_path / "events.jsonl"
+    hsmon(
+        *train_args(
+            setup,
+            out,
+            "--max-steps",
+            "40",
+            "--events",
+            str(events),
+            "--eval-every",
+            "20",
+            "--checkpoint-every",
+            "20",
+        )
+    )
+    evs = list(iter_events(events))
+    kinds = Counter(e["kind"] for e in evs)
+    assert kinds["start"] == 1 and kinds["done"] == 1 and kinds["step"] == 40
+    assert kinds["checkpoint"] >= 2 and kinds["eval"] >= 2 and kinds["heartbeat"] >= 1
+    steps = [e for e in evs if e["kind"] == "step"]
+    assert all(len(e["losses"]) == 7 and len(e["accs"]) == 7 and e["tokens_s"] > 0 for e in steps)
+    assert 0 <= steps[-1]["data_wait_frac"] <= 1
+    evals = [e for e in evs if e["kind"] == "eval"]
+    # step-0 accuracy on held-out rows beats chance (1/48) by far, and the loss went down
+    assert evals[-1]["accs"][0] > 0.3
+    assert evals[-1]["loss"] < evals[0]["loss"] or steps[-1]["loss"] < steps[0]["loss"]
+    assert steps[-1]["loss"] < steps[0]["loss"]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
+    steps = "24"
+    whole = tmp_path / "whole"
+    hsmon(
+        *train_args(
+            setup,
+            whole,
+            "--max-steps",
+            steps,
+            "--checkpoint-every",
+            "10",
+            "--events",
+            str(tmp_path / "whole.jsonl"),
+        )
+    )
+
+    cut = tmp_path / "cut"
+    events = tmp_path / "cut.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hsmon",
+            *train_args(
+                setup, cut, "--max-steps", steps, "--checkpoint-every", "10", "--events", str(events)
+            ),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            done = [e for e in iter_events(events) if e["kind"] == "step"] if events.exists() else []
+            if done and done[-1]["step"] >= 3:
+                break
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, proc.communicate()[1][-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    evs = list(iter_events(events))
+    stopped = [e for e in evs if e["kind"] == "stopped"]
+    assert stopped and stopped[0]["step"] < int(steps)
+    assert evs[-2]["kind"] == "checkpoint" and evs[-2]["step"] == stopped[0]["step"]
+    assert not any(e["kind"] == "done" for e in evs)
+
+    hsmon(
+        *train_args(
+            setup, cut, "--max-steps", steps, "--checkpoint-every", "10", "--events", str(events), "--resume"
+        )
+    )
+    evs = list(iter_events(events))
+    assert evs[-1]["kind"] == "done" and evs[-1]["step"] == int(steps)
+    starts = [e for e in evs if e["kind"] == "start"]
+    assert starts[-1]["start_step"] == stopped[0]["step"]
+    a, b = model_state(whole), model_state(cut)
+    assert a["step"] == b["step"] == int(steps)
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"])
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_on_gloo(setup, tmp_path):
+    out = tmp_path / "ddp"
+    events = tmp_path / "ddp.jsonl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "hsmon",
+        *train_args(setup, out, "--max-steps", "6", "--events", str(events)),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evs = list(iter_events(events))
+    kinds = Counter(e["kind"] for e in evs)
+    assert kinds["start"] == 1 and kinds["done"] == 1 and kinds["step"] == 6  # rank 0 alone writes
+    start = next(e for e in evs if e["kind"] == "start")
+    done = next(e for e in evs if e["kind"] == "done")
+    assert start["world_size"] == 2 and done["ranks_in_sync"] is True
+    # both ranks' tokens are counted: more than one rank's batches could hold
+    steps = [e for e in evs if e["kind"] == "step"]
+    assert max(b["tokens"] - a["tokens"] for a, b in itertools.pairwise(steps)) > 0
+    assert model_state(out)["world_size"] == 2
+
+
+# ---------- export for SGLang, acceptance ----------
+
+
+@pytest.fixture(scope="module")
+def trained(setup, tmp_path_factory):
+    """A drafter trained for 80 steps and one trained for a single step, both exported."""
+    base = tmp_path_factory.mktemp("trained")
+    result = {}
+    for name, steps in (("trained", "80"), ("untrained", "1")):
+        hsmon(*train_args(setup, base / name, "--max-steps", steps, "--events", str(base / f"{name}.jsonl")))
+        hsmon("export-drafter", str(base / name), "--out", str(base / f"{name}-export"))
+        result[name] = base / f"{name}-export"
+    return result
+
+
+@pytest.mark.slow
+def test_export_layout(trained):
+    export = trained["trained"]
+    config = json.loads((export / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["num_hidden_layers"] == 1 and config["draft_vocab_size"] == 48
+    from safetensors import safe_open
+
+    with safe_open(str(export / "model.safetensors"), framework="pt") as fh:
+        names = set(fh.keys())
+    assert {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} <= names
+    assert all(
+        n.startswith("midlayer.")
+        for n in names - {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
+    )
+
+
+def _sglang_python() -> Path:
+    if not SGLANG_PYTHON.exists():
+        if os.environ.get("HSMON_REQUIRE_SGLANG"):
+            raise AssertionError(f"{SGLANG_PYTHON} missing: run `make sglang-env`")
+        pytest.skip("no .sglang-venv (make sglang-env builds it)")
+    return SGLANG_PYTHON
+
+
+@pytest.mark.slow
+@pytest.mark.sglang
+def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
+    from safetensors.torch import load_file
+
+    python = _sglang_python()
+    export = trained["trained"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "sglang_stubs"), "SGLANG_USE_CPU_ENGINE": "1"}
+    proc = subprocess.run(
+        [str(python), str(ROOT / "tests" / "sglang_checks" / "load_eagle3_export.py"), str(export)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["sglang_class"] == "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3"
+    tensors = load_file(export / "model.safetensors")
+    params = report["params"]
+    fills: dict[str, int] = {}
+    for name, shape in report["tensors"].items():
+        received = report["received"][name]
+        if name in ("d2t", "t2d"):
+            continue  # d2t becomes the hot-token map (checked below); SGLang ignores t2d by design
+        assert len(received) == 1, f"{name} was loaded {len(received)} times: {received}"
+        param, shard = received[0]
+        if shard:  # a slice of a fused parameter (qkv, gate_up): rows add up below
+            fills[param] = fills.get(param, 0) + shape[0]
+            assert params[param][1:] == shape[1:], (name, param)
+        elif param == "lm_head.weight":  # SGLang pads the vocabulary dimension
+            assert params[param][1] == shape[1] and params[param][0] >= shape[0]
+        else:
+            assert params[param] == shape, (name, param)
+    for param, rows in fills.items():
+        assert params[param][0] == rows, f"{param}: shards filled {rows} of {params[param][0]} rows"
+    # every parameter was written except the embedding, which SGLang shares from the target
+    assert report["unwritten"] == ["model.embed_tokens.weight"]
+    expected_hot = (tensors["d2t"] + torch.arange(tensors["d2t"].shape[0])).tolist()
+    assert report["hot_token_id"] == expected_hot == tensors["t2d"].nonzero().flatten().tolist()
+    assert report["fc_weight"] == tensors["fc.weight"].float().flatten()[:8].tolist()
+
+
+@pytest.mark.slow
+def test_eval_drafter_trained_beats_untrained(setup, trained):
+    target, _, prompts = setup
+    results = {}
+    for name, export in trained.items():
+        proc = hsmon(
+            "eval-drafter",
+            "--drafter",
+            str(export),
+            "--target-model",
+            str(target),
+            "--prompts",
+            str(prompts),
+            "--depth",
+            "3",
+            "--max-new-tokens",
+            "24",
+            "--json",
+            "--threads",
+            "1",
+        )
+        results[name] = json.loads(proc.stdout)
+    good, bad = results["trained"], results["untrained"]
+    for res in (good, bad):
+        assert (
+            set(res["acceptance_length"]["eagle3"])
+            == set(res["acceptance_length"]["ngram"])
+            == {"1", "2", "3"}
+        )
+        assert res["outputs_match_greedy"] is True
+        assert all(1.0 <= v <= 4.0 for v in res["acceptance_length"]["eagle3"].values())
+    assert good["acceptance_length"]["eagle3"]["3"] > bad["acceptance_length"]["eagle3"]["3"] + 0.3
+    assert good["acceptance_length"]["ngram"] == bad["acceptance_length"]["ngram"]
+
+
+@pytest.mark.slow
+def test_end_to_end_from_hsmon_extract(setup, tmp_path):
+    """hsmon extract's own output trains, exports and loads, with the capture layers carried over."""
+    target, _, _ = setup
+    dataset = tmp_path / "rows.jsonl"
+    seqs = markov_sequences(12, 40, seed=11)
+    dataset.write_text(
+        "".join(json.dumps({"input_ids": s, "loss_mask": [0] * 4 + [1] * (len(s) - 4)}) + "\n" for s in seqs)
+    )
+    data = tmp_path / "extracted"
+    hsmon(
+        "extract",
+        str(dataset),
+        "--out",
+        str(data),
+        "--model",
+        str(target),
+        "--events",
+        str(tmp_path / "extract.jsonl"),
+    )
+    events = tmp_path / "train.jsonl"
+    hsmon(
+        *train_args(setup, tmp_path / "run", "--max-steps", "4", "--events", str(events))[:1],
+        str(data),
+        *train_args(setup, tmp_path / "run", "--max-steps", "4", "--events", str(events))[2:],
+    )
+    start = next(e for e in iter_events(events) if e["kind"] == "start")
+    assert start["total_rows"] + start["eval_rows"] == 12
+    hsmon("export-drafter", str(tmp_path / "run"), "--out", str(tmp_path / "export"), "--dtype", "float32")
+    config = json.loads((tmp_path / "export" / "config.json").read_text())
+    # capture points 2, 4, 5 of the 8-layer target are SGLang layer ids 1, 3, 4
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]

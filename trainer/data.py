@@ -1,0 +1,266 @@
+"""Training data over the extraction layout (contract 2), streamed with bounded memory.
+
+Only an index of (file, row, length) stays in memory; row files are read batch by batch in a
+background thread with a bounded queue. Each epoch's batch plan is a pure function of
+(seed, epoch), so the data position of a resumed run is just (epoch, batch index).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hsmon.layout import complete_row_files, parse_row_file_name
+
+DEFAULT_DRAFT_VOCAB = 32000
+INDEX_NAME = "data-index.json"
+
+
+class DataError(ValueError):
+    """Unusable training data; the message names the input and the fix."""
+
+
+@dataclass(frozen=True)
+class RowRef:
+    path: str
+    row: int
+    length: int
+
+
+@dataclass
+class Batch:
+    """A padded batch. Step-0 position t reads ``aux[:, t]`` and ``next_ids[:, t]`` and is scored
+    against ``target_hidden[:, t]`` where ``loss_mask[:, t]``; later TTT steps shift the ids, the
+    targets and the mask left (the tails are padding with mask 0)."""
+
+    aux: torch.Tensor           # [B, T, K*H]
+    next_ids: torch.Tensor      # [B, T] token after each position
+    target_hidden: torch.Tensor  # [B, T, H] target's last hidden state at the next position
+    loss_mask: torch.Tensor     # [B, T] 1 where the next token is trained on
+    rows: list[int]
+    real_tokens: int  # positions that are not padding
+
+
+def load_row(path: str | Path) -> dict[str, torch.Tensor]:
+    """One row file; raises DataError naming the file when it lacks a field."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        raise DataError(f"{path}: cannot read row file ({exc}); re-extract it or delete it") from exc
+    missing = [k for k in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state") if k not in data]
+    if missing:
+        raise DataError(f"{path}: row file lacks {', '.join(missing)}; it is not EAGLE-3 training data")
+    return data
+
+
+def is_held_out(row: int, eval_fraction: float) -> bool:
+    """Deterministic split by row number (a resumed or re-run training sees the same split)."""
+    return ((row * 2654435761) % 2**32) / 2**32 < eval_fraction
+
+
+@dataclass
+class DataIndex:
+    """Every usable row's file and length, the draft-vocabulary counts, and the data's shapes."""
+
+    rows: list[RowRef]
+    token_counts: Counter
+    hidden_size: int
+    aux_size: int
+
+    @property
+    def num_aux(self) -> int:
+        return self.aux_size // self.hidden_size
+
+    def split(self, eval_fraction: float) -> tuple[list[RowRef], list[RowRef]]:
+        """(train, held-out). With at least 2 rows both sides are non-empty."""
+        held = [r for r in self.rows if is_held_out(r.row, eval_fraction)] if eval_fraction > 0 else []
+        train = [r for r in self.rows if not (eval_fraction > 0 and is_held_out(r.row, eval_fraction))]
+        if eval_fraction > 0 and not held and len(train) >= 2:
+            held, train = train[-1:], train[:-1]
+        if not train and len(held) >= 2:
+            train, held = held[:-1], held[-1:]
+        return train, held
+
+
+def build_index(data_dir: str | Path, max_length: int | None = None) -> DataIndex:
+    """Scan the complete rows of ``data_dir`` (reads only input_ids and loss_mask pages)."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: not a directory; pass the output directory of `hsmon extract`")
+    files = complete_row_files(data_dir)
+    rows: list[RowRef] = []
+    counts: Counter = Counter()
+    hidden_size = aux_size = 0
+    for path in files:
+        if not path.is_file():
+            continue  # listed in the manifest but gone: skip rather than die mid-training
+        data = load_row(path)
+        ids = data["input_ids"].reshape(-1)
+        mask = data["loss_mask"].reshape(-1)
+        length = int(ids.shape[0]) if max_length is None else min(int(ids.shape[0]), max_length)
+        if length < 2:
+            continue
+        h = int(data["hidden_state"].shape[-1])
+        a = int(data["aux_hidden_state"].shape[-1])
+        if hidden_size == 0:
+            hidden_size, aux_size = h, a
+        elif (h, a) != (hidden_size, aux_size):
+            raise DataError(f"{path}: hidden sizes {h}/{a} differ from the other rows' "
+                            f"{hidden_size}/{aux_size}; the directory mixes two targets")
+        counts.update(ids[1:length][mask[1:length].bool()].tolist())
+        rows.append(RowRef(str(path), parse_row_file_name(path.name) or 0, length))
+    if not rows:
+        raise DataError(f"{data_dir}: no complete rows with at least 2 tokens; run `hsmon extract` "
+                        "into it first (or wait for its first chunk)")
+    return DataIndex(rows, counts, hidden_size, aux_size)
+
+
+def save_index(index: DataIndex, path: Path) -> None:
+    payload = {"rows": [[r.path, r.row, r.length] for r in index.rows],
+               "token_counts": {str(k): v for k, v in index.token_counts.items()},
+               "hidden_size": index.hidden_size, "aux_size": index.aux_size}
+    path.write_text(json.dumps(payload))
+
+
+def load_index(path: Path) -> DataIndex:
+    payload = json.loads(path.read_text())
+    return DataIndex([RowRef(p, r, n) for p, r, n in payload["rows"]],
+                     Counter({int(k): v for k, v in payload["token_counts"].items()}),
+                     payload["hidden_size"], payload["aux_size"])
+
+
+def build_draft_vocab(counts: Counter, vocab_size: int, draft_vocab_size: int | None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t, t2d) from the frequency of loss-masked tokens.
+
+    The draft vocabulary holds the ``draft_vocab_size`` most frequent trained tokens (default
+    32,000 or the whole target vocabulary when smaller), topped up with the lowest unused ids,
+    sorted by target id. ``d2t[i]`` is the offset from draft id i to its target id (SGLang and
+    SpecForge convention), ``t2d`` a bool mask over the target vocabulary.
+    """
+    size = min(draft_vocab_size or DEFAULT_DRAFT_VOCAB, vocab_size)
+    chosen = [tok for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+              if 0 <= tok < vocab_size][:size]
+    if len(chosen) < size:
+        taken = set(chosen)
+        chosen += [t for t in range(vocab_size) if t not in taken][: size - len(chosen)]
+    ids = torch.tensor(sorted(chosen), dtype=torch.int64)
+    d2t = ids - torch.arange(size, dtype=torch.int64)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return d2t, t2d
+
+
+def plan_epoch(rows: Sequence[RowRef], batch_tokens: int, seed: int, epoch: int,
+               window: int = 512) -> list[list[int]]:
+    """Batches (lists of indices into ``rows``) for one epoch.
+
+    Rows are shuffled, then sorted by length within windows of ``window`` rows so that a batch
+    holds similar lengths (little padding); a batch is as many rows as fit in ``batch_tokens``
+    padded tokens (always at least one row). Batch order is shuffled again.
+    """
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    batches: list[list[int]] = []
+    for start in range(0, len(order), window):
+        group = sorted(order[start:start + window], key=lambda i: rows[i].length)
+        current: list[int] = []
+        longest = 0
+        for i in group:
+            longest_if = max(longest, rows[i].length)
+            if current and longest_if * (len(current) + 1) > batch_tokens:
+                batches.append(current)
+                current, longest_if = [], rows[i].length
+            current.append(i)
+            longest = longest_if
+        if current:
+            batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(refs: Sequence[RowRef]) -> Batch:
+    """Read and pad rows into a Batch (step-0 alignment, see Batch)."""
+    items = []
+    for ref in refs:
+        data = load_row(ref.path)
+        n = ref.length
+        ids = data["input_ids"].reshape(-1)[:n].long()
+        items.append((
+            data["aux_hidden_state"].reshape(-1, data["aux_hidden_state"].shape[-1])[: n - 1],
+            ids[1:n],
+            data["hidden_state"].reshape(-1, data["hidden_state"].shape[-1])[1:n],
+            data["loss_mask"].reshape(-1)[1:n],
+        ))
+    seq = max(it[1].shape[0] for it in items)
+    bsz = len(items)
+    aux = torch.zeros(bsz, seq, items[0][0].shape[-1], dtype=torch.float32)
+    hid = torch.zeros(bsz, seq, items[0][2].shape[-1], dtype=torch.float32)
+    nxt = torch.zeros(bsz, seq, dtype=torch.long)
+    mask = torch.zeros(bsz, seq, dtype=torch.float32)
+    for b, (a, i, h, m) in enumerate(items):
+        n = i.shape[0]
+        aux[b, :n] = a.float()
+        nxt[b, :n] = i
+        hid[b, :n] = h.float()
+        mask[b, :n] = m.float()
+    return Batch(aux, nxt, hid, mask, [r.row for r in refs], sum(it[1].shape[0] for it in items))
+
+
+class Prefetcher:
+    """Reads batches in a background thread, at most ``depth`` ahead (bounded memory).
+
+    Records how long the consumer waited for each batch (``wait_seconds``).
+    """
+
+    def __init__(self, batches: Sequence[Sequence[RowRef]], depth: int = 4) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._batches = batches
+        self.wait_seconds = 0.0
+        self._thread = threading.Thread(target=self._work, name="hsmon-prefetch", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        for refs in self._batches:
+            if self._stop.is_set():
+                return
+            try:
+                item: Any = collate(refs)
+            except Exception as exc:  # handed to the consumer, raised there
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, Exception):
+                return
+        self._queue.put(None)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            start = time.perf_counter()
+            item = self._queue.get()
+            self.wait_seconds += time.perf_counter() - start
+            if item is None:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

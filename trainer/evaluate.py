@@ -1,0 +1,298 @@
+"""`hsmon eval-drafter`: mean acceptance length of a drafter against its target, in-process.
+
+Greedy speculative decoding with chain drafting: each round the drafter proposes ``depth`` tokens,
+one target forward verifies them, and the round yields the accepted drafts plus the target's own
+next token. Acceptance length = tokens yielded per verifying target forward (the prefill, which
+every decoder pays, is not counted). The same loop runs with a prompt-lookup (n-gram) drafter on
+the same prompts as the baseline. Every variant produces exactly the target's greedy output
+(checked), so the figures differ only in how many target forwards they need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--drafter",
+        required=True,
+        metavar="DIR",
+        help="a drafter exported by `hsmon export-drafter` (or a training --out directory)",
+    )
+    parser.add_argument(
+        "--target-model",
+        metavar="DIR",
+        default=None,
+        help="the target's Hugging Face directory (default: the embedded target)",
+    )
+    parser.add_argument(
+        "--prompts",
+        required=True,
+        metavar="FILE",
+        help='JSONL of prompts: {"input_ids": [...]} or {"text": "..."} per line',
+    )
+    parser.add_argument("--depth", type=int, default=7, help="measure draft depths 1..DEPTH (default 7)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
+    parser.add_argument("--max-prompts", type=int, default=None, help="use at most N prompts")
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=256, help="truncate prompts to their last N tokens"
+    )
+    parser.add_argument(
+        "--ngram-max", type=int, default=3, help="longest n-gram the prompt-lookup drafter matches"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
+class PromptError(ValueError):
+    """Unusable prompts file."""
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]  # generated tokens (the target's greedy continuation)
+    rounds: int  # verifying target forwards
+    accepted: int  # drafted tokens accepted
+
+
+def read_prompts(
+    path: Path, tokenize: Callable[[str], list[int]] | None, limit: int | None, max_tokens: int
+) -> list[list[int]]:
+    """Token-id prompts from a JSONL file; a bad line is a PromptError naming it."""
+    if not path.is_file():
+        raise PromptError(f"{path}: no such prompts file; pass a JSONL file with input_ids or text per line")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise PromptError(f"{path}:{number}: not JSON ({exc}); one JSON object per line") from exc
+        if isinstance(row, dict) and isinstance(row.get("input_ids"), list):
+            ids = [int(x) for x in row["input_ids"]]
+        elif isinstance(row, dict) and isinstance(row.get("text"), str):
+            if tokenize is None:
+                raise PromptError(
+                    f"{path}:{number}: text prompt but the target has no tokenizer; give input_ids instead"
+                )
+            ids = tokenize(row["text"])
+        else:
+            raise PromptError(f'{path}:{number}: expected {{"input_ids": [...]}} or {{"text": "..."}}')
+        if len(ids) >= 2:
+            prompts.append(ids[-max_tokens:])
+        if limit and len(prompts) >= limit:
+            break
+    if not prompts:
+        raise PromptError(f"{path}: no prompt with at least 2 tokens")
+    return prompts
+
+
+def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
+    """Prompt lookup: the tokens that followed the latest earlier occurrence of the longest
+    suffix n-gram (n = max_n..1); empty when no suffix occurred before."""
+    size = len(tokens)
+    for n in range(min(max_n, size - 1), 0, -1):
+        suffix = tokens[size - n :]
+        for start in range(size - n - 1, -1, -1):
+            if tokens[start : start + n] == suffix:
+                follow = tokens[start + n : start + n + depth]
+                if follow:
+                    return follow
+    return []
+
+
+class Target:
+    """The target in-process: greedy next tokens and the capture-point features of a sequence."""
+
+    def __init__(self, path: Path, capture_points: list[int]) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.points = capture_points
+        self.forwards = 0
+
+    def run(self, tokens: list[int]) -> tuple[Any, Any]:
+        """(greedy next token at every position [L], features [1, L, K*H])."""
+        torch = self.torch
+        self.forwards += 1
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([tokens]), output_hidden_states=True)
+        features = torch.cat([out.hidden_states[p] for p in self.points], dim=-1)
+        return out.logits[0].argmax(-1), features
+
+
+def speculative_decode(
+    target: Target, prompt: list[int], max_new: int, draft: Callable[[list[int], Any], list[int]]
+) -> DecodeResult:
+    """Greedy decoding where ``draft(tokens, features)`` proposes tokens and the target verifies.
+
+    ``tokens`` ends with the target's newest token (its features not computed yet); ``features``
+    cover every earlier position.
+    """
+    greedy, features = target.run(prompt)
+    tokens = [*prompt, int(greedy[-1])]
+    generated, rounds, accepted = 1, 0, 0
+    while generated < max_new:
+        proposal = draft(tokens, features[:, : len(tokens) - 1])[: max_new - generated]
+        greedy, features = target.run(tokens + proposal)
+        base = len(tokens) - 1
+        agree = 0
+        while agree < len(proposal) and int(greedy[base + agree]) == proposal[agree]:
+            agree += 1
+        tokens += [*proposal[:agree], int(greedy[base + agree])]
+        rounds += 1
+        accepted += agree
+        generated += agree + 1
+    return DecodeResult(tokens[len(prompt) :][:max_new], rounds, accepted)
+
+
+def load_drafter(path: Path, target: Path):
+    """An Eagle3Drafter from an export directory (or a training output directory)."""
+    from safetensors.torch import load_file
+
+    from trainer.model import DrafterConfig, Eagle3Drafter
+    from trainer.target import load_embed_and_head
+
+    if not (path / "model.safetensors").is_file():
+        from trainer.export import export_checkpoint, resolve_checkpoint
+
+        ckpt = resolve_checkpoint(path)  # a training --out directory: export it in memory first
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="hsmon-drafter-"))
+        path = export_checkpoint(ckpt, tmp, "float32")
+    config = json.loads((path / "config.json").read_text())
+    cfg = DrafterConfig(
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_attention_heads=config["num_attention_heads"],
+        num_key_value_heads=config["num_key_value_heads"],
+        head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
+        vocab_size=config["vocab_size"],
+        draft_vocab_size=config["draft_vocab_size"],
+        num_aux=config.get("num_aux_hidden_states", 3),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        rope_theta=config.get("rope_theta", 10000.0),
+        max_position_embeddings=config.get("max_position_embeddings", 2048),
+    )
+    drafter = Eagle3Drafter(cfg)
+    state = {
+        k: v.float() if v.is_floating_point() else v for k, v in load_file(path / "model.safetensors").items()
+    }
+    embed, _ = load_embed_and_head(target)
+    state["embed_tokens.weight"] = embed
+    drafter.load_state_dict(state, strict=True)
+    layer_ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return drafter.eval(), ([i + 1 for i in layer_ids] if layer_ids else None)
+
+
+def default_capture_points(layers: int) -> list[int]:
+    return [2, layers // 2, layers - 3]
+
+
+def evaluate(
+    drafter_dir: Path,
+    target_dir: Path,
+    prompts: list[list[int]],
+    depth: int,
+    max_new: int,
+    ngram_max: int = 3,
+) -> dict[str, Any]:
+    """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth."""
+    drafter, points = load_drafter(drafter_dir, target_dir)
+    target_config = json.loads((target_dir / "config.json").read_text())
+    target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
+    import torch
+
+    reference: list[list[int]] = [
+        speculative_decode(target, p, max_new, lambda t, f: []).tokens for p in prompts
+    ]
+
+    def eagle(d: int) -> Callable[[list[int], Any], list[int]]:
+        def draft(tokens: list[int], features: Any) -> list[int]:
+            next_ids = torch.tensor([tokens[1:]])
+            return drafter.draft_chain(features, next_ids, d)
+
+        return draft
+
+    def ngram(d: int) -> Callable[[list[int], Any], list[int]]:
+        return lambda tokens, features: ngram_draft(tokens, d, ngram_max)
+
+    result: dict[str, Any] = {
+        "acceptance_length": {"eagle3": {}, "ngram": {}},
+        "prompts": len(prompts),
+        "max_new_tokens": max_new,
+        "outputs_match_greedy": True,
+    }
+    for name, make in (("eagle3", eagle), ("ngram", ngram)):
+        per_depth = {}
+        for d in range(1, depth + 1):
+            rounds = accepted = 0
+            for prompt, ref in zip(prompts, reference, strict=True):
+                out = speculative_decode(target, prompt, max_new, make(d))
+                if out.tokens != ref:
+                    result["outputs_match_greedy"] = False
+                rounds += out.rounds
+                accepted += out.accepted
+            # each round yields its accepted drafts plus the target's own token
+            per_depth[str(d)] = (accepted + rounds) / max(rounds, 1)
+        result["acceptance_length"][name] = per_depth
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from trainer.target import TargetError, resolve_target
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.depth < 1:
+        print("hsmon eval-drafter: --depth must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        target_dir = resolve_target(args.target_model)
+        tokenize = None
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(target_dir)
+            tokenize = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+        except Exception:  # a target without a tokenizer: input_ids prompts still work
+            tokenize = None
+        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens)
+        drafter_dir = Path(args.drafter)
+        if not drafter_dir.is_dir():
+            raise PromptError(
+                f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
+            )
+        result = evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max)
+    except (PromptError, TargetError, FileNotFoundError) as exc:
+        print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"mean acceptance length (tokens per target forward), {result['prompts']} prompts, "
+            f"{result['max_new_tokens']} new tokens each"
+        )
+        print(f"{'depth':>5}  {'eagle3':>7}  {'ngram':>7}")
+        for d in range(1, args.depth + 1):
+            print(
+                f"{d:>5}  {result['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
+                f"{result['acceptance_length']['ngram'][str(d)]:>7.3f}"
+            )
+        if not result["outputs_match_greedy"]:
+            print("WARNING: a speculative output differed from plain greedy decoding", file=sys.stderr)
+    return 0

@@ -1,0 +1,114 @@
+"""`hsmon export-drafter CKPT --out DIR`: a drafter checkpoint in the layout SGLang loads.
+
+The directory holds ``config.json`` (a Llama config with ``architectures:
+["LlamaForCausalLMEagle3"]``, ``num_hidden_layers: 1`` and ``draft_vocab_size``) and
+``model.safetensors`` with SGLang's tensor names: ``midlayer.*``, ``fc.weight``, ``norm.weight``,
+``lm_head.weight``, ``d2t``, ``t2d``. The token embedding is the target's and is not exported
+(SGLang shares the target's). Serve it with
+``--speculative-algorithm EAGLE3 --speculative-draft-model-path DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXPORT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="CKPT",
+                        help="a checkpoint file of `hsmon train`, or its --out directory (latest checkpoint)")
+    parser.add_argument("--out", required=True, help="directory to write config.json and model.safetensors")
+    parser.add_argument("--dtype", choices=EXPORT_DTYPES, default="bfloat16",
+                        help="dtype of the exported weights (default bfloat16)")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the latest checkpoint of a training output directory."""
+    from trainer.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if path.is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise FileNotFoundError(f"{path}: no checkpoint in it; pass a file from "
+                                    f"{path}/checkpoints or the --out of a finished `hsmon train`")
+        return found
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint; pass a file from "
+                                "OUT/checkpoints of `hsmon train`")
+    return path
+
+
+def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | None = None) -> dict[str, Any]:
+    """config.json for SGLang's LlamaForCausalLMEagle3."""
+    cfg = drafter_config
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": cfg["hidden_size"],
+        "intermediate_size": cfg["intermediate_size"],
+        "num_attention_heads": cfg["num_attention_heads"],
+        "num_key_value_heads": cfg["num_key_value_heads"],
+        "head_dim": cfg["head_dim"],
+        "num_hidden_layers": 1,
+        "vocab_size": cfg["vocab_size"],
+        "draft_vocab_size": cfg["draft_vocab_size"],
+        "num_aux_hidden_states": cfg["num_aux"],
+        "rms_norm_eps": cfg["rms_norm_eps"],
+        "rope_theta": cfg["rope_theta"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg["rope_theta"]},
+        "max_position_embeddings": cfg["max_position_embeddings"],
+        "hidden_act": cfg["hidden_act"],
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": "bfloat16",
+        **cfg.get("target_extra", {}),
+    }
+    if aux_layer_ids:
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
+    return config
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16") -> Path:
+    """Write the SGLang draft-model directory for a checkpoint; returns ``out``."""
+    import torch
+    from safetensors.torch import save_file
+
+    from hsmon.layout import atomic_write
+
+    ckpt = torch.load(resolve_checkpoint(checkpoint), map_location="cpu", weights_only=True)
+    state = ckpt["model"]
+    torch_dtype = getattr(torch, dtype)
+    tensors = {}
+    for name, tensor in state.items():
+        if name.startswith("embed_tokens."):
+            continue  # the target's embedding: SGLang shares it
+        if name in ("d2t", "t2d"):
+            tensors[name] = tensor.contiguous()
+        else:
+            tensors[name] = tensor.to(torch_dtype).contiguous()
+    config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"))
+    config["torch_dtype"] = dtype
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".model.safetensors.partial"
+    save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "hsmon"})
+    tmp.replace(out / "model.safetensors")
+    atomic_write(out / "config.json", lambda fh: fh.write((json.dumps(config, indent=2) + "\n").encode()))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype)
+    except FileNotFoundError as exc:
+        print(f"hsmon export-drafter: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported drafter to {out}")
+    return 0

@@ -1,0 +1,83 @@
+"""Reading what the drafter needs from a target model directory, without loading the model.
+
+The drafter needs the target's config, its token embedding (frozen input of the drafter) and its
+lm_head (frozen, recomputes the target distribution from the stored last hidden state). Both come
+straight out of the safetensors files, so a 60-layer target costs two tensors, not a model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class TargetError(ValueError):
+    """Unusable target directory; the message names it and the fix."""
+
+
+def resolve_target(path: str | None) -> Path:
+    """The target directory given, or the embedded default target (built on first use)."""
+    if path:
+        target = Path(path)
+        if not (target / "config.json").is_file():
+            raise TargetError(f"{target}: no config.json; pass a Hugging Face model directory "
+                              "with --target-model")
+        return target
+    try:
+        from extractor.embedded_target import ensure_embedded_target
+    except ImportError as exc:
+        raise TargetError("no --target-model given and the embedded target is not available in this "
+                          "build; pass --target-model DIR") from exc
+    return Path(ensure_embedded_target())
+
+
+def load_target_config(target: Path) -> dict[str, Any]:
+    config = json.loads((target / "config.json").read_text())
+    if "text_config" in config and "hidden_size" not in config:
+        config = {**config, **config["text_config"]}
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"):
+        if key not in config:
+            raise TargetError(f"{target}/config.json lacks {key}; it is not a decoder-only LM config")
+    return config
+
+
+def _tensor_files(target: Path) -> dict[str, Path]:
+    index = target / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: target / file for name, file in weight_map.items()}
+    single = target / "model.safetensors"
+    if single.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(single), framework="pt") as fh:
+            return {name: single for name in fh.keys()}  # noqa: SIM118
+    raise TargetError(f"{target}: no model.safetensors or model.safetensors.index.json; save the "
+                      "target with save_pretrained(safe_serialization=True)")
+
+
+def _load(files: dict[str, Path], names: list[str], target: Path) -> torch.Tensor:
+    from safetensors import safe_open
+
+    for name in names:
+        if name in files:
+            with safe_open(str(files[name]), framework="pt") as fh:
+                return fh.get_tensor(name)
+    raise TargetError(f"{target}: none of {names} among its tensors")
+
+
+def load_embed_and_head(target: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(embedding [V, H], lm_head [V, H]) of the target, in float32."""
+    config = load_target_config(target)
+    files = _tensor_files(target)
+    embed_names = ["model.embed_tokens.weight", "embed_tokens.weight",
+                   "model.language_model.embed_tokens.weight"]
+    embed = _load(files, embed_names, target)
+    if config.get("tie_word_embeddings") and "lm_head.weight" not in files:
+        head = embed
+    else:
+        head = _load(files, ["lm_head.weight", "model.lm_head.weight"], target)
+    return embed.float(), head.float()
