@@ -30,7 +30,7 @@ def tokenizer(target_dir):
 
 @pytest.fixture(scope="module")
 def model(target_dir):
-    torch.set_num_threads(2)
+    torch.set_num_threads(et.auto_threads())
     loaded = transformers.AutoModelForCausalLM.from_pretrained(target_dir)
     loaded.eval()
     return loaded
@@ -72,10 +72,14 @@ def test_heldout_loss_clearly_below_unigram(model, tokenizer):
 
     seq_len = 256
     scored = et.predicted_positions(eval_ids, seq_len)
-    unigram = et.unigram_loss(train_ids, scored, model.config.vocab_size)
+    vocab = model.config.vocab_size
+    unigram = et.unigram_loss(train_ids, scored, vocab)
+    bigram = et.bigram_loss(train_ids, eval_ids, seq_len, vocab, prior=20.0)
     loss = et.model_loss(model, eval_ids, seq_len)
-    print(f"held-out loss {loss:.3f} nats/token vs unigram {unigram:.3f} over {len(scored)} tokens")
-    assert loss < unigram - 0.3
+    print(f"held-out {loss:.3f} nats/token, unigram {unigram:.3f}, bigram {bigram:.3f}, {len(scored)} tokens")
+    assert loss < unigram - 2.0
+    # It uses context: better than a bigram model fit on the same training sample.
+    assert loss < bigram
 
 
 def test_tokenizer_round_trips_text(tokenizer):
@@ -133,6 +137,21 @@ def test_chat_template_accepts_sharegpt_and_rejects_unknown_roles(tokenizer):
         tokenizer.apply_chat_template([{"role": "narrator", "content": "x"}], tokenize=False)
 
 
+def test_chat_training_documents_follow_the_template(tokenizer):
+    messages = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert rendered == tokenizer.bos_token + et.render_chat(messages)
+
+    train_files, _ = et.corpus_files()
+    docs = et.conversation_texts(et.spread_order(train_files, 0)[:40], max_chars=20_000)
+    assert docs, "no documented functions found in 40 stdlib files"
+    for doc in docs[:20]:
+        assert doc.startswith(et.USER + "Write a Python function `") and doc.endswith(et.END)
+        ids = tokenizer.encode(doc, add_special_tokens=False)
+        assert ids.count(tokenizer.convert_tokens_to_ids(et.ASSISTANT)) == 1
+        assert tokenizer.decode(ids) == doc
+
+
 def test_corpus_split_is_deterministic_and_disjoint():
     train_a, heldout_a = et.corpus_files()
     train_b, heldout_b = et.corpus_files()
@@ -187,3 +206,8 @@ def test_make_target_rejects_bad_seconds(tmp_path):
     assert proc.returncode == 2
     assert "--seconds must be positive" in proc.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_auto_threads_stays_within_one_and_two():
+    assert 1 <= et.auto_threads() <= 2
+    assert et.auto_threads(limit=1) == 1
