@@ -254,6 +254,23 @@ def wrap_tokenizer(tokenizer: Any) -> Any:
     return wrapped
 
 
+def make_tokenizer_config_portable(directory: Path) -> None:
+    """Let transformers 4.x load the tokenizer that transformers 5 saved.
+
+    v5 names its own class (``TokenizersBackend``), lists extra special tokens under a key that
+    v4 reads as a dict, and keeps the chat template only in ``chat_template.jinja``. The generic
+    class name, the v4 key and an inline template load the same in both.
+    """
+    path = directory / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.pop("extra_special_tokens", None)
+    if isinstance(extra, list):
+        config["additional_special_tokens"] = extra
+    config["chat_template"] = CHAT_TEMPLATE
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def document_stream(tokenizer: Any, texts: Sequence[str]) -> list[int]:
     """Token ids of ``texts`` as one stream: <|bos|> text <|eos|> per document."""
     bos = tokenizer.token_to_id(BOS)
@@ -534,6 +551,7 @@ def build_target(
     try:
         model.save_pretrained(staging, safe_serialization=True)
         wrap_tokenizer(tokenizer).save_pretrained(staging)
+        make_tokenizer_config_portable(staging)
         result.seconds_total = round(time.monotonic() - began, 1)
         info = {**asdict(result), "spec": asdict(spec)}
         info.pop("out_dir")
