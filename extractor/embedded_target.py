@@ -65,7 +65,7 @@ CHAT_TEMPLATE = (
 
 HELDOUT_MODULUS = 10
 MAX_FILE_BYTES = 200_000
-EXCLUDED_TOP = frozenset({"test", "tests", "site-packages", "dist-packages", "idle_test"})
+EXCLUDED_DIRS = frozenset({"test", "tests", "site-packages", "dist-packages", "idle_test"})
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def corpus_files(root: Path | None = None) -> tuple[list[Path], list[Path]]:
     for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
         rel = path.relative_to(root).as_posix()
         parts = rel.split("/")
-        if any(part in EXCLUDED_TOP for part in parts[:-1]) or parts[-1].startswith("test_"):
+        if any(part in EXCLUDED_DIRS for part in parts[:-1]) or parts[-1].startswith("test_"):
             continue
         try:
             if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
@@ -587,8 +587,11 @@ def _replace_dir(staging: Path, out_dir: Path) -> None:
 
 
 def is_complete(directory: Path) -> bool:
-    """Whether ``directory`` holds a whole built target."""
-    return all((directory / name).is_file() for name in REQUIRED_FILES)
+    """Whether ``directory`` holds a whole built target (weights present, not a Git LFS pointer)."""
+    if not all((directory / name).is_file() for name in REQUIRED_FILES):
+        return False
+    # A clone without LFS (or a truncated copy) leaves a stub of a few hundred bytes.
+    return (directory / "model.safetensors").stat().st_size > 100_000
 
 
 def default_cache_dir() -> Path:

@@ -167,6 +167,15 @@ def test_corpus_split_is_deterministic_and_disjoint():
     assert all(et.is_heldout(p.relative_to(root).as_posix()) for p in heldout_a)
 
 
+def test_incomplete_directory_is_not_taken_for_a_target(tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(et.SHIPPED_DIR, partial)
+    (partial / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\n")
+    assert not et.is_complete(partial)
+    (partial / "model.safetensors").unlink()
+    assert not et.is_complete(partial)
+
+
 def test_cache_dir_is_used_when_not_preferring_shipped(tmp_path, monkeypatch):
     cached = tmp_path / et.CACHE_SUBDIR
     shutil.copytree(et.SHIPPED_DIR, cached)
