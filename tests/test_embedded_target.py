@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ def tokenizer(target_dir):
 
 @pytest.fixture(scope="module")
 def model(target_dir):
-    torch.set_num_threads(2)
+    torch.set_num_threads(et.auto_threads())
     loaded = transformers.AutoModelForCausalLM.from_pretrained(target_dir)
     loaded.eval()
     return loaded
@@ -41,6 +42,10 @@ def test_shipped_copy_is_used_and_complete(target_dir):
     assert et.is_complete(target_dir)
     size = sum(p.stat().st_size for p in target_dir.iterdir() if p.is_file())
     assert size < 10 * 1024 * 1024, f"shipped target is {size} bytes"
+    config = json.loads((target_dir / "tokenizer_config.json").read_text())
+    # Loadable by transformers 4.x too: generic class name, template inline.
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["chat_template"] == et.CHAT_TEMPLATE
 
 
 def test_model_is_llama_with_distinct_eagle3_capture_points(model, tokenizer):
@@ -72,10 +77,14 @@ def test_heldout_loss_clearly_below_unigram(model, tokenizer):
 
     seq_len = 256
     scored = et.predicted_positions(eval_ids, seq_len)
-    unigram = et.unigram_loss(train_ids, scored, model.config.vocab_size)
+    vocab = model.config.vocab_size
+    unigram = et.unigram_loss(train_ids, scored, vocab)
+    bigram = et.bigram_loss(train_ids, eval_ids, seq_len, vocab, prior=20.0)
     loss = et.model_loss(model, eval_ids, seq_len)
-    print(f"held-out loss {loss:.3f} nats/token vs unigram {unigram:.3f} over {len(scored)} tokens")
-    assert loss < unigram - 0.3
+    print(f"held-out {loss:.3f} nats/token, unigram {unigram:.3f}, bigram {bigram:.3f}, {len(scored)} tokens")
+    assert loss < unigram - 2.0
+    # It uses context: better than a bigram model fit on the same training sample.
+    assert loss < bigram
 
 
 def test_tokenizer_round_trips_text(tokenizer):
@@ -133,6 +142,21 @@ def test_chat_template_accepts_sharegpt_and_rejects_unknown_roles(tokenizer):
         tokenizer.apply_chat_template([{"role": "narrator", "content": "x"}], tokenize=False)
 
 
+def test_chat_training_documents_follow_the_template(tokenizer):
+    messages = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert rendered == tokenizer.bos_token + et.render_chat(messages)
+
+    train_files, _ = et.corpus_files()
+    docs = et.conversation_texts(et.spread_order(train_files, 0)[:40], max_chars=20_000)
+    assert docs, "no documented functions found in 40 stdlib files"
+    for doc in docs[:20]:
+        assert doc.startswith(et.USER + "Write a Python function `") and doc.endswith(et.END)
+        ids = tokenizer.encode(doc, add_special_tokens=False)
+        assert ids.count(tokenizer.convert_tokens_to_ids(et.ASSISTANT)) == 1
+        assert tokenizer.decode(ids) == doc
+
+
 def test_corpus_split_is_deterministic_and_disjoint():
     train_a, heldout_a = et.corpus_files()
     train_b, heldout_b = et.corpus_files()
@@ -141,6 +165,15 @@ def test_corpus_split_is_deterministic_and_disjoint():
     assert 0.03 < len(heldout_a) / (len(train_a) + len(heldout_a)) < 0.2
     root = et.stdlib_dir()
     assert all(et.is_heldout(p.relative_to(root).as_posix()) for p in heldout_a)
+
+
+def test_incomplete_directory_is_not_taken_for_a_target(tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(et.SHIPPED_DIR, partial)
+    (partial / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\n")
+    assert not et.is_complete(partial)
+    (partial / "model.safetensors").unlink()
+    assert not et.is_complete(partial)
 
 
 def test_cache_dir_is_used_when_not_preferring_shipped(tmp_path, monkeypatch):
@@ -166,6 +199,9 @@ def test_make_target_builds_a_loadable_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "held-out loss: model" in proc.stdout and "unigram" in proc.stdout
     assert et.is_complete(out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == et.CHAT_TEMPLATE
+    info = json.loads((out / et.BUILD_INFO).read_text())
+    assert info["steps"] >= 1 and info["seed"] == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging dir left behind"
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
     tok = transformers.AutoTokenizer.from_pretrained(out)
@@ -187,3 +223,8 @@ def test_make_target_rejects_bad_seconds(tmp_path):
     assert proc.returncode == 2
     assert "--seconds must be positive" in proc.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_auto_threads_stays_within_one_and_two():
+    assert 1 <= et.auto_threads() <= 2
+    assert et.auto_threads(limit=1) == 1
