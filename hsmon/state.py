@@ -111,6 +111,16 @@ def hints_for(snap: Snapshot) -> list[Hint]:
                     f"resume it with `kill -CONT {proc.pid}`.",
                 )
             )
+    for proc in snap.processes[1:]:
+        if proc.seen_alive and (not proc.alive or proc.status == "zombie"):
+            hints.append(
+                Hint(
+                    "process-gone",
+                    "warning",
+                    f"the job's {proc.role} process (PID {proc.pid}) is gone: the job cannot "
+                    "progress without it",
+                )
+            )
     if snap.disk_fits is False:
         hints.append(
             Hint("disk-wont-fit", "critical", snap.disk_message or "the output will not fit on disk")
