@@ -269,6 +269,8 @@ def test_fifty_concurrent_scrapes_all_answer(procs, tmp_path):  # noqa: F811
 
 def test_several_jobs_from_a_toml_config(procs, tmp_path):  # noqa: F811
     story, _ = start_story(procs, tmp_path)
+    server = procs.start([sys.executable, "-c", "import time; time.sleep(120)"])
+    (tmp_path / "server.pid").write_text(f"{server.pid}\n")
     cfg = tmp_path / "hsmon.toml"
     cfg.write_text(f"""
 [daemon]
@@ -281,13 +283,28 @@ out_dir = "{tmp_path / "out"}"
 match = "story_job\\\\.py"
 stall_after = 30
 
+[[job.process]]
+role = "server"
+pidfile = "{tmp_path / "server.pid"}"
+
 [[job]]
 name = "nothing-yet"
 events = "{tmp_path / "missing.jsonl"}"
 """)
     daemon = Daemon(procs, tmp_path, ["--config", str(cfg)])
     wait_until(lambda: daemon.job("story")["state"] == "silent", 15, what="silent")
-    assert daemon.job("story")["processes"][0]["pid"] == story.pid
+    roles = {p["role"]: p for p in daemon.job("story")["processes"]}
+    assert roles["extractor"]["pid"] == story.pid and roles["server"]["pid"] == server.pid
+    server.kill()
+    server.wait()
+    job = wait_until(
+        lambda: (j := daemon.job("story")) and any(h["id"] == "process-gone" for h in j["hints"]) and j,
+        10,
+        what="server gone hint",
+    )
+    assert job["state"] == "silent"  # the extractor still works
+    metrics = urllib.request.urlopen(daemon.url + "/metrics", timeout=10).read().decode()
+    assert 'hsmon_process_up{job="story",role="server"} 0.0' in metrics
     other = daemon.job("nothing-yet")
     assert other["state"] == "starting" and other["events"]["exists"] is False
     daemon.stop()

@@ -135,3 +135,10 @@ def test_a_job_with_no_trace_yet_is_starting_not_stalled():
     assert d.state == "starting" and "waiting for the job" in d.reason
     d = decide(snap(process_watched=False, processes=[], evidence_of_job=True, last_work_ts=NOW - 1000))
     assert d.state == "stalled"
+
+
+def test_a_second_process_gone_is_a_warning():
+    server = ProcessFacts("server", 7, False, "gone", seen_alive=True)
+    main = ProcessFacts("extractor", 42, True, "running", seen_alive=True)
+    d = decide(snap(processes=[main, server], last_progress_ts=NOW - 1))
+    assert d.state == "running" and "process-gone" in hint_ids(d)

@@ -175,6 +175,7 @@ class DumpDirTracker:
             error = f"cannot read {self.path}: {exc.strerror}"
         with self._lock:
             touched, self._touched = self._touched or set(), None
+            baseline = self.scans_total == 0  # what is there when watching begins was not seen created
             self.scans_total += 1
             self.scan_seconds_last = time.perf_counter() - started
             self.exists, self.error = exists, error
@@ -197,7 +198,7 @@ class DumpDirTracker:
                 if name in touched:
                     continue
                 if name not in self._files:
-                    self.created_total += 1
+                    self.created_total += 0 if baseline else 1
                     changed = True
                 if self._files.get(name) != info:
                     self._put(name, info)
