@@ -26,6 +26,8 @@ class DiskPanel(Static):
             text.append(f"{line.role:<7}", style="bold")
             text.append(f"{line.free} free, needs {line.needed}: ")
             text.append(line.verdict, style=VERDICT_STYLES.get(line.verdict, "dim"))
-            text.append(f"  full in {line.time_to_full} / done in {line.time_to_done}  {line.path}",
-                        style="dim")
+            text.append(f"  full in {line.time_to_full}, done in {line.time_to_done}", style="dim")
+            text.append(f"\n{'':<7}{line.path}", style="dim")
+        text.no_wrap = True
+        text.overflow = "ellipsis"
         self.update(text)
