@@ -223,7 +223,9 @@ def test_tui_in_tmux_against_a_real_daemon(tmp_path: Path, job: subprocess.Popen
         term.wait_for(lambda s: "train-out-drafter" in s, "a tab for the launched training")
         term.keys("?")
         term.wait_for(lambda s: "hsmon tui: keys" in s, "the help")
-        term.keys("Escape", "q")
+        term.keys("Escape")  # alone: an escape right before a key reads as alt+key in a terminal
+        term.wait_for(lambda s: "hsmon tui: keys" not in s, "the help closed")
+        term.keys("q")
         term.wait_for(lambda s: "TUI-EXITED-0" in s, "the TUI gone after q, exit status 0")
     finally:
         term.close()
