@@ -5,19 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
 
 from hsmon.tui.view import disk_alarming, disk_lines
+from hsmon.tui.widgets.quiet import QuietStatic
 
 VERDICT_STYLES = {"fits": "green", "WILL NOT FIT": "bold red", "fills before done": "bold yellow"}
 
 
-class DiskPanel(Static):
+class DiskPanel(QuietStatic):
     """One line per filesystem the job writes to (the output and /dev/shm)."""
 
     def show(self, job: dict[str, Any]) -> None:
         lines = disk_lines(job.get("disk"))
-        self.display = bool(lines)
+        if self.display != bool(lines):
+            self.display = bool(lines)
         self.set_class(any(disk_alarming(line) for line in lines), "-alarm")
         text = Text()
         for i, line in enumerate(lines):
@@ -30,4 +31,4 @@ class DiskPanel(Static):
             text.append(f"\n{'':<7}{line.path}", style="dim")
         text.no_wrap = True
         text.overflow = "ellipsis"
-        self.update(text)
+        self.show_text(text)
