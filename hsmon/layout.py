@@ -4,17 +4,28 @@
     OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
     OUT/hsmon-manifest.shard-I-of-N.jsonl   the same, per shard, when --shard is used
     OUT/rejects.jsonl                  rejected input rows with their reason
+    OUT/rejects.shard-I-of-N.jsonl     the same, per shard
 
 Manifest records (one JSON object per line, ``type`` says which):
-    {"type": "run", ...settings...}                         once per (re)start of a run
-    {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex}
+    {"type": "run", "settings": {...}, "pid": .., "started": ts, "rows_done": n}
+                                                            once per (re)start of a run
+    {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex,
+     "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite]}}
     {"type": "reject", "row": i, "reason": "..."}
     {"type": "chunk", "chunk": "rows_a-b", "rows": k, "tokens": n, "bytes": b, "sha256": hex,
      "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..}}}
 
+``sha256`` of a row is that of its file's bytes; a chunk's is the sha256 of its rows' hex
+digests concatenated in row order. Layers are named ``final`` (the hidden state after the
+final norm) and by capture point (``"2"``, ``"16"``, ...). A row's raw sums (finite values
+only; ``tokens``/``sum_l2`` over tokens whose whole vector is finite) let a chunk's statistics
+be finished without reading files again. A chunk record is written once every row of the
+chunk is done or rejected; ``rows_a-b`` is named by the chunk size, so the last chunk's ``b``
+may lie past the dataset's end.
+
 Files are written under a hidden temporary name (``.data_i.ckpt.tmp-PID``), flushed, fsynced
 and renamed; a row is done only once its ``row`` record is in the manifest. A trailing partial
-line (a crash mid-append) is ignored by readers.
+line (a crash mid-append) is ignored by readers and cut by the next writer.
 
 No heavy imports here: the monitor imports this module.
 """
@@ -32,6 +43,7 @@ from typing import IO, Any
 MANIFEST_NAME = "hsmon-manifest.jsonl"
 MANIFEST_GLOB = "hsmon-manifest*.jsonl"
 REJECTS_NAME = "rejects.jsonl"
+REJECTS_GLOB = "rejects*.jsonl"
 DEFAULT_CHUNK_SIZE = 2000
 TMP_MARK = ".tmp-"
 
@@ -45,6 +57,14 @@ def manifest_name(shard: tuple[int, int] | None = None) -> str:
         return MANIFEST_NAME
     index, count = shard
     return f"hsmon-manifest.shard-{index}-of-{count}.jsonl"
+
+
+def rejects_name(shard: tuple[int, int] | None = None) -> str:
+    """File name of the rejects file for a shard (index, count), or the unsharded one."""
+    if shard is None or shard[1] == 1:
+        return REJECTS_NAME
+    index, count = shard
+    return f"rejects.shard-{index}-of-{count}.jsonl"
 
 
 def chunk_bounds(row: int, chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[int, int]:
@@ -123,12 +143,48 @@ def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size_before = os.fstat(fd).st_size
         data = payload.encode("utf-8")
         written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
-        if fsync:
-            os.fsync(fd)
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            if fsync:
+                os.fsync(fd)
+        except OSError:
+            # e.g. ENOSPC after a partial write: take the partial line back so that a retry
+            # does not glue a good record onto half a line
+            os.ftruncate(fd, size_before)
+            raise
+    finally:
+        os.close(fd)
+
+
+def repair_jsonl_tail(path: str | os.PathLike[str]) -> int:
+    """Cut a partial last line (a write killed midway) so appends start on a fresh line.
+
+    Only the file's single writer may call this. Returns the number of bytes removed.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        keep = size
+        while keep > 0:
+            step = min(65536, keep)
+            chunk = os.pread(fd, step, keep - step)
+            if keep == size and chunk.endswith(b"\n"):
+                return 0
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                keep = keep - step + cut + 1
+                break
+            keep -= step
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+        return size - keep
     finally:
         os.close(fd)
 

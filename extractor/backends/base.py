@@ -1,0 +1,51 @@
+"""The backend interface: token ids in, per-row hidden states out.
+
+A backend owns the target model (in-process, or behind a server). For each row of a batch it
+returns the last layer's hidden state after the final norm and the K capture points,
+concatenated in order, exactly what contract 2 stores. Capture points are indices into
+transformers' ``hidden_states`` tuple: point ``p`` is the residual stream after decoder layer
+``p - 1`` (0-based), which is SGLang's aux-hidden-state layer id ``p - 1``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about the target that the run records and checks rows against."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_positions: int
+    dtype: str  # "float32", "bfloat16", ...
+    device: str  # "cpu", "cuda:0", ...
+
+
+@dataclass
+class RowStates:
+    """Hidden states of one row (CPU tensors): ``hidden_state`` [seq, H] after the final norm,
+    ``aux_hidden_state`` [seq, K*H] (capture points concatenated in order)."""
+
+    hidden_state: Any
+    aux_hidden_state: Any
+
+
+class Backend(ABC):
+    """Something that computes hidden states for batches of token-id rows."""
+
+    name: str = "?"
+    info: ModelInfo
+    capture_points: list[int]
+
+    @abstractmethod
+    def extract(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
+        """Hidden states for each row of ``batch`` (rows may differ in length)."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release the model or connection."""

@@ -1,0 +1,51 @@
+"""`hsmon extract` options. The work happens in extractor.run (imported only when run)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `hsmon extract` (names fixed by the docs and scripts that call it)."""
+    from extractor.run import DEFAULT_BATCH_TOKENS, DEFAULT_MIN_FREE
+
+    parser.add_argument("data", metavar="DATA.jsonl", help="dataset: one JSON object per line "
+                        "({'text'}, {'conversations'} or {'input_ids'}); see docs/extract.md")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (rows_a-b/data_i.ckpt)")
+    parser.add_argument("--model", metavar="DIR", help="Hugging Face causal-LM directory "
+                        "(default: the embedded target, built on first use)")
+    parser.add_argument("--backend", default="hf", choices=["hf"], help="where hidden states come from")
+    parser.add_argument("--events", metavar="FILE", help="append progress events (JSON Lines) here "
+                        "instead of stdout")
+    parser.add_argument("--job", metavar="NAME", help="job id in the events "
+                        "(default: extract-<out dir name>)")
+    parser.add_argument("--layers", metavar="L1,L2,L3", help="capture points as hidden_states indices "
+                        "(default: EAGLE-3's 2,N//2,N-3; SGLang layer id = point - 1)")
+    parser.add_argument("--chunk-size", type=int, default=2000, metavar="N",
+                        help="rows per rows_a-b directory")
+    parser.add_argument("--max-length", type=int, metavar="N", help="truncate rows to N tokens "
+                        "(default: the model's maximum positions)")
+    parser.add_argument("--no-truncate", action="store_true", help="reject rows longer than --max-length "
+                        "instead of truncating them")
+    parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, metavar="N",
+                        help="token budget of a batch, padding included")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default auto)")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the model "
+                        "(default: torch's choice; 1 is often fastest on a small shared machine)")
+    parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
+                        help="pause before a write would leave less free disk than this "
+                        f"(default {DEFAULT_MIN_FREE})")
+    parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each)")
+    parser.add_argument("--dry-run", action="store_true", help="print rows, tokens, bytes and whether they "
+                        "fit, then exit (1 when they do not fit)")
+    parser.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval")
+    parser.add_argument("--disk-poll", type=float, default=2.0, metavar="SECONDS",
+                        help="how often a disk pause checks for space")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `hsmon extract`."""
+    from extractor.run import main
+
+    return main(args)

@@ -1,0 +1,317 @@
+"""Writing rows in the contract-2 layout, on a thread that overlaps the model's compute.
+
+Order of durability for each batch: every row file is serialized, written under a temporary
+name, fsynced and renamed (``hsmon.layout.atomic_write``); then the batch's ``row`` records
+are appended to the manifest in one fsynced write; then any chunk that became complete gets
+its ``chunk`` record. A crash between these steps leaves files the manifest does not count,
+which a resumed run rewrites with identical content.
+
+Row records carry raw per-layer sums so that chunk statistics can be finished after a resume
+without reading the files again: ``stats[layer] = [tokens, sum_l2, count, sum, sumsq, max_abs,
+nonfinite]`` (``tokens`` and ``sum_l2`` over tokens whose vector is finite, ``count``/``sum``/
+``sumsq``/``max_abs`` over finite elements). Layers are named ``final`` (the hidden state after
+the final norm) and by capture point (``"2"``, ``"16"``, ...).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import math
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hsmon import events as ev
+from hsmon import layout
+
+# Room kept for manifest growth and filesystem rounding on top of a file's own size.
+WRITE_MARGIN_BYTES = 64 * 1024
+
+
+@dataclass
+class RowItem:
+    """One computed row, ready to be written."""
+
+    row: int
+    input_ids: list[int]
+    loss_mask: list[int]
+    hidden_state: torch.Tensor  # [seq, H]
+    aux_hidden_state: torch.Tensor  # [seq, K*H]
+
+
+def row_payload(item: RowItem) -> dict[str, torch.Tensor]:
+    """The contract-2 dict: input_ids int64 [seq], loss_mask int64 [seq], hidden_state [1, seq, H],
+    aux_hidden_state [1, seq, K*H]."""
+    return {
+        "input_ids": torch.tensor(item.input_ids, dtype=torch.long),
+        "loss_mask": torch.tensor(item.loss_mask, dtype=torch.long),
+        "hidden_state": item.hidden_state.unsqueeze(0),
+        "aux_hidden_state": item.aux_hidden_state.unsqueeze(0),
+    }
+
+
+def serialize(payload: dict[str, torch.Tensor]) -> bytes:
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return buf.getvalue()
+
+
+def write_file(path: Path, data: bytes) -> int:
+    """Atomically write ``data`` to ``path`` (temporary name, fsync, rename)."""
+    return layout.atomic_write(path, lambda fh: fh.write(data))
+
+
+def layer_sums(x: torch.Tensor) -> list[float]:
+    """[tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite] of a [seq, H] tensor."""
+    x = x.float()
+    finite = torch.isfinite(x)
+    nonfinite = int(finite.numel() - int(finite.sum()))
+    clean = torch.where(finite, x, torch.zeros((), dtype=x.dtype)) if nonfinite else x
+    token_ok = finite.all(dim=-1) if nonfinite else None
+    norms = clean.norm(dim=-1)
+    if token_ok is not None:
+        norms = norms[token_ok]
+    count = int(finite.sum()) if nonfinite else x.numel()
+    as64 = clean.double()
+    return [int(norms.numel()), float(norms.double().sum()), count, float(as64.sum()),
+            float((as64 * as64).sum()), float(clean.abs().max()) if clean.numel() else 0.0, nonfinite]
+
+
+def row_stats(item: RowItem, capture_points: Sequence[int]) -> dict[str, list[float]]:
+    hidden = item.hidden_state.shape[-1]
+    stats = {"final": layer_sums(item.hidden_state)}
+    for k, point in enumerate(capture_points):
+        stats[str(point)] = layer_sums(item.aux_hidden_state[:, k * hidden:(k + 1) * hidden])
+    return stats
+
+
+def finish_stats(sums: Sequence[Sequence[float]]) -> dict[str, float | int]:
+    """Combine row sums of one layer into mean L2 norm, std, max |x| and NaN/Inf count."""
+    tokens = sum(s[0] for s in sums)
+    count = sum(s[2] for s in sums)
+    total = sum(s[3] for s in sums)
+    mean = total / count if count else 0.0
+    var = max(sum(s[4] for s in sums) / count - mean * mean, 0.0) if count else 0.0
+    return {"mean_l2": sum(s[1] for s in sums) / tokens if tokens else 0.0, "std": math.sqrt(var),
+            "max_abs": max((s[5] for s in sums), default=0.0), "nonfinite": int(sum(s[6] for s in sums))}
+
+
+@dataclass
+class ChunkBook:
+    """Which rows each owned chunk still waits for; builds a chunk's record once it is complete.
+
+    Pure bookkeeping: ``expected`` maps a chunk's first row to how many rows of the dataset it
+    holds (done + rejected when complete).
+    """
+
+    chunk_size: int
+    expected: dict[int, int]
+    recorded: set[str] = field(default_factory=set)
+    _rows: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    _rejects: dict[int, int] = field(default_factory=dict)
+
+    def name(self, start: int) -> str:
+        return layout.chunk_dir_name(start, start + self.chunk_size)
+
+    def _start(self, row: int) -> int:
+        return layout.chunk_bounds(row, self.chunk_size)[0]
+
+    def add_row(self, record: dict[str, Any]) -> None:
+        self._rows.setdefault(self._start(record["row"]), []).append(record)
+
+    def add_reject(self, row: int) -> None:
+        start = self._start(row)
+        self._rejects[start] = self._rejects.get(start, 0) + 1
+
+    def completed(self) -> list[dict[str, Any]]:
+        """Chunk records of chunks now complete and not yet recorded (each returned once)."""
+        records = []
+        for start, want in sorted(self.expected.items()):
+            name = self.name(start)
+            rows = self._rows.get(start, [])
+            rejects = self._rejects.get(start, 0)
+            if name in self.recorded or len(rows) + rejects < want:
+                continue
+            records.append(self._record(name, rows, rejects))
+            self.recorded.add(name)
+            self._rows.pop(start, None)
+        return records
+
+    @staticmethod
+    def _record(name: str, rows: list[dict[str, Any]], rejects: int) -> dict[str, Any]:
+        rows = sorted(rows, key=lambda r: r["row"])
+        digest = hashlib.sha256("".join(r["sha256"] for r in rows).encode()).hexdigest()
+        layers = list(rows[0]["stats"]) if rows else []
+        stats = {layer: finish_stats([r["stats"][layer] for r in rows]) for layer in layers}
+        return {"type": "chunk", "chunk": name, "rows": len(rows), "rejects": rejects,
+                "tokens": sum(r["tokens"] for r in rows), "bytes": sum(r["bytes"] for r in rows),
+                "sha256": digest, "stats": stats}
+
+
+@dataclass
+class Progress:
+    """Counters shared by the writer, the heartbeat and the main loop."""
+
+    rows_total: int = 0
+    tokens_total: int = 0
+    rows_done: int = 0
+    tokens_done: int = 0
+    bytes_done: int = 0
+    rejects: int = 0
+    chunks_done: int = 0
+    paused: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"rows_done": self.rows_done, "rows_total": self.rows_total,
+                    "tokens_done": self.tokens_done, "tokens_total": self.tokens_total,
+                    "bytes_done": self.bytes_done, "rejects": self.rejects, "chunks_done": self.chunks_done,
+                    "paused": self.paused}
+
+
+class Abandoned(Exception):
+    """A stop was requested while the writer waited for disk space."""
+
+
+_STOP = object()
+
+
+class RowWriter(threading.Thread):
+    """Writes queued batches of rows; a bounded queue makes compute wait when disk is slow or full."""
+
+    def __init__(self, out_dir: Path, manifest: Path, book: ChunkBook, capture_points: Sequence[int],
+                 events: ev.EventWriter, progress: Progress, stop_event: threading.Event,
+                 min_free: int, poll_seconds: float = 2.0, queue_batches: int = 2,
+                 on_rows: Callable[[], None] | None = None) -> None:
+        super().__init__(name="hsmon-writer", daemon=True)
+        self.out_dir, self.manifest, self.book = out_dir, manifest, book
+        self.capture_points = list(capture_points)
+        self.events, self.progress, self.stop_event = events, progress, stop_event
+        self.min_free, self.poll_seconds = min_free, poll_seconds
+        self.on_rows = on_rows
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_batches)
+        self.error: BaseException | None = None
+        self.abandoned = False
+        self._pause_started = 0.0
+
+    # -- main-thread side ---------------------------------------------------------------
+    def submit(self, batch: list[RowItem]) -> bool:
+        """Queue a batch; waits while the queue is full. False if the writer can take no more."""
+        while self.is_alive():
+            try:
+                self.queue.put(batch, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def finish(self) -> None:
+        """Write what is queued (unless a stop comes during a disk pause), then end the thread."""
+        while self.is_alive():
+            try:
+                self.queue.put(_STOP, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self.join()
+
+    # -- writer thread ------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while True:
+                batch = self.queue.get()
+                if batch is _STOP:
+                    return
+                if not self.abandoned:
+                    self._write_batch(batch)
+        except Abandoned:
+            self.abandoned = True
+            self._drain()
+        except BaseException as exc:
+            self.error = exc
+            self._drain()
+
+    def _drain(self) -> None:
+        """Take (and drop) queued batches until finish() sends the end marker."""
+        while self.queue.get() is not _STOP:
+            pass
+
+    def _write_batch(self, batch: list[RowItem]) -> None:
+        records = []
+        for item in batch:
+            data = serialize(row_payload(item))
+            path = layout.row_path(self.out_dir, item.row, self.book.chunk_size)
+            self._retrying_on_full(len(data), lambda p=path, d=data: write_file(p, d))
+            records.append({"type": "row", "row": item.row, "chunk": path.parent.name,
+                            "tokens": len(item.input_ids), "bytes": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest(),
+                            "stats": row_stats(item, self.capture_points)})
+        self._append(records)
+        for record in records:
+            self.book.add_row(record)
+        with self.progress.lock:
+            self.progress.rows_done += len(records)
+            self.progress.tokens_done += sum(r["tokens"] for r in records)
+            self.progress.bytes_done += sum(r["bytes"] for r in records)
+        snap = self.progress.snapshot()
+        self.events.emit(ev.ROWS, rows=len(records), tokens=sum(r["tokens"] for r in records),
+                         last_row=records[-1]["row"], **{k: snap[k] for k in
+                                                          ("rows_done", "rows_total", "tokens_done",
+                                                           "tokens_total", "bytes_done")})
+        self.write_completed_chunks()
+        if self.on_rows is not None:
+            self.on_rows()
+
+    def write_completed_chunks(self) -> None:
+        for record in self.book.completed():
+            self._append([record])
+            with self.progress.lock:
+                self.progress.chunks_done += 1
+            self.events.emit(ev.CHUNK, chunk=record["chunk"], rows=record["rows"], tokens=record["tokens"],
+                             bytes=record["bytes"], rejects=record["rejects"], sha256=record["sha256"])
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        self._retrying_on_full(WRITE_MARGIN_BYTES, lambda: layout.append_jsonl(self.manifest, records))
+
+    def _retrying_on_full(self, size: int, write: Callable[[], Any]) -> None:
+        """Wait for room (reserve included), write; on ENOSPC anyway, wait for more room and retry."""
+        need = size + WRITE_MARGIN_BYTES
+        while True:
+            self._wait_for_space(need)
+            try:
+                write()
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                need += max(size, 1 << 20)  # the estimate was short: ask for more before retrying
+
+    def _wait_for_space(self, need: int) -> None:
+        while True:
+            free = shutil.disk_usage(self.out_dir).free
+            if free - need >= self.min_free:
+                if self.progress.paused:
+                    with self.progress.lock:
+                        self.progress.paused = None
+                    self.events.emit(ev.RESUME, reason="disk", free_bytes=free,
+                                     paused_seconds=round(time.monotonic() - self._pause_started, 3))
+                return
+            if not self.progress.paused:
+                with self.progress.lock:
+                    self.progress.paused = "disk"
+                self._pause_started = time.monotonic()
+                self.events.emit(ev.PAUSE, reason="disk", free_bytes=free, need_bytes=need,
+                                 min_free_bytes=self.min_free, path=str(self.out_dir))
+            if self.stop_event.is_set():
+                raise Abandoned
+            time.sleep(self.poll_seconds)

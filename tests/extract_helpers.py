@@ -1,0 +1,199 @@
+"""Shared pieces of the `hsmon extract` tests: tiny models, datasets, real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hsmon import events as ev
+from hsmon import layout
+
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 8-layer Llama (hidden 64) with a byte-level BPE tokenizer and no chat template."""
+    from extractor.tiny_model import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same kind of model, with a chat template."""
+    from extractor.tiny_model import CHAT_TEMPLATE, make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tinychat") / "model", chat_template=CHAT_TEMPLATE)
+
+
+def text_lines() -> list[str]:
+    from extractor.tiny_model import stdlib_text
+
+    return [line for line in stdlib_text(200_000).splitlines() if line.strip()]
+
+
+def make_dataset(
+    path: Path, rows: int, seed: int = 0, bad_every: int = 0, min_lines: int = 2, max_lines: int = 8
+) -> Path:
+    """A JSONL dataset mixing text, ShareGPT, OpenAI and pre-tokenized rows (and bad rows)."""
+    rng = random.Random(seed)
+    lines = text_lines()
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(rows):
+            if bad_every and i % bad_every == bad_every - 1:
+                fh.write(
+                    rng.choice(
+                        [
+                            '{"text": ""}',
+                            "not json",
+                            '{"conversations": [{"role": "alien", "content": "x"}]}',
+                            '{"input_ids": [1, 99999]}',
+                        ]
+                    )
+                    + "\n"
+                )
+                continue
+            k = rng.randint(min_lines, max_lines)
+            j = rng.randint(0, len(lines) - k)
+            text = "\n".join(lines[j : j + k])
+            kind = i % 4
+            if kind == 0:
+                obj: dict[str, Any] = {"text": text}
+            elif kind == 1:
+                obj = {
+                    "conversations": [{"from": "human", "value": text[:60]}, {"from": "gpt", "value": text}]
+                }
+            elif kind == 2:
+                obj = {
+                    "conversations": [
+                        {"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": text[:50]},
+                        {"role": "assistant", "content": text},
+                    ]
+                }
+            else:
+                ids = [rng.randint(3, 500) for _ in range(10 * k)]
+                obj = {"input_ids": ids, "loss_mask": [rng.randint(0, 1) for _ in ids]}
+            fh.write(json.dumps(obj) + "\n")
+    return path
+
+
+def extract_env() -> dict[str, str]:
+    """The environment of an extraction subprocess: one compute thread, because on a small shared
+    machine OpenMP threads that wait for each other at every op are several times slower."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def extract_cmd(data: Path, out: Path, model: Path, *extra: str, events: Path | None = None) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "hsmon",
+        "extract",
+        str(data),
+        "--out",
+        str(out),
+        "--model",
+        str(model),
+        "--min-free",
+        "1M",
+        "--heartbeat",
+        "0.5",
+        "--disk-poll",
+        "0.2",
+        *extra,
+    ]
+    if events is not None:
+        cmd += ["--events", str(events)]
+    return cmd
+
+
+def run_extract(
+    data: Path, out: Path, model: Path, *extra: str, events: Path | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        extract_cmd(data, out, model, *extra, events=events),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=extract_env(),
+    )
+
+
+def start_extract(data: Path, out: Path, model: Path, *extra: str, events: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        extract_cmd(data, out, model, *extra, events=events),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=extract_env(),
+    )
+
+
+def events_of(path: Path) -> list[dict[str, Any]]:
+    return list(ev.iter_events(path)) if path.exists() else []
+
+
+def wait_for_event(
+    path: Path, predicate: Any, proc: subprocess.Popen[str] | None = None, timeout: float = TIMEOUT
+) -> dict[str, Any]:
+    """Poll an events file until an event matches; fails if the process ends first."""
+    reader = ev.EventFileReader(str(path))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in reader.poll():
+            if predicate(event):
+                return event
+        if proc is not None and proc.poll() is not None:
+            for event in reader.poll():
+                if predicate(event):
+                    return event
+            raise AssertionError(
+                f"process ended (rc {proc.returncode}) before the event: "
+                f"{proc.stderr.read() if proc.stderr else ''}"
+            )
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for an event")
+
+
+def load_output(out: Path, manifest: str | None = None) -> dict[int, dict[str, Any]]:
+    """Every row the manifests count as done, loaded with torch.load."""
+    import torch
+
+    state = layout.read_manifest(out, manifest)
+    return {
+        row: torch.load(out / rec["chunk"] / layout.row_file_name(row), weights_only=True)
+        for row, rec in sorted(state.rows.items())
+    }
+
+
+def assert_same_output(got: Path, want: Path) -> None:
+    """Same rows, tensor for tensor, no stray or temporary files, no row counted twice."""
+    import torch
+
+    a, b = load_output(got), load_output(want)
+    assert sorted(a) == sorted(b), f"rows differ: {set(a) ^ set(b)}"
+    for row in a:
+        assert a[row].keys() == b[row].keys()
+        for key in a[row]:
+            assert torch.equal(a[row][key], b[row][key]), f"row {row} {key} differs"
+    counted = {
+        str(got / rec["chunk"] / layout.row_file_name(r)) for r, rec in layout.read_manifest(got).rows.items()
+    }
+    on_disk = {str(p) for p in got.glob("rows_*/*")}
+    assert on_disk == counted, f"files not in the manifest: {sorted(on_disk - counted)[:5]}"
+    for path in layout.manifest_paths(got):
+        rows = [r["row"] for r in layout.iter_jsonl(path) if r.get("type") == "row"]
+        assert len(rows) == len(set(rows)), f"{path.name} counts a row twice"
+    chunks_a = {k: v["sha256"] for k, v in layout.read_manifest(got).chunks.items()}
+    chunks_b = {k: v["sha256"] for k, v in layout.read_manifest(want).chunks.items()}
+    assert chunks_a == chunks_b
