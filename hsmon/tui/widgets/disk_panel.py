@@ -13,7 +13,9 @@ VERDICT_STYLES = {"fits": "green", "WILL NOT FIT": "bold red", "fills before don
 
 
 class DiskPanel(QuietStatic):
-    """One line per filesystem the job writes to (the output and /dev/shm)."""
+    """Two lines per filesystem the job writes to (the output and /dev/shm)."""
+
+    DEFAULT_CSS = "DiskPanel { text-wrap: nowrap; text-overflow: ellipsis; }"
 
     def show(self, job: dict[str, Any]) -> None:
         lines = disk_lines(job.get("disk"))
@@ -27,8 +29,8 @@ class DiskPanel(QuietStatic):
             text.append(f"{line.role:<7}", style="bold")
             text.append(f"{line.free} free, needs {line.needed}: ")
             text.append(line.verdict, style=VERDICT_STYLES.get(line.verdict, "dim"))
-            text.append(f"  full in {line.time_to_full}, done in {line.time_to_done}", style="dim")
-            text.append(f"\n{'':<7}{line.path}", style="dim")
+            text.append(f"\n{'':<7}full in {line.time_to_full}, done in {line.time_to_done}  {line.path}",
+                        style="dim")
         text.no_wrap = True
         text.overflow = "ellipsis"
         self.show_text(text)

@@ -40,7 +40,7 @@ class EventLog(Vertical):
     DEFAULT_CSS = """
     EventLog { height: auto; }
     EventLog FilterBar { height: 1; }
-    EventLog #event-lines { height: auto; }
+    EventLog #event-lines { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     which: reactive[str] = reactive("all")
