@@ -96,16 +96,18 @@ def read_prompts(
 
 
 def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
-    """Prompt lookup: the tokens that followed the latest earlier occurrence of the longest
-    suffix n-gram (n = max_n..1); empty when no suffix occurred before."""
+    """Prompt lookup: find the latest earlier occurrence of the longest suffix n-gram (n = max_n..1)
+    and copy what followed it. The copy may run on into the tokens it is proposing, so a repeating
+    pattern is continued to full depth. Empty when no suffix occurred before."""
     size = len(tokens)
     for n in range(min(max_n, size - 1), 0, -1):
         suffix = tokens[size - n :]
         for start in range(size - n - 1, -1, -1):
             if tokens[start : start + n] == suffix:
-                follow = tokens[start + n : start + n + depth]
-                if follow:
-                    return follow
+                extended = list(tokens)
+                for k in range(depth):
+                    extended.append(extended[start + n + k])
+                return extended[size:]
     return []
 
 
