@@ -159,20 +159,25 @@ def speculative_decode(
 
 
 def load_drafter(path: Path, target: Path):
-    """An Eagle3Drafter from an export directory (or a training output directory)."""
+    """An Eagle3Drafter from an export directory (or a training output directory, exported to a
+    temporary directory first); returns (drafter, capture points or None)."""
+    if not (path / "model.safetensors").is_file():
+        import tempfile
+
+        from trainer.export import export_checkpoint, resolve_checkpoint
+
+        ckpt = resolve_checkpoint(path)
+        with tempfile.TemporaryDirectory(prefix="hsmon-drafter-") as tmp:
+            return _load_export(export_checkpoint(ckpt, tmp, "float32"), target)
+    return _load_export(path, target)
+
+
+def _load_export(path: Path, target: Path):
     from safetensors.torch import load_file
 
     from trainer.model import DrafterConfig, Eagle3Drafter
     from trainer.target import load_embed_and_head
 
-    if not (path / "model.safetensors").is_file():
-        from trainer.export import export_checkpoint, resolve_checkpoint
-
-        ckpt = resolve_checkpoint(path)  # a training --out directory: export it in memory first
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="hsmon-drafter-"))
-        path = export_checkpoint(ckpt, tmp, "float32")
     config = json.loads((path / "config.json").read_text())
     cfg = DrafterConfig(
         hidden_size=config["hidden_size"],
