@@ -99,10 +99,12 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=768, help="training rows")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=192, help="target continuation per row")
-    parser.add_argument("--max-steps", type=int, default=1500)
+    parser.add_argument("--max-steps", type=int, default=450)
+    parser.add_argument("--time-limit", type=float, default=600, help="training seconds at most")
+    parser.add_argument("--draft-vocab-size", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--eval-prompts", type=int, default=24)
+    parser.add_argument("--eval-prompts", type=int, default=16)
     parser.add_argument("--eval-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--work", default=None, help="keep everything here (default: a temporary directory)")
@@ -159,6 +161,10 @@ def main() -> int:
             str(args.threads),
             "--checkpoint-every",
             "500",
+            "--time-limit",
+            str(args.time_limit),
+            "--draft-vocab-size",
+            str(args.draft_vocab_size),
             threads=args.threads,
         )
         train_s = time.perf_counter() - started

@@ -111,6 +111,8 @@ def test_ngram_drafter_proposes_what_followed_the_suffix_before():
     assert ngram_draft([1, 2, 3, 4, 9, 2, 3], depth=3, max_n=3) == [4, 9, 2]
     assert ngram_draft([5, 6, 7], depth=3, max_n=3) == []
     assert ngram_draft([1, 2, 1], depth=1, max_n=3) == [2]
+    # a repeating pattern is continued past the end of what has been seen
+    assert ngram_draft([7, 5, 6, 5, 6], depth=5, max_n=3) == [5, 6, 5, 6, 5]
 
 
 # ---------- data over the layout ----------

@@ -20,20 +20,39 @@ def _positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data_dir", metavar="DATA_DIR", help="output directory of `hsmon extract` "
-                        "(or any SpecForge-layout rows_*/data_*.ckpt directory)")
-    parser.add_argument("--target-model", metavar="DIR", default=None,
-                        help="the target's Hugging Face directory (default: the embedded target)")
+    parser.add_argument(
+        "data_dir",
+        metavar="DATA_DIR",
+        help="output directory of `hsmon extract` (or any SpecForge-layout rows_*/data_*.ckpt directory)",
+    )
+    parser.add_argument(
+        "--target-model",
+        metavar="DIR",
+        default=None,
+        help="the target's Hugging Face directory (default: the embedded target)",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="where checkpoints and the data index go")
     parser.add_argument("--epochs", type=_positive_int, default=None, help="passes over the data (default 1)")
-    parser.add_argument("--max-steps", type=_positive_int, default=None,
-                        help="stop after N optimizer steps (cycles epochs when --epochs is not given)")
+    parser.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        default=None,
+        help="stop after N optimizer steps (cycles epochs when --epochs is not given)",
+    )
     parser.add_argument("--ttt-length", type=_positive_int, default=7, help="training-time-test unroll steps")
-    parser.add_argument("--draft-vocab-size", type=_positive_int, default=None,
-                        help="draft vocabulary size (default 32000, or the target's vocabulary when smaller)")
+    parser.add_argument(
+        "--draft-vocab-size",
+        type=_positive_int,
+        default=None,
+        help="draft vocabulary size (default 32000, or the target's vocabulary when smaller)",
+    )
     parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
-    parser.add_argument("--batch-tokens", type=_positive_int, default=4096,
-                        help="padded tokens per batch and process (default 4096)")
+    parser.add_argument(
+        "--batch-tokens",
+        type=_positive_int,
+        default=4096,
+        help="padded tokens per batch and process (default 4096)",
+    )
     parser.add_argument("--events", metavar="FILE", default=None, help="append events here (default stdout)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     parser.add_argument("--max-length", type=_positive_int, default=2048, help="truncate rows to N tokens")
@@ -45,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-checkpoints", type=_positive_int, default=2, help="checkpoints kept")
     parser.add_argument("--log-every", type=_positive_int, default=1, help="a step event every N steps")
     parser.add_argument("--heartbeat", type=float, default=10.0, help="seconds between heartbeat events")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end the training (checkpoint, eval, done) after this many seconds of steps",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--job", default="train", help="job id written into every event")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -62,13 +88,30 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = resolve_target(args.target_model)
         settings = TrainSettings(
-            data_dir=Path(args.data_dir), target=target, out=Path(args.out), epochs=args.epochs,
-            max_steps=args.max_steps, ttt_length=args.ttt_length, draft_vocab_size=args.draft_vocab_size,
-            lr=args.lr, batch_tokens=args.batch_tokens, events=args.events, resume=args.resume,
-            warmup_ratio=args.warmup_ratio, grad_clip=args.grad_clip, max_length=args.max_length,
-            eval_fraction=args.eval_fraction, eval_every=args.eval_every,
-            checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-            log_every=args.log_every, heartbeat_s=args.heartbeat, seed=args.seed, job=args.job)
+            data_dir=Path(args.data_dir),
+            target=target,
+            out=Path(args.out),
+            epochs=args.epochs,
+            max_steps=args.max_steps,
+            ttt_length=args.ttt_length,
+            draft_vocab_size=args.draft_vocab_size,
+            lr=args.lr,
+            batch_tokens=args.batch_tokens,
+            events=args.events,
+            resume=args.resume,
+            warmup_ratio=args.warmup_ratio,
+            grad_clip=args.grad_clip,
+            max_length=args.max_length,
+            eval_fraction=args.eval_fraction,
+            eval_every=args.eval_every,
+            checkpoint_every=args.checkpoint_every,
+            keep_checkpoints=args.keep_checkpoints,
+            log_every=args.log_every,
+            heartbeat_s=args.heartbeat,
+            seed=args.seed,
+            job=args.job,
+            time_limit_s=args.time_limit,
+        )
         return train(settings)
     except (DataError, TargetError) as exc:
         print(f"hsmon train: {exc}", file=sys.stderr)

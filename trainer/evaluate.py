@@ -96,16 +96,18 @@ def read_prompts(
 
 
 def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
-    """Prompt lookup: the tokens that followed the latest earlier occurrence of the longest
-    suffix n-gram (n = max_n..1); empty when no suffix occurred before."""
+    """Prompt lookup: find the latest earlier occurrence of the longest suffix n-gram (n = max_n..1)
+    and copy what followed it. The copy may run on into the tokens it is proposing, so a repeating
+    pattern is continued to full depth. Empty when no suffix occurred before."""
     size = len(tokens)
     for n in range(min(max_n, size - 1), 0, -1):
         suffix = tokens[size - n :]
         for start in range(size - n - 1, -1, -1):
             if tokens[start : start + n] == suffix:
-                follow = tokens[start + n : start + n + depth]
-                if follow:
-                    return follow
+                extended = list(tokens)
+                for k in range(depth):
+                    extended.append(extended[start + n + k])
+                return extended[size:]
     return []
 
 
@@ -157,20 +159,25 @@ def speculative_decode(
 
 
 def load_drafter(path: Path, target: Path):
-    """An Eagle3Drafter from an export directory (or a training output directory)."""
+    """An Eagle3Drafter from an export directory (or a training output directory, exported to a
+    temporary directory first); returns (drafter, capture points or None)."""
+    if not (path / "model.safetensors").is_file():
+        import tempfile
+
+        from trainer.export import export_checkpoint, resolve_checkpoint
+
+        ckpt = resolve_checkpoint(path)
+        with tempfile.TemporaryDirectory(prefix="hsmon-drafter-") as tmp:
+            return _load_export(export_checkpoint(ckpt, tmp, "float32"), target)
+    return _load_export(path, target)
+
+
+def _load_export(path: Path, target: Path):
     from safetensors.torch import load_file
 
     from trainer.model import DrafterConfig, Eagle3Drafter
     from trainer.target import load_embed_and_head
 
-    if not (path / "model.safetensors").is_file():
-        from trainer.export import export_checkpoint, resolve_checkpoint
-
-        ckpt = resolve_checkpoint(path)  # a training --out directory: export it in memory first
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="hsmon-drafter-"))
-        path = export_checkpoint(ckpt, tmp, "float32")
     config = json.loads((path / "config.json").read_text())
     cfg = DrafterConfig(
         hidden_size=config["hidden_size"],

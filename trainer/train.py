@@ -69,6 +69,7 @@ class TrainSettings:
     log_every: int = 1
     heartbeat_s: float = 10.0
     seed: int = 0
+    time_limit_s: float | None = None
     job: str = "train"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -80,8 +81,15 @@ class StepStats:
     counts: list[float]
 
 
-def ttt_loss(model: Eagle3Drafter, batch: Batch, target_head: torch.Tensor, draft_ids: torch.Tensor,
-             length: int, device: torch.device, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def ttt_loss(
+    model: Eagle3Drafter,
+    batch: Batch,
+    target_head: torch.Tensor,
+    draft_ids: torch.Tensor,
+    length: int,
+    device: torch.device,
+    autocast: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Weighted loss (scalar) and per-step sums [3, length]: (loss*count, correct, count)."""
     aux = batch.aux.to(device, non_blocking=True)
     next_ids = batch.next_ids.to(device)
@@ -216,8 +224,15 @@ def _prepare_index(settings: TrainSettings, world: _Dist) -> DataIndex:
     return load_index(path)
 
 
-def _evaluate(drafter: Eagle3Drafter, rows: list[RowRef], settings: TrainSettings, target_head: torch.Tensor,
-              draft_ids: torch.Tensor, device: torch.device, autocast: bool) -> StepStats | None:
+def _evaluate(
+    drafter: Eagle3Drafter,
+    rows: list[RowRef],
+    settings: TrainSettings,
+    target_head: torch.Tensor,
+    draft_ids: torch.Tensor,
+    device: torch.device,
+    autocast: bool,
+) -> StepStats | None:
     if not rows:
         return None
     plan = plan_epoch(rows, settings.batch_tokens, seed=12345, epoch=0)[: settings.eval_batches]
@@ -228,8 +243,9 @@ def _evaluate(drafter: Eagle3Drafter, rows: list[RowRef], settings: TrainSetting
     try:
         with torch.no_grad():
             for batch in prefetch:
-                sums += ttt_loss(forward, batch, target_head, draft_ids, settings.ttt_length, device,
-                                 autocast)[1]
+                sums += ttt_loss(
+                    forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
+                )[1]
     finally:
         prefetch.close()
     drafter.train()
@@ -291,8 +307,9 @@ def train(settings: TrainSettings) -> int:
         world.close()
 
 
-def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
-           stop_requested: threading.Event) -> int:
+def _train(
+    settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None, stop_requested: threading.Event
+) -> int:
     device = world.device
     autocast = device.type == "cuda"
     out = settings.out
@@ -304,8 +321,10 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
     target_config = load_target_config(settings.target)
     embed, head = load_embed_and_head(settings.target)
     if embed.shape[1] != index.hidden_size:
-        raise DataError(f"{settings.data_dir}: hidden size {index.hidden_size} differs from the target's "
-                        f"{embed.shape[1]} ({settings.target}); pass the --target-model the data came from")
+        raise DataError(
+            f"{settings.data_dir}: hidden size {index.hidden_size} differs from the target's "
+            f"{embed.shape[1]} ({settings.target}); pass the --target-model the data came from"
+        )
     if ckpt is not None:
         cfg = DrafterConfig(**ckpt["drafter_config"])
     else:
@@ -329,8 +348,10 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
 
     steps_per_epoch = len(plan_epoch(train_rows, settings.batch_tokens, settings.seed, 0)) // world.world
     if steps_per_epoch == 0:
-        raise DataError(f"{settings.data_dir}: {len(train_rows)} training rows make fewer batches than "
-                        f"{world.world} processes; lower --batch-tokens or add data")
+        raise DataError(
+            f"{settings.data_dir}: {len(train_rows)} training rows make fewer batches than "
+            f"{world.world} processes; lower --batch-tokens or add data"
+        )
     if settings.max_steps is not None:
         epochs_bound = settings.epochs * steps_per_epoch if settings.epochs else None
         total_steps = settings.max_steps if epochs_bound is None else min(settings.max_steps, epochs_bound)
@@ -341,18 +362,23 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
     forward: torch.nn.Module = _TTTForward(drafter)
     if world.enabled:
         forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[device.index] if device.type == "cuda" else None)
+            forward, device_ids=[device.index] if device.type == "cuda" else None
+        )
     params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95),
-                                  weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio))
+        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
+    )
 
     step, epoch, position, tokens_done = 0, 0, 0, 0
     if ckpt is not None:
         if ckpt["world_size"] != world.world:
-            raise DataError(f"{resume_from}: written by {ckpt['world_size']} processes, resumed with "
-                            f"{world.world}; resume with the same --nproc_per_node")
+            raise DataError(
+                f"{resume_from}: written by {ckpt['world_size']} processes, resumed with "
+                f"{world.world}; resume with the same --nproc_per_node"
+            )
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         step, epoch, position = ckpt["step"], ckpt["epoch"], ckpt["position"]
@@ -373,10 +399,17 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
         if world.main:
             state = {
                 "model": {k: v for k, v in drafter.state_dict().items() if not k.startswith("embed_tokens.")},
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "step": step, "epoch": epoch, "position": position, "tokens": tokens_done,
-                "rng": rng, "world_size": world.world, "drafter_config": cfg.to_dict(),
-                "aux_layer_ids": aux_layer_ids, "target_model": str(settings.target),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "step": step,
+                "epoch": epoch,
+                "position": position,
+                "tokens": tokens_done,
+                "rng": rng,
+                "world_size": world.world,
+                "drafter_config": cfg.to_dict(),
+                "aux_layer_ids": aux_layer_ids,
+                "target_model": str(settings.target),
                 "total_steps": total_steps,
             }
             path = save_checkpoint(out, step, state, settings.keep_checkpoints)
@@ -385,20 +418,35 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
         return path
 
     if writer:
-        writer.emit(ev.START, backend="train", pid=os.getpid(), output_dir=str(out),
-                    data_dir=str(settings.data_dir), target_model=str(settings.target),
-                    total_rows=len(train_rows), eval_rows=len(held_rows),
-                    total_tokens=sum(r.length for r in train_rows), hidden_size=cfg.hidden_size,
-                    layers=index.num_aux, draft_vocab_size=cfg.draft_vocab_size,
-                    ttt_length=settings.ttt_length,
-                    total_steps=total_steps, steps_per_epoch=steps_per_epoch, world_size=world.world,
-                    resumed_from=str(resume_from) if resume_from else None, start_step=step,
-                    dtype="bfloat16" if autocast else "float32", device=device.type)
+        writer.emit(
+            ev.START,
+            backend="train",
+            pid=os.getpid(),
+            output_dir=str(out),
+            data_dir=str(settings.data_dir),
+            target_model=str(settings.target),
+            total_rows=len(train_rows),
+            eval_rows=len(held_rows),
+            total_tokens=sum(r.length for r in train_rows),
+            hidden_size=cfg.hidden_size,
+            layers=index.num_aux,
+            draft_vocab_size=cfg.draft_vocab_size,
+            ttt_length=settings.ttt_length,
+            total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
+            world_size=world.world,
+            resumed_from=str(resume_from) if resume_from else None,
+            start_step=step,
+            dtype="bfloat16" if autocast else "float32",
+            device=device.type,
+        )
 
     last_ckpt_step = step if ckpt is not None else -1
+    run_started = time.monotonic()
+    out_of_time = False
     interval_start, interval_tokens, interval_wait = time.perf_counter(), 0, 0.0
     stopped = False
-    while step < total_steps and not stopped:
+    while step < total_steps and not stopped and not out_of_time:
         plan = plan_epoch(train_rows, settings.batch_tokens, settings.seed, epoch)
         mine = [plan[s * world.world + world.rank] for s in range(steps_per_epoch)]
         prefetch = Prefetcher([[train_rows[i] for i in b] for b in mine[position:]])
@@ -408,8 +456,9 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
                 interval_wait += prefetch.wait_seconds - waited
                 waited = prefetch.wait_seconds
                 optimizer.zero_grad(set_to_none=True)
-                loss, sums = ttt_loss(forward, batch, target_head, draft_ids, settings.ttt_length,
-                                      device, autocast)
+                loss, sums = ttt_loss(
+                    forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
+                )
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
                 optimizer.step()
@@ -427,23 +476,47 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
                     elapsed = max(now - interval_start, 1e-9)
                     stats = _stats(sums)
                     weighted = sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses))
-                    writer.emit(ev.STEP, step=step, total_steps=total_steps, epoch=epoch, loss=weighted,
-                                losses=stats.losses, accs=stats.accs, lr=scheduler.get_last_lr()[0],
-                                grad_norm=float(grad_norm), tokens=tokens_done,
-                                tokens_s=interval_tokens / elapsed,
-                                data_wait_frac=min(1.0, interval_wait / elapsed))
+                    writer.emit(
+                        ev.STEP,
+                        step=step,
+                        total_steps=total_steps,
+                        epoch=epoch,
+                        loss=weighted,
+                        losses=stats.losses,
+                        accs=stats.accs,
+                        lr=scheduler.get_last_lr()[0],
+                        grad_norm=float(grad_norm),
+                        tokens=tokens_done,
+                        tokens_s=interval_tokens / elapsed,
+                        data_wait_frac=min(1.0, interval_wait / elapsed),
+                    )
                     interval_start, interval_tokens, interval_wait = now, 0, 0.0
                 if position >= steps_per_epoch:
                     epoch, position = epoch + 1, 0
                 if real[1] > 0:
                     stopped = True
                     break
+                if settings.time_limit_s is not None:
+                    late = torch.tensor([float(time.monotonic() - run_started >= settings.time_limit_s)])
+                    if world.all_sum(late)[0] > 0:  # every rank ends at the same step
+                        out_of_time = True
+                        break
                 if settings.checkpoint_every and step % settings.checkpoint_every == 0:
                     checkpoint()
                     last_ckpt_step = step
                 if settings.eval_every and step % settings.eval_every == 0:
-                    _eval_and_emit(drafter, held_rows, settings, target_head, draft_ids, device, autocast,
-                                   world, writer, step)
+                    _eval_and_emit(
+                        drafter,
+                        held_rows,
+                        settings,
+                        target_head,
+                        draft_ids,
+                        device,
+                        autocast,
+                        world,
+                        writer,
+                        step,
+                    )
                 if step >= total_steps:
                     break
         finally:
@@ -455,26 +528,49 @@ def _train(settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None,
         if writer:
             writer.emit(ev.STOPPED, reason="signal", step=step, tokens=tokens_done)
         return 0
-    stats = _eval_and_emit(drafter, held_rows, settings, target_head, draft_ids, device, autocast, world,
-                           writer, step)
+    stats = _eval_and_emit(
+        drafter, held_rows, settings, target_head, draft_ids, device, autocast, world, writer, step
+    )
     in_sync = _ranks_in_sync(drafter, world)
     if writer:
-        writer.emit(ev.DONE, step=step, tokens=tokens_done, epochs_done=epoch,
-                    eval_accs=stats.accs if stats else None, ranks_in_sync=in_sync,
-                    checkpoint=str(latest_checkpoint(out)))
+        writer.emit(
+            ev.DONE,
+            step=step,
+            tokens=tokens_done,
+            epochs_done=epoch,
+            time_limit_reached=out_of_time,
+            eval_accs=stats.accs if stats else None,
+            ranks_in_sync=in_sync,
+            checkpoint=str(latest_checkpoint(out)),
+        )
     return 0
 
 
-def _eval_and_emit(drafter: Eagle3Drafter, held_rows: list[RowRef], settings: TrainSettings,
-                   target_head: torch.Tensor, draft_ids: torch.Tensor, device: torch.device, autocast: bool,
-                   world: _Dist, writer: ev.EventWriter | None, step: int) -> StepStats | None:
+def _eval_and_emit(
+    drafter: Eagle3Drafter,
+    held_rows: list[RowRef],
+    settings: TrainSettings,
+    target_head: torch.Tensor,
+    draft_ids: torch.Tensor,
+    device: torch.device,
+    autocast: bool,
+    world: _Dist,
+    writer: ev.EventWriter | None,
+    step: int,
+) -> StepStats | None:
     stats = None
     if world.main:
         stats = _evaluate(drafter, held_rows, settings, target_head, draft_ids, device, autocast)
         if stats and writer:
-            writer.emit(ev.EVAL, step=step, rows=len(held_rows), losses=stats.losses, accs=stats.accs,
-                        loss=sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses)),
-                        accept_len_est=expected_accept_length(stats.accs))
+            writer.emit(
+                ev.EVAL,
+                step=step,
+                rows=len(held_rows),
+                losses=stats.losses,
+                accs=stats.accs,
+                loss=sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses)),
+                accept_len_est=expected_accept_length(stats.accs),
+            )
     world.barrier()
     return stats
 

@@ -90,5 +90,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from hsmon.tui.app import HsmonApp
 
+    # COLUMNS/LINES in the environment pin the size Textual reads, so the dashboard would never follow
+    # a resize (tmux under some launchers exports them): the terminal itself is the truth.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
     HsmonApp(sources).run()
     return 0

@@ -270,3 +270,24 @@ class JobHistory:
             self.last_step = training.get("step")
             self.training.append(training)
         return True
+
+
+def status_line(job: dict[str, Any]) -> str:
+    """One plain line per job for logs and CI (`make demo` headless)."""
+    progress = job.get("progress") or {}
+    parts = [f"{job.get('job', '?')}: {str(job.get('state', '?')).upper()}"]
+    if progress.get("rows_done") is not None:
+        parts.append(f"rows {progress_label(progress.get('rows_done'), progress.get('rows_total'))}")
+    if progress.get("tokens_per_s"):
+        parts.append(fmt_rate(progress["tokens_per_s"], " tok/s"))
+    training = job.get("training") or {}
+    if training.get("step") is not None:
+        loss = training.get("loss") or []
+        parts.append(f"step {training['step']}" + (f" loss {loss[0]:.3f}" if loss else ""))
+    elapsed, eta = job_elapsed_eta(job)
+    parts.append(f"elapsed {elapsed} ETA {eta}")
+    for line in disk_lines(job.get("disk")):
+        parts.append(f"{line.role} {line.free} free ({line.verdict})")
+    for severity, message in alerts(job):
+        parts.append(f"{severity.upper()}: {message}")
+    return "  ".join(parts)

@@ -72,8 +72,12 @@ class TrainingScreen(Screen[None]):
         extraction = source_job[1] if source_job else None
         if extraction_unfinished(extraction):
             chunks = complete_chunks(extraction)
-            form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished: a training now uses "
-                             f"only the {chunks if chunks is not None else '?'} complete chunks")
+            if chunks == 0:
+                form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished and no chunk is "
+                                 "complete yet: a training now would find no data")
+            else:
+                form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished: a training now uses "
+                                 f"only the {chunks if chunks is not None else '?'} complete chunks")
         else:
             form.set_warning(None)
         training = app.training_job()

@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
 
 from hsmon.tui.view import alerts
+from hsmon.tui.widgets.quiet import QuietStatic
 
 SEVERITY_STYLES = {"critical": "bold red", "warning": "bold yellow", "info": "cyan"}
 SEVERITY_MARKS = {"critical": "✖", "warning": "▲", "info": "ℹ"}
 
 
-class AlertsPanel(Static):
+class AlertsPanel(QuietStatic):
     """Every hint of the job (e.g. the stdout-buffering hint) and every disk or state alarm."""
 
     def show(self, job: dict[str, Any]) -> None:
         items = alerts(job)
-        self.display = bool(items)
+        if self.display != bool(items):
+            self.display = bool(items)
         self.set_class(any(sev == "critical" for sev, _ in items), "-critical")
         text = Text()
         for i, (severity, message) in enumerate(items):
@@ -26,4 +27,4 @@ class AlertsPanel(Static):
                 text.append("\n")
             style = SEVERITY_STYLES.get(severity, "")
             text.append(f"{SEVERITY_MARKS.get(severity, '•')} {message}", style=style)
-        self.update(text)
+        self.show_text(text)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+
+from hsmon.tui.widgets.quiet import QuietStatic
 
 
-class ConnectionBar(Static):
+class ConnectionBar(QuietStatic):
     """Where the figures come from and whether that source answers."""
 
     DEFAULT_CSS = "ConnectionBar { height: auto; padding: 0 1; }"
@@ -26,4 +27,4 @@ class ConnectionBar(Static):
                 text.append("✖ ", style="bold red")
                 text.append(f"{label}: {error}", style="bold red")
         self.set_class(down, "-down")
-        self.update(text)
+        self.show_text(text)

@@ -6,9 +6,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Label, Sparkline
+from textual.widgets import Sparkline
 
 from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
+from hsmon.tui.widgets.quiet import QuietStatic
 from hsmon.units import format_bytes, format_duration
 
 
@@ -21,19 +22,20 @@ class DumpPanel(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield Label("", id="dump-figures")
+        yield QuietStatic("", id="dump-figures")
         yield Sparkline([], id="dump-spark")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         dump = job.get("dump")
-        self.display = dump is not None
+        if self.display != (dump is not None):
+            self.display = dump is not None
         if dump is None:
             return
         self.border_title = f"dump {dump.get('path', '')}"
         if not dump.get("exists", True):
-            self.query_one("#dump-figures", Label).update("directory does not exist (yet)")
+            self.query_one("#dump-figures", QuietStatic).show_text("directory does not exist (yet)")
         else:
-            self.query_one("#dump-figures", Label).update(
+            self.query_one("#dump-figures", QuietStatic).show_text(
                 f"{fmt_count(dump.get('files'))} files  {format_bytes(dump.get('bytes'))}  "
                 f"oldest {format_duration(dump.get('oldest_age_s'))}  "
                 f"in {fmt_rate(dump.get('created_per_s'))} out {fmt_rate(dump.get('consumed_per_s'))}")

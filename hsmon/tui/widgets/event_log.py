@@ -9,16 +9,16 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
-from textual.widgets import Static
 
 from hsmon.tui.view import EVENT_FILTERS, event_line, filtered_events
+from hsmon.tui.widgets.quiet import QuietStatic
 
 KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "state": "bold cyan",
                "pause": "bold magenta", "done": "bold green", "stopped": "bold blue", "chunk": "green",
                "checkpoint": "green"}
 
 
-class FilterBar(Static):
+class FilterBar(QuietStatic):
     """'show: (all) errors rejects', each word clickable."""
 
     def show(self, which: str) -> None:
@@ -26,7 +26,7 @@ class FilterBar(Static):
         for name in EVENT_FILTERS:
             style = "bold reverse" if name == which else "underline"
             parts.append(Content.from_markup(f"[{style} @click=set_filter('{name}')] {name} [/] "))
-        self.update(Content("").join(parts))
+        self.update(Content("").join(parts), layout=False)
 
     def action_set_filter(self, which: str) -> None:
         log = self.parent
@@ -40,7 +40,7 @@ class EventLog(Vertical):
     DEFAULT_CSS = """
     EventLog { height: auto; }
     EventLog FilterBar { height: 1; }
-    EventLog #event-lines { height: auto; }
+    EventLog #event-lines { height: auto; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     which: reactive[str] = reactive("all")
@@ -54,7 +54,7 @@ class EventLog(Vertical):
 
     def compose(self) -> ComposeResult:
         yield FilterBar(id="event-filter")
-        yield Static("", id="event-lines")
+        yield QuietStatic("", id="event-lines")
 
     def on_mount(self) -> None:
         self.query_one(FilterBar).show(self.which)
@@ -88,4 +88,6 @@ class EventLog(Vertical):
             if i:
                 text.append("\n")
             text.append(event_line(event, self._now), style=KIND_STYLES.get(str(event.get("kind")), ""))
-        self.query_one("#event-lines", Static).update(text)
+        text.no_wrap = True
+        text.overflow = "ellipsis"
+        self.query_one("#event-lines", QuietStatic).show_text(text)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import Static
 
 from hsmon.tui.view import job_elapsed_eta
+from hsmon.tui.widgets.quiet import QuietStatic
 
 BADGE_STYLES = {
     "starting": "bold black on cyan",
@@ -26,7 +26,7 @@ def badge(state: str | None) -> Text:
     return Text(f" {state.upper()} ", style=BADGE_STYLES.get(state, "bold white on grey37"))
 
 
-class JobHeader(Static):
+class JobHeader(QuietStatic):
     """State badge, job name and kind, elapsed, ETA and the state's reason."""
 
     DEFAULT_CSS = "JobHeader { height: auto; }"
@@ -43,4 +43,4 @@ class JobHeader(Static):
             text.append(f"\n{reason}", style="italic")
         if stale:
             text.append(f"\n{stale}", style="bold red")
-        self.update(text)
+        self.show_text(text)

@@ -6,9 +6,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, Sparkline
+from textual.widgets import Sparkline
 
 from hsmon.tui.view import JobHistory, fmt_byte_rate, fmt_rate
+from hsmon.tui.widgets.quiet import QuietStatic
 
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
 
@@ -19,14 +20,14 @@ class RatesPanel(Vertical):
     DEFAULT_CSS = """
     RatesPanel { height: auto; }
     RatesPanel > Horizontal { height: 1; }
-    RatesPanel Label { width: 20; }
+    RatesPanel QuietStatic { width: 20; }
     RatesPanel Sparkline { width: 1fr; }
     """
 
     def compose(self) -> ComposeResult:
         for key, _ in RATES:
             with Horizontal():
-                yield Label("", id=f"rate-{key}")
+                yield QuietStatic("", id=f"rate-{key}")
                 yield Sparkline([], id=f"spark-{key}")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
@@ -38,5 +39,5 @@ class RatesPanel(Vertical):
         }
         for key, unit in RATES:
             text, series = values[key]
-            self.query_one(f"#rate-{key}", Label).update(f"{unit:<8}{text:>11}")
+            self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>11}")
             self.query_one(f"#spark-{key}", Sparkline).data = list(series)

@@ -1,0 +1,30 @@
+"""Text that redraws only when it changed, and re-lays out only when its size may have changed.
+
+A full layout pass per widget per refresh is most of the dashboard's CPU at one update a second,
+and most figures keep their shape: the same text, or text of the same lines and length.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+def _shape(text: Text | str) -> tuple[int, int | None]:
+    """(newlines, length or None when it cannot wrap): equal shapes take the same room."""
+    plain = text.plain if isinstance(text, Text) else text
+    no_wrap = isinstance(text, Text) and bool(text.no_wrap)
+    return plain.count("\n"), None if no_wrap else len(plain)
+
+
+class QuietStatic(Static):
+    """A Static whose ``show_text`` skips unchanged text and needless layout passes."""
+
+    _shown: Text | str | None = None
+
+    def show_text(self, text: Text | str) -> None:
+        if text == self._shown:
+            return
+        before = self._shown
+        self._shown = text
+        self.update(text, layout=before is None or _shape(before) != _shape(text))
