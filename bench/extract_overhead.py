@@ -1,6 +1,6 @@
 """Extraction throughput against a bare forward pass of the same model over the same rows.
 
-    python bench/extract_overhead.py [--model DIR] [--rows 200] [--repeats 3] [--threads N]
+    python bench/extract_overhead.py [--model DIR] [--rows 150] [--repeats 5] [--threads N]
 
 Baseline: the decoder's forward pass alone over exactly the batches the extractor forms (same
 rows, token budget, chunking), in a subprocess started like the extraction (so both pay the same
@@ -120,8 +120,8 @@ def run_extract(model: Path, data: Path, out: Path, threads: int) -> tuple[float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model")
-    parser.add_argument("--rows", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=150)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads for both (default: torch's)")
     parser.add_argument("--forward-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()

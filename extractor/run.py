@@ -258,10 +258,12 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float,
-                   quit_event: threading.Event) -> None:
+def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float, quit_event: threading.Event,
+                   on_beat: Any = None) -> None:
     while not quit_event.wait(interval):
         events.emit(ev.HEARTBEAT, **progress.snapshot())
+        if on_beat is not None:
+            on_beat()  # keeps the terminal line fresh while paused
 
 
 def main(args: argparse.Namespace) -> int:
@@ -330,7 +332,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     writer.start()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
-                                 args=(events, progress, args.heartbeat, quit_heartbeat))
+                                 args=(events, progress, args.heartbeat, quit_heartbeat, line.update))
     heartbeat.start()
     error: str | None = None
     try:
