@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup demo test tui-test-deps lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -20,10 +20,14 @@ $(VENV)/.hsmon-setup: pyproject.toml
 demo: setup
 	$(PY) -m extractor.demo
 
+# The TUI's end-to-end tests drive the real dashboard in tmux (Debian package; CI runs as root).
+tui-test-deps:
+	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq tmux)
+
 lint: setup
 	$(PY) -m ruff check .
 
-test: setup
+test: setup tui-test-deps
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
 
