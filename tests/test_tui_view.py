@@ -84,3 +84,16 @@ def test_sparkline_scales() -> None:
     assert sparkline([5, 5, 5], 2) == "▅▅"
     assert sparkline([], 5) == ""
     assert len(sparkline(list(range(100)), 8)) == 8
+
+
+def test_the_tui_never_imports_torch_or_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hsmon.tui.app, hsmon.tui.cli, hsmon.tui.sources, hsmon.demo\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sglang')]\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
