@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup demo test tui-test-deps lint clean bench
+.PHONY: setup sysdeps tui-test-deps demo test lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -22,12 +22,24 @@ demo: setup
 
 # The TUI's end-to-end tests drive the real dashboard in tmux (Debian package; CI runs as root).
 tui-test-deps:
-	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq tmux)
+	@command -v tmux >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tmux; \
+	  else echo "tui-test-deps: tmux is missing (as root: apt-get install tmux); its tests will skip"; fi; }
 
 lint: setup
 	$(PY) -m ruff check .
 
-test: setup tui-test-deps
+# System packages the tests use: a real Prometheus (Debian's 2.42) scrapes the daemon. Idempotent.
+sysdeps:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	  else echo "sysdeps: prometheus is missing (as root: apt-get install prometheus); its tests will skip"; fi; }
+
+test: setup sysdeps tui-test-deps
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
 

@@ -178,7 +178,10 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
 
 def load_toml(path: str) -> DaemonConfig:
     """Read a hsmon.toml into a DaemonConfig."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as fh:
@@ -232,7 +235,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
     if not any(getattr(args, k, None) for k in ("dump_dir", "out", "events", "pid", "pidfile", "match")):
         return None
     return JobConfig(
-        name=args.job or "job",
+        name=args.job or _job_id_from_events(args.events) or "job",
         kind=args.kind,
         dump_dir=_abs(args.dump_dir),
         out_dir=_abs(args.out),
@@ -244,6 +247,25 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
         stall_after=args.stall_after,
         rows_total=args.rows_total,
     )
+
+
+def _job_id_from_events(path: str | None) -> str | None:
+    """The job id of the first valid event in the file's first 64 KB (None if there is none)."""
+    if not path:
+        return None
+    from hsmon.events import parse_event_line
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return None
+    for line in head.split(b"\n")[:-1]:
+        event = parse_event_line(line)
+        job = event.get("job") if event else None
+        if isinstance(job, str) and re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", job):
+            return job
+    return None
 
 
 def _abs(path: str | None) -> str | None:

@@ -88,9 +88,9 @@ class MonitorCollector(Collector):
     def _progress(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
         specs = [
             ("rows_done", "hsmon_rows_done", "rows done", "g"),
-            ("rows_total", "hsmon_rows", "rows the job will do in all", "g"),
+            ("rows_total", "hsmon_rows_planned", "rows the job will do in all", "g"),
             ("tokens_done", "hsmon_tokens_done", "tokens done", "g"),
-            ("tokens_total", "hsmon_tokens", "tokens the job will do in all", "g"),
+            ("tokens_total", "hsmon_tokens_planned", "tokens the job will do in all", "g"),
             ("chunks_done", "hsmon_chunks_done", "chunks done", "g"),
             ("rejects", "hsmon_rejected_rows", "input rows rejected", "g"),
             ("rows_per_s", "hsmon_rows_per_second", "rows per second (recent window)", "g"),

@@ -10,6 +10,7 @@ No heavy imports: the monitor side imports this module.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -216,12 +217,21 @@ def _torchrun(python: str) -> list[str]:
 
 def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
     """The command that runs the training: `hsmon train DATA --out OUT --events OUT/events.jsonl ...`,
-    under torchrun with --nproc-per-node when more than one GPU is asked for."""
+    under torchrun with --nproc-per-node when more than one GPU is asked for.
+
+    Env HSMON_TRAIN_COMMAND replaces `python -m hsmon` (a site wrapper, a container entry point).
+    """
     python = python or sys.executable
+    override = shlex.split(os.environ.get("HSMON_TRAIN_COMMAND", ""))
     if req.gpus > 1:
-        head = [*_torchrun(python), "--standalone", "--nproc-per-node", str(req.gpus), "-m", "hsmon"]
+        runner = [*_torchrun(python), "--standalone", "--nproc-per-node", str(req.gpus)]
+        if override:
+            interp = "python" in os.path.basename(override[0])
+            head = [*runner, *(override[1:] if interp else override)]
+        else:
+            head = [*runner, "-m", "hsmon"]
     else:
-        head = [python, "-m", "hsmon"]
+        head = override or [python, "-m", "hsmon"]
     argv = [*head, "train", req.data_dir, "--out", req.out_dir, "--events", req.events_path]
     options = (
         ("--target-model", req.target_model),

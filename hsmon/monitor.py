@@ -39,6 +39,7 @@ log = logging.getLogger("hsmon.monitor")
 BUSY_CPU_FRACTION = 0.02
 BUSY_IO_BYTES_PER_S = 16 * 1024
 STATUS_VERSION = 1
+FULL_SCAN_EVERY = 10
 
 TransitionListener = Callable[[dict[str, Any], "str | None"], None]
 
@@ -75,12 +76,14 @@ class JobRuntime:
         self.last_work_ts: float | None = None
         self.last_busy_ts: float | None = None
         self._work_marks: tuple[Any, ...] | None = None
+        self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
         self.doc: dict[str, Any] = {}
+        self._next_doc: dict[str, Any] = {}
         self.decision: Decision | None = None
 
     # -- measuring ----------------------------------------------------------------------------
@@ -110,8 +113,11 @@ class JobRuntime:
             ]
             self.last_work_ts = min(max(times), now) if times else None
         elif marks != self._work_marks:
-            self.last_work_ts = now
+            # it moved somewhere since the previous look: credit that look's time (as for CPU)
+            since = self._last_look_ts if self._last_look_ts is not None else now
+            self.last_work_ts = max(self.last_work_ts or 0.0, since)
         self._work_marks = marks
+        self._last_look_ts = now
         change = self.dump.last_change_ts if self.dump is not None else None
         if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
             self.last_work_ts = change  # an event's time: finer than the tick
@@ -122,23 +128,43 @@ class JobRuntime:
             io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
             prev = self._busy_marks.get(proc["pid"])
             self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
-            if prev is None or mono <= prev[0]:
+            if prev is None:
+                # first sight: no rate yet. A process that has been busy on average over its life
+                # counts as busy now (conservative: never a stall alarm before a second sample)
+                uptime = proc.get("uptime_s") or 0.0
+                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
+                    self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
+                continue
+            if mono <= prev[0]:
                 continue
             dt = mono - prev[0]
             if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
                 io - prev[2]
             ) / dt > BUSY_IO_BYTES_PER_S:
-                self.last_busy_ts = now
+                # the work happened somewhere since the previous sample: credit it to that sample's
+                # time, so that a process frozen just now does not look busy for one more tick
+                self.last_busy_ts = max(self.last_busy_ts or 0.0, now - dt)
 
-    def update(self, now: float, scan_dump: bool, scan_output: bool) -> None:
+    def _dump_dir_changed(self) -> bool:
+        """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
+        assert self.dump is not None
+        try:
+            inode = os.stat(self.dump.path).st_ino
+        except OSError:
+            return self.dump.exists
+        return not self.dump.exists or inode != self.dump.dir_inode
+
+    def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True) -> None:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
         procs = self.poll_processes()
-        if self.dump is not None and scan_dump:
-            self.dump.scan()
+        if self.dump is not None and (scan_dump or self._dump_dir_changed()):
+            self.dump.scan(full=full_scan)
         if self.output is not None and scan_output:
             self.output.scan()
+        if self.dump is not None:
+            self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
         out = self.output.snapshot() if self.output else None
         self._note_activity(now, procs, dump, out)
@@ -224,7 +250,7 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        self.doc = {
+        self._next_doc = {
             "job": self.cfg.name,
             "kind": self.cfg.kind,
             "state": self.state or self.decision.state,
@@ -253,8 +279,10 @@ class JobRuntime:
         assert self.decision is not None
         new = self.decision.state
         self.reason = self.decision.reason
+        doc = self._next_doc
         if new == self.state:
-            self.doc.update(state=new, state_since_ts=self.state_since_ts)
+            doc.update(state=new, state_since_ts=self.state_since_ts)
+            self.doc = doc  # published whole: readers never see a half-built document
             return None
         previous, self.state, self.state_since_ts = self.state, new, now
         self.transitions_total += 1
@@ -263,12 +291,13 @@ class JobRuntime:
             ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=self.decision.reason
         )
         self.state_events.append(event)
-        self.doc.update(
+        doc.update(
             state=new,
             state_since_ts=now,
             transitions_total=self.transitions_total,
-            recent_events=sorted(self.doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
+            recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
         )
+        self.doc = doc
         return previous or "none"
 
 
@@ -458,7 +487,10 @@ class Monitor:
                 runtimes = list(self._jobs.values())
             for runtime in runtimes:
                 now = time.time()
-                runtime.update(now, scan_dump=scan, scan_output=scan)
+                # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
+                # lists only a directory whose mtime moved
+                full = force_scan or overflow or self.scans_total % FULL_SCAN_EVERY == 0
+                runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full)
                 if self._observer is not None and runtime.dump is not None:
                     self._ensure_watch(runtime)
                 previous = runtime.apply_decision(now)

@@ -111,6 +111,16 @@ def hints_for(snap: Snapshot) -> list[Hint]:
                     f"resume it with `kill -CONT {proc.pid}`.",
                 )
             )
+    for proc in snap.processes[1:]:
+        if proc.seen_alive and (not proc.alive or proc.status == "zombie"):
+            hints.append(
+                Hint(
+                    "process-gone",
+                    "warning",
+                    f"the job's {proc.role} process (PID {proc.pid}) is gone: the job cannot "
+                    "progress without it",
+                )
+            )
     if snap.disk_fits is False:
         hints.append(
             Hint("disk-wont-fit", "critical", snap.disk_message or "the output will not fit on disk")
@@ -147,7 +157,6 @@ def decide(snap: Snapshot) -> Decision:
             return Decision("done", "the job reported done", hints)
         return Decision("done", f"the job stopped on request ({snap.terminal_kind} event)", hints)
 
-    alive = [p for p in snap.processes if p.alive and p.status != "zombie"]
     main = snap.processes[0] if snap.processes else None
     if snap.process_watched and main is not None and not (main.alive and main.status != "zombie"):
         if main.seen_alive or snap.evidence_of_job:
@@ -187,6 +196,9 @@ def decide(snap: Snapshot) -> Decision:
         )
     never_worked = snap.last_progress_ts is None and snap.last_work_ts is None
     since_watch = max(0.0, now - snap.watch_start_ts)
+    if not snap.process_watched and not snap.evidence_of_job and never_worked:
+        # nothing says the job exists yet (no process known, no events, output or dump files)
+        return Decision("starting", f"waiting for the job to start (watching for {_fmt(since_watch)})", hints)
     if busy_age is not None and busy_age <= stall:
         if never_worked:
             return Decision("starting", f"busy (CPU/I/O {_fmt(busy_age)} ago) but no output yet", hints)
@@ -202,9 +214,7 @@ def decide(snap: Snapshot) -> Decision:
         (t for t in (snap.last_progress_ts, snap.last_work_ts, snap.last_busy_ts) if t is not None),
         default=snap.watch_start_ts,
     )
-    quiet = max(0.0, now - max(last, snap.watch_start_ts if never_worked else last))
-    if snap.process_watched and not alive and main is None:
-        return Decision("starting", "no process found yet", hints)
+    quiet = max(0.0, now - last)
     hints.append(
         Hint(
             "stalled",

@@ -63,6 +63,13 @@ def _pct(done: Any, total: Any) -> str:
     return f" ({100.0 * done / total:.1f} %)" if isinstance(done, (int, float)) and total else ""
 
 
+def _dump_rates(dump: dict[str, Any]) -> str:
+    created, consumed = dump.get("created_per_s"), dump.get("consumed_per_s")
+    if created is None or consumed is None:
+        return ""
+    return f" ({created:.1f}/s in, {consumed:.1f}/s out)"
+
+
 def render(doc: dict[str, Any]) -> str:
     """A readable table of every job."""
     lines = []
@@ -104,7 +111,7 @@ def render(doc: dict[str, Any]) -> str:
                 or (
                     f"{dump['files']} files, {format_bytes(dump['bytes'])}, oldest "
                     f"{format_duration(dump['oldest_age_s'])}, created {dump['created_total']}, "
-                    f"consumed {dump['consumed_total']}"
+                    f"consumed {dump['consumed_total']}{_dump_rates(dump)}"
                 )
             )
             rows.append(("dump", f"{dump['path']}: {state}"))

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from hsmon.trackers.rates import RateWindow
+
 
 class DumpDirTracker:
     """Entries directly inside ``path`` (files, or per-request subdirectories)."""
@@ -32,11 +34,15 @@ class DumpDirTracker:
         self.consumed_total = 0
         self.events_total = 0
         self.scans_total = 0
+        self.scans_skipped_total = 0
+        self._listed_identity: tuple[int, int] | None = None
         self.scan_seconds_last = 0.0
         self.exists = False
         self.error: str | None = None
         self.dir_inode: int | None = None
         self.last_change_ts: float | None = None
+        self._created_rate = RateWindow(30.0)
+        self._consumed_rate = RateWindow(30.0)
         self.newest_mtime: float | None = None  # of the last scan's entries: work before we watched
 
     # -- events (watchdog thread) --------------------------------------------------------------
@@ -121,8 +127,22 @@ class DumpDirTracker:
                 self.last_change_ts = time.time()
 
     # -- reconciliation (scanner thread) -------------------------------------------------------
-    def scan(self) -> None:
-        """List the directory and make the table exact."""
+    def scan(self, full: bool = True) -> bool:
+        """List the directory and make the table exact; returns whether it listed.
+
+        With ``full=False`` the listing is skipped when the directory's inode and mtime are those of
+        the last listing: no entry was added, removed or renamed since. (Sizes of files rewritten
+        in place are then known from close events; an inotify overflow forces a full scan.)
+        """
+        if not full:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                st = None
+            if st is not None and self.error is None and (st.st_ino, st.st_mtime_ns) == self._listed_identity:
+                with self._lock:
+                    self.scans_skipped_total += 1
+                return False
         started = time.perf_counter()
         with self._lock:
             self._touched = set()
@@ -130,8 +150,11 @@ class DumpDirTracker:
         error = None
         exists = True
         inode = None
+        identity = None
         try:
-            inode = os.stat(self.path).st_ino
+            dir_stat = os.stat(self.path)  # before listing: a change during the listing is seen next time
+            inode = dir_stat.st_ino
+            identity = (dir_stat.st_ino, dir_stat.st_mtime_ns)
             with os.scandir(self.path) as it:
                 for entry in it:
                     try:
@@ -152,17 +175,19 @@ class DumpDirTracker:
             error = f"cannot read {self.path}: {exc.strerror}"
         with self._lock:
             touched, self._touched = self._touched or set(), None
+            baseline = self.scans_total == 0  # what is there when watching begins was not seen created
             self.scans_total += 1
             self.scan_seconds_last = time.perf_counter() - started
             self.exists, self.error = exists, error
             if error is not None:
-                return  # keep what we knew: an unreadable directory says nothing new
+                return True  # keep what we knew: an unreadable directory says nothing new
             if not exists or (self.dir_inode is not None and inode != self.dir_inode):
                 # deleted (or replaced): its old entries are gone, not consumed
                 self._files.clear()
                 self._heap.clear()
                 self._bytes = 0
             self.dir_inode = inode
+            self._listed_identity = identity
             self.newest_mtime = max((m for _, m in listed.values()), default=self.newest_mtime)
             changed = False
             for name in [n for n in self._files if n not in listed and n not in touched]:
@@ -173,7 +198,7 @@ class DumpDirTracker:
                 if name in touched:
                     continue
                 if name not in self._files:
-                    self.created_total += 1
+                    self.created_total += 0 if baseline else 1
                     changed = True
                 if self._files.get(name) != info:
                     self._put(name, info)
@@ -182,11 +207,18 @@ class DumpDirTracker:
             if len(self._heap) > 2 * len(self._files) + 1024:
                 self._heap = [(mtime, name) for name, (_, mtime) in self._files.items()]
                 heapq.heapify(self._heap)
+        return True
 
     def forget_watch_identity(self) -> None:
         """The directory was seen deleted by an event: the next scan starts from a clean table."""
         with self._lock:
             self.dir_inode = -1
+
+    def sample_rates(self, now: float) -> None:
+        """Record the counters for the per-second rates (the monitor calls this every tick)."""
+        with self._lock:
+            self._created_rate.add(now, self.created_total)
+            self._consumed_rate.add(now, self.consumed_total)
 
     # -- reading (any thread, memory only) -----------------------------------------------------
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
@@ -208,6 +240,8 @@ class DumpDirTracker:
                 "oldest_age_s": oldest,
                 "created_total": self.created_total,
                 "consumed_total": self.consumed_total,
+                "created_per_s": self._created_rate.rate(),
+                "consumed_per_s": self._consumed_rate.rate(),
             }
 
 

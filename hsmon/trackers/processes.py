@@ -81,6 +81,13 @@ def stdout_target(pid: int) -> tuple[str | None, bool]:
     return target, is_reg
 
 
+def _descends_from(proc: psutil.Process, pid: int) -> bool:
+    try:
+        return any(p.pid == pid for p in proc.parents())
+    except psutil.Error:
+        return False
+
+
 class ProcessTracker:
     """One role of a job (extractor, server, trainer)."""
 
@@ -91,6 +98,7 @@ class ProcessTracker:
         self._proc: psutil.Process | None = None
         self.pid: int | None = None
         self.restarts = 0
+        self._fixed_ctime: float | None = None
         self.seen_alive = False
         self._last_cpu: tuple[float, float] | None = None  # (monotonic, cpu seconds)
         self._stdout_checked_pid: int | None = None
@@ -100,6 +108,7 @@ class ProcessTracker:
     def set_pid(self, pid: int) -> None:
         """Follow this PID (e.g. the one a job's start event names)."""
         self.spec = ProcessSpec(self.role, pid=pid)
+        self._fixed_ctime = None
 
     def _wanted_pid(self) -> int | None:
         if self.spec.pid is not None:
@@ -131,7 +140,9 @@ class ProcessTracker:
         return min(leaves or found, key=lambda p: p.info["create_time"] or 0)
 
     def _locate(self) -> psutil.Process | None:
-        if self._proc is not None:
+        # A regex is searched again on every poll: a shell found first may start the real process
+        # a moment later, and the innermost match is the one to follow.
+        if self._proc is not None and self._regex is None:
             try:
                 if self._proc.is_running() and (self._wanted_pid() in (None, self._proc.pid)):
                     return self._proc
@@ -144,11 +155,19 @@ class ProcessTracker:
             else:
                 pid = self._wanted_pid()
                 proc = psutil.Process(pid) if pid is not None else None
+                if proc is not None and self.spec.pid is not None:
+                    # a fixed --pid: a later process that got the same number is not ours
+                    if self._fixed_ctime is None:
+                        self._fixed_ctime = proc.create_time()
+                    elif proc.create_time() != self._fixed_ctime:
+                        proc = None
         except (psutil.Error, OSError):
             proc = None
+        if proc is not None and self._proc is not None and proc.pid == self._proc.pid:
+            proc = self._proc  # keep the same handle: its CPU baseline lives there
         if proc is not None and proc.pid != self.pid:
-            if self.pid is not None:
-                self.restarts += 1
+            if self.pid is not None and not _descends_from(proc, self.pid):
+                self.restarts += 1  # (a shell's child found after the shell is not a restart)
             self.pid = proc.pid
             self._last_cpu = None
         self._proc = proc

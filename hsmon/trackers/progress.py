@@ -57,6 +57,7 @@ class ProgressTracker:
         self._rows_rate = RateWindow(60.0)
         self._tokens_rate = RateWindow(60.0)
         self._bytes_rate = RateWindow(60.0)
+        self._steps_rate = RateWindow(120.0)
 
     def poll(self) -> int:
         """Read new events; returns how many arrived."""
@@ -86,6 +87,9 @@ class ProgressTracker:
             pid = e.get("pid")
             self.pid = pid if isinstance(pid, int) else None
             for attr, keys in (
+                ("rows_done", ("rows_done",)),
+                ("tokens_done", ("tokens_done",)),
+                ("rejects", ("rejects",)),
                 ("rows_total", ("rows_total", "total_rows")),
                 ("tokens_total", ("tokens_total", "total_tokens")),
                 ("chunks_total", ("chunks_total", "total_chunks")),
@@ -141,16 +145,27 @@ class ProgressTracker:
                 "eta_s": None,
             }
             if kind == ev.STEP:
-                for key in ("step", "epoch", "loss", "acc", "tokens_per_s", "eta_s"):
+                for key in ("step", "epoch", "total_steps", "lr", "grad_norm", "data_wait_frac"):
                     if key in e:
                         training[key] = e[key]
-                if "losses" in e and "loss" not in e:
-                    training["loss"] = e["losses"]
-                if "accs" in e and "acc" not in e:
-                    training["acc"] = e["accs"]
-                self.tokens_done += int(_num(e, "tokens") or 0)
-                if "tokens_done" in e:
-                    self.tokens_done = int(_num(e, "tokens_done") or 0)
+                # per-unroll-step lists (hsmon train: losses/accs; loss is then the weighted sum)
+                training["loss"] = e.get("losses", e.get("loss", training.get("loss")))
+                training["acc"] = e.get("accs", e.get("acc", training.get("acc")))
+                if "loss" in e and "losses" in e:
+                    training["loss_weighted"] = e["loss"]
+                rate = _num(e, "tokens_per_s", "tokens_s")
+                if rate is not None:
+                    training["tokens_per_s"] = rate
+                tokens = _num(e, "tokens_done", "tokens")  # cumulative, as hsmon train writes it
+                if tokens is not None:
+                    self.tokens_done = int(tokens)
+                step = _num(e, "step")
+                if step is not None:
+                    self._steps_rate.add(ts, step)
+                    total, per_s = _num(e, "total_steps"), self._steps_rate.rate()
+                    training["eta_s"] = (
+                        (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
+                    )
             elif kind == ev.CHECKPOINT:
                 training["last_checkpoint"] = e.get("path") or e.get("dir")
                 self.last_progress_ts = ts

@@ -1,0 +1,76 @@
+"""The exporter in-process: every metric it can produce is documented in docs/metrics.md."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from daemon_helpers import REPO, STORY, child_env
+from prometheus_client import CollectorRegistry, generate_latest
+
+from hsmon.config import JobConfig
+from hsmon.exporter import MonitorCollector
+from hsmon.monitor import Monitor
+from hsmon.notify import Notifier
+
+
+def test_every_exported_metric_is_documented(tmp_path):
+    """docs/metrics.md names every metric the exporter can produce (all sections populated)."""
+    events = tmp_path / "e.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            STORY,
+            str(tmp_path / "d"),
+            str(tmp_path / "o"),
+            "--rows",
+            "3",
+            "--delay",
+            "0",
+            "--events",
+            str(events),
+            "--manifest",
+        ],
+        check=True,
+        timeout=60,
+        stdout=subprocess.DEVNULL,
+        env=child_env(),
+    )
+    with open(events, "a") as fh:
+        fh.write('{"v":1,"ts":1,"job":"s","kind":"step","step":1,"losses":[1.0],"accs":[0.5]}\n')
+    monitor = Monitor(
+        [
+            JobConfig(
+                name="s", dump_dir=str(tmp_path / "d"), out_dir=str(tmp_path / "o"), events=str(events), pid=1
+            )
+        ],
+        use_watchdog=False,
+    )
+    monitor.tick(force_scan=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MonitorCollector(monitor, Notifier("http://127.0.0.1:9/")))
+    names = set(re.findall(r"^# TYPE (\S+)", generate_latest(registry).decode(), re.M))
+    with open(REPO / "docs" / "metrics.md") as fh:
+        documented = set(re.findall(r"`(hsmon_[a-z_]+)`", fh.read()))
+    assert len(names) > 50
+    assert names - documented == set()
+    assert {n for n in documented if not n.startswith("hsmon_job_state{")} - names == set()
+
+
+def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
+    code = (
+        "import sys, io, contextlib\n"
+        "import hsmon.daemon, hsmon.monitor, hsmon.status_cli, hsmon.launch, hsmon.exporter, hsmon.notify\n"
+        "import hsmon.watch, hsmon.trackers.processes\n"
+        "from hsmon.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    main(['status', '--out', {str(tmp_path)!r}, '--sample', '0', '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sglang'))\n"
+        "print(heavy)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

@@ -1,0 +1,62 @@
+"""Webhook notifications against a real HTTP receiver on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from daemon_helpers import WebhookReceiver, wait_until
+
+from hsmon.notify import Notifier, build_body
+
+
+def doc(state: str) -> dict:
+    return {
+        "job": "ex",
+        "kind": "extract",
+        "state": state,
+        "reason": "because",
+        "state_since_ts": 1.0,
+        "hints": [{"id": "stalled", "severity": "critical", "message": "no signal moved for 5m"}],
+        "progress": {"rows_done": 3},
+    }
+
+
+def test_dedup_repeat_and_flapping():
+    hook = WebhookReceiver()
+    notifier = Notifier(hook.url, repeat_s=1.0)
+    try:
+        notifier(doc("running"), "starting")  # not an alert state
+        notifier(doc("stalled"), "running")
+        wait_until(lambda: len(hook.bodies) == 1, 5)
+        notifier(doc("stalled"), None)  # still stalled: within the repeat interval
+        notifier(doc("running"), "stalled")
+        notifier(doc("stalled"), "running")  # flapping back within the interval: not re-announced
+        time.sleep(0.3)
+        assert [b["state"] for b in hook.bodies] == ["stalled"]
+        assert hook.bodies[0]["previous"] == "running" and hook.bodies[0]["hints"][0]["id"] == "stalled"
+        time.sleep(1.0)
+        notifier(doc("stalled"), None)  # the repeat
+        notifier(doc("dead"), "stalled")  # another state: at once
+        wait_until(lambda: len(hook.bodies) == 3, 5)
+        assert sorted(b["state"] for b in hook.bodies[1:]) == ["dead", "stalled"]
+        assert notifier.sent_total == 3 and notifier.failed_total == 0 and notifier.suppressed_total == 1
+    finally:
+        notifier.close()
+        hook.close()
+
+
+def test_failed_delivery_is_counted_not_raised():
+    notifier = Notifier("http://127.0.0.1:9/hook", timeout_s=2)
+    notifier(doc("dead"), "running")
+    wait_until(lambda: notifier.failed_total == 1, 10)
+    notifier.close()
+
+
+def test_slack_body_and_bad_options():
+    body = build_body(doc("stalled"), "running", "slack")
+    assert set(body) == {"text"} and "*ex*" in body["text"] and "no signal moved" in body["text"]
+    with pytest.raises(ValueError, match="notify-format"):
+        Notifier("http://x/", fmt="xml")
+    with pytest.raises(ValueError, match="not an http"):
+        Notifier("ftp://x/")

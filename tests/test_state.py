@@ -1,0 +1,144 @@
+"""hsmon.state.decide: a pure function, tested without threads, clocks or files."""
+
+from __future__ import annotations
+
+from hsmon.state import STATES, ProcessFacts, Snapshot, decide
+
+NOW = 10_000.0
+
+
+def snap(**kw) -> Snapshot:
+    base = dict(
+        now=NOW,
+        stall_after=60.0,
+        watch_start_ts=NOW - 1000,
+        process_watched=True,
+        processes=[ProcessFacts("extractor", 42, True, "running", seen_alive=True)],
+    )
+    base.update(kw)
+    return Snapshot(**base)
+
+
+def hint_ids(decision) -> set[str]:
+    return {h.id for h in decision.hints}
+
+
+def test_running_when_progress_events_are_recent():
+    d = decide(snap(events_watched=True, last_progress_ts=NOW - 5, last_work_ts=NOW - 5))
+    assert d.state == "running"
+
+
+def test_silent_story_empty_log_with_work_visible_and_buffering_hint():
+    proc = ProcessFacts(
+        "extractor", 42, True, "running", seen_alive=True, stdout="/x/log", stdout_buffered=True
+    )
+    d = decide(snap(processes=[proc], last_work_ts=NOW - 3, last_busy_ts=NOW - 1))
+    assert d.state == "silent"
+    assert "stdout-buffered" in hint_ids(d)
+    assert "PYTHONUNBUFFERED" in next(h.message for h in d.hints if h.id == "stdout-buffered")
+
+
+def test_silent_when_events_stopped_but_dump_files_move():
+    d = decide(snap(events_watched=True, last_progress_ts=NOW - 500, last_work_ts=NOW - 2))
+    assert d.state == "silent"
+
+
+def test_stalled_when_nothing_moved_for_stall_after():
+    d = decide(snap(last_work_ts=NOW - 61, last_busy_ts=NOW - 70, last_progress_ts=NOW - 80))
+    assert d.state == "stalled"
+    assert "stalled" in hint_ids(d)
+
+
+def test_not_stalled_one_second_before_the_limit():
+    d = decide(snap(last_work_ts=NOW - 59))
+    assert d.state == "silent"
+
+
+def test_stopped_process_gets_sigcont_hint_and_stalls():
+    proc = ProcessFacts("extractor", 42, True, "stopped", seen_alive=True)
+    d = decide(snap(processes=[proc], last_work_ts=NOW - 100))
+    assert d.state == "stalled"
+    assert "process-stopped" in hint_ids(d)
+    assert "kill -CONT 42" in " ".join(h.message for h in d.hints)
+
+
+def test_dead_when_process_gone_without_done():
+    proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
+    d = decide(snap(processes=[proc], last_progress_ts=NOW - 1))
+    assert d.state == "dead"
+
+
+def test_zombie_is_dead():
+    proc = ProcessFacts("extractor", 42, True, "zombie", seen_alive=True)
+    assert decide(snap(processes=[proc])).state == "dead"
+
+
+def test_done_event_wins_over_a_gone_process():
+    proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
+    assert decide(snap(processes=[proc], terminal_kind="done")).state == "done"
+    assert decide(snap(processes=[proc], terminal_kind="stopped")).state == "done"
+
+
+def test_paused_when_the_job_says_so():
+    d = decide(snap(paused_reason="disk", last_progress_ts=NOW - 1000))
+    assert d.state == "paused"
+    assert "disk" in d.reason
+
+
+def test_starting_when_no_process_found_yet_and_no_evidence():
+    proc = ProcessFacts(
+        "extractor", None, False, "gone", seen_alive=False, cmdline="command line matching /x/"
+    )
+    assert decide(snap(processes=[proc])).state == "starting"
+
+
+def test_dead_when_never_seen_alive_but_the_job_left_evidence():
+    proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=False)
+    assert decide(snap(processes=[proc], evidence_of_job=True)).state == "dead"
+
+
+def test_starting_while_loading_then_stalled_after_limit():
+    fresh = snap(watch_start_ts=NOW - 10)
+    assert decide(fresh).state == "starting"
+    loading = snap(last_busy_ts=NOW - 1)
+    assert decide(loading).state == "starting"
+    idle_long = snap(watch_start_ts=NOW - 61)
+    assert decide(idle_long).state == "stalled"
+
+
+def test_cpu_busy_after_work_is_silent_not_stalled():
+    d = decide(snap(last_work_ts=NOW - 300, last_busy_ts=NOW - 2))
+    assert d.state == "silent"
+
+
+def test_disk_hint_and_backlog_hint():
+    d = decide(
+        snap(
+            last_progress_ts=NOW - 1,
+            disk_fits=False,
+            disk_message="needs 2 TB, 1 TB free",
+            dump_oldest_age_s=600.0,
+            bad_event_lines=3,
+        )
+    )
+    assert d.state == "running"
+    assert {"disk-wont-fit", "dump-backlog", "events-bad-lines"} <= hint_ids(d)
+
+
+def test_every_decision_is_a_known_state():
+    for kw in ({}, {"terminal_kind": "done"}, {"paused_reason": "shm"}, {"last_work_ts": NOW}):
+        assert decide(snap(**kw)).state in STATES
+
+
+def test_a_job_with_no_trace_yet_is_starting_not_stalled():
+    d = decide(snap(process_watched=False, processes=[], events_watched=True, watch_start_ts=NOW - 1000))
+    assert d.state == "starting" and "waiting for the job" in d.reason
+    d = decide(snap(process_watched=False, processes=[], evidence_of_job=True, last_work_ts=NOW - 1000))
+    assert d.state == "stalled"
+
+
+def test_a_second_process_gone_is_a_warning():
+    server = ProcessFacts("server", 7, False, "gone", seen_alive=True)
+    main = ProcessFacts("extractor", 42, True, "running", seen_alive=True)
+    d = decide(snap(processes=[main, server], last_progress_ts=NOW - 1))
+    assert d.state == "running" and "process-gone" in hint_ids(d)
