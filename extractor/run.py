@@ -258,10 +258,12 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float,
-                   quit_event: threading.Event) -> None:
+def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float, quit_event: threading.Event,
+                   on_beat: Any = None) -> None:
     while not quit_event.wait(interval):
         events.emit(ev.HEARTBEAT, **progress.snapshot())
+        if on_beat is not None:
+            on_beat()  # keeps the terminal line fresh while paused
 
 
 def main(args: argparse.Namespace) -> int:
@@ -302,12 +304,14 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     progress = Progress(rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
                         tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects))
     started = time.monotonic()
+    previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
                                  device=prep.device, dtype=prep.dtype)
     except Exception as exc:
         events.emit(ev.ERROR, message=f"cannot load the model: {exc}")
         log(f"cannot load the model {prep.model_dir}: {exc}")
+        restore_handlers(previous)
         return 1
     layout.append_jsonl(prep.manifest_path, [{"type": "run", "settings": prep.settings, "pid": os.getpid(),
                                               "started": time.time(), "rows_done": len(prep.done),
@@ -328,9 +332,8 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     writer.start()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
-                                 args=(events, progress, args.heartbeat, quit_heartbeat))
+                                 args=(events, progress, args.heartbeat, quit_heartbeat, line.update))
     heartbeat.start()
-    previous = install_stop_handlers(stop_event)
     error: str | None = None
     try:
         fetch = RowFetcher(prep.data, prep.tokenizer, prep.limits)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     TIMEOUT,
     assert_same_output,
     events_of,
+    extract_env,
     load_output,
     make_dataset,
     run_extract,
@@ -365,3 +367,14 @@ def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_mode
         assert hashlib.sha256(data_bytes).hexdigest() == rec["sha256"]
         assert rows[row]["hidden_state"].shape[1] == rec["tokens"]
     assert not [p for p in out.glob("rows_*/.*")]
+
+
+def test_without_model_the_embedded_target_is_used(workdir, dataset):
+    from extractor.embedded_target import ensure_embedded_target
+
+    config = json.loads((Path(ensure_embedded_target()) / "config.json").read_text())
+    cmd = [sys.executable, "-m", "hsmon", "extract", str(dataset), "--out", str(workdir / "emb"), "--dry-run"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=extract_env())
+    assert proc.returncode == 0, proc.stderr
+    assert f"{config['num_hidden_layers']} layers, hidden {config['hidden_size']}" in proc.stdout
+    assert str(Path(ensure_embedded_target())) in proc.stdout
