@@ -97,3 +97,15 @@ def test_the_tui_never_imports_torch_or_transformers() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_alerts_do_not_repeat_what_the_monitors_hints_say() -> None:
+    job = extraction_job()
+    job["hints"].append({"id": "shm-full-soon", "severity": "critical", "message": "/dev/shm fills in 23m"})
+    messages = [message for _, message in view.alerts(job)]
+    assert "/dev/shm fills in 23m" in messages
+    assert not any(m.startswith("disk shm") for m in messages)  # said once, by the hint
+    assert any(m.startswith("disk output") for m in messages)  # no hint for the output: ours stays
+    job["state"] = "stalled"
+    job["hints"].append({"id": "stalled", "severity": "critical", "message": "nothing moved for 300s"})
+    assert not any(m.startswith("stalled:") for m in (message for _, message in view.alerts(job)))
