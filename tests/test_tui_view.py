@@ -109,3 +109,28 @@ def test_alerts_do_not_repeat_what_the_monitors_hints_say() -> None:
     job["state"] = "stalled"
     job["hints"].append({"id": "stalled", "severity": "critical", "message": "nothing moved for 300s"})
     assert not any(m.startswith("stalled:") for m in (message for _, message in view.alerts(job)))
+
+
+def test_cli_bad_input_gives_one_clear_line() -> None:
+    import subprocess
+    import sys
+
+    cases = {
+        (): "nothing to show: give --url URL",
+        ("--url", "localhost:9108"): "--url localhost:9108: give a full URL",
+        ("--url", "http://127.0.0.1:1", "--refresh", "0"): "--refresh 0.0: must be a positive number",
+        ("--status-file", "/nonexistent/status.json"): "--status-file /nonexistent/status.json:",
+        (
+            "--url",
+            "http://127.0.0.1:1",
+            "--token-file",
+            "/nonexistent/token",
+        ): "--token-file /nonexistent/token:",
+    }
+    for args, expected in cases.items():
+        result = subprocess.run([sys.executable, "-m", "hsmon", "tui", *args], capture_output=True, text=True)
+        assert result.returncode == 2, (args, result.stderr)
+        assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+            args,
+            result.stderr,
+        )
