@@ -23,13 +23,16 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check .
 
-# System packages the tests use: a real Prometheus (Debian's 2.42) scrapes the daemon. Idempotent.
+# Debian packages the tests use: a real Prometheus (Debian's 2.42) scrapes the daemon, and the
+# TUI's end-to-end tests drive the real dashboard in tmux. Idempotent; CI runs as root.
+SYSDEPS := prometheus tmux
 sysdeps:
-	@command -v prometheus >/dev/null 2>&1 || { \
+	@missing=""; for p in $(SYSDEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
-	  else echo "sysdeps: prometheus is missing (as root: apt-get install prometheus); its tests will skip"; fi; }
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	  else echo "sysdeps: missing$$missing (as root: apt-get install$$missing); their tests will skip"; fi; fi
 
 # SGLang's own model classes, in a CPU environment of their own (see scripts/setup-sglang-env.sh);
 # the drafter-export test loads an export with them. Skips when already built.

@@ -19,6 +19,13 @@ import pytest
 
 pytestmark = pytest.mark.slow
 WRITER = str(Path(__file__).with_name("tui_job_writer.py"))
+REPO = str(Path(__file__).resolve().parent.parent)
+
+
+def repo_env() -> dict[str, str]:
+    """The environment for child processes: this checkout's hsmon first on the path."""
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{path}" if path else REPO)
 TOKEN = "e2e-token-0123456789abcdef"
 
 
@@ -63,6 +70,7 @@ class Daemon:
             ],
             stdout=log,
             stderr=log,
+            env=repo_env(),
         )
         log.close()
         deadline = time.monotonic() + 30
@@ -147,6 +155,7 @@ def job(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=repo_env(),
     )
     yield proc
     proc.kill()
@@ -154,7 +163,7 @@ def job(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def tui_command(url: str, tmp_path: Path) -> str:
-    env = f"PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))} TERM=xterm-256color"
+    env = f"PYTHONPATH={shlex.quote(repo_env()['PYTHONPATH'])} TERM=xterm-256color"
     return (
         f"env {env} {shlex.quote(sys.executable)} -m hsmon tui --url {url} --refresh 0.5 "
         f"--token-file {tmp_path / 'token'}; echo TUI-EXITED-$?; sleep 600"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_tui_e2e import repo_env
 from test_tui_pilot import screen_text, wait_for
 from textual.widgets import TabbedContent
 
@@ -43,6 +44,7 @@ def start_writer(tmp_path: Path, rate: float = 20.0, rows: int = 100_000) -> sub
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=repo_env(),
     )
 
 

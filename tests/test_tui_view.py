@@ -84,3 +84,53 @@ def test_sparkline_scales() -> None:
     assert sparkline([5, 5, 5], 2) == "▅▅"
     assert sparkline([], 5) == ""
     assert len(sparkline(list(range(100)), 8)) == 8
+
+
+def test_the_tui_never_imports_torch_or_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hsmon.tui.app, hsmon.tui.cli, hsmon.tui.sources, hsmon.demo\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'sglang')]\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_alerts_do_not_repeat_what_the_monitors_hints_say() -> None:
+    job = extraction_job()
+    job["hints"].append({"id": "shm-full-soon", "severity": "critical", "message": "/dev/shm fills in 23m"})
+    messages = [message for _, message in view.alerts(job)]
+    assert "/dev/shm fills in 23m" in messages
+    assert not any(m.startswith("disk shm") for m in messages)  # said once, by the hint
+    assert any(m.startswith("disk output") for m in messages)  # no hint for the output: ours stays
+    job["state"] = "stalled"
+    job["hints"].append({"id": "stalled", "severity": "critical", "message": "nothing moved for 300s"})
+    assert not any(m.startswith("stalled:") for m in (message for _, message in view.alerts(job)))
+
+
+def test_cli_bad_input_gives_one_clear_line() -> None:
+    import subprocess
+    import sys
+
+    cases = {
+        (): "nothing to show: give --url URL",
+        ("--url", "localhost:9108"): "--url localhost:9108: give a full URL",
+        ("--url", "http://127.0.0.1:1", "--refresh", "0"): "--refresh 0.0: must be a positive number",
+        ("--status-file", "/nonexistent/status.json"): "--status-file /nonexistent/status.json:",
+        (
+            "--url",
+            "http://127.0.0.1:1",
+            "--token-file",
+            "/nonexistent/token",
+        ): "--token-file /nonexistent/token:",
+    }
+    for args, expected in cases.items():
+        result = subprocess.run([sys.executable, "-m", "hsmon", "tui", *args], capture_output=True, text=True)
+        assert result.returncode == 2, (args, result.stderr)
+        assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+            args,
+            result.stderr,
+        )

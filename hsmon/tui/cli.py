@@ -61,8 +61,11 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
     if args.status_file:
         try:
             sources.append(FixedSource.from_file(args.status_file))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--status-file {args.status_file}: {exc}") from exc
+        except OSError as exc:
+            raise ValueError(f"--status-file {args.status_file}: {exc.strerror}; give the output of "
+                             "`hsmon status --json`") from exc
+        except ValueError as exc:
+            raise ValueError(f"--status-file {args.status_file}: not a JSON status document ({exc})") from exc
     for url in args.url:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")

@@ -220,6 +220,8 @@ class FixedSource(StatusSource):
     def from_file(cls, path: str) -> FixedSource:
         with open(path, encoding="utf-8") as fh:
             document = json.load(fh)
+        if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
+            raise ValueError("no 'jobs' list: not a status document (docs/status-api.md)")
         return cls([document], label=path)
 
     def _run(self) -> None:

@@ -27,6 +27,8 @@ ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
 EVENT_FILTERS = ("all", "errors", "rejects")
 HISTORY_POINTS = 60
+# Hints by which the monitor already reports a filesystem's trouble (then not said twice).
+DISK_HINTS: dict[str, set[str]] = {"output": {"disk-wont-fit"}, "shm": {"shm-full-soon"}}
 
 
 def fmt_count(n: float | None) -> str:
@@ -161,14 +163,17 @@ def alerts(job: dict[str, Any]) -> list[tuple[str, str]]:
     """(severity, message) to show prominently: hints, disk trouble, and bad states."""
     out: list[tuple[str, str]] = []
     state = job.get("state")
-    if state in ("stalled", "dead"):
+    hint_ids = {str(hint.get("id")) for hint in job.get("hints") or []}
+    if state in hint_ids:
+        pass  # the monitor's own hint says it, with its fix
+    elif state in ("stalled", "dead"):
         out.append(("critical", f"{state}: {job.get('reason') or 'no reason given'}"))
     elif state == "paused":
         out.append(("warning", f"paused: {job.get('reason') or ''}".rstrip(": ")))
     for hint in job.get("hints") or []:
         out.append((str(hint.get("severity", "info")), str(hint.get("message", hint.get("id", "")))))
     for line in disk_lines(job.get("disk")):
-        if disk_alarming(line):
+        if disk_alarming(line) and not hint_ids & DISK_HINTS.get(line.role, set()):
             out.append(("critical" if line.fits is False else "warning",
                         f"disk {line.role} ({line.path}): {line.verdict}: {line.free} free, "
                         f"{line.needed} still needed"))

@@ -32,7 +32,9 @@ class DumpPanel(Vertical):
         if dump is None:
             return
         self.border_title = f"dump {dump.get('path', '')}"
-        if not dump.get("exists", True):
+        if dump.get("error"):
+            self.query_one("#dump-figures", QuietStatic).show_text(f"cannot read: {dump['error']}")
+        elif not dump.get("exists", True):
             self.query_one("#dump-figures", QuietStatic).show_text("directory does not exist (yet)")
         else:
             self.query_one("#dump-figures", QuietStatic).show_text(
