@@ -258,6 +258,7 @@ class JobRuntime:
             "reason": self.decision.reason,
             "hints": [h.as_dict() for h in self.decision.hints],
             "transitions_total": self.transitions_total,
+            "state_history": list(self.state_events),
             "stall_after_s": self.cfg.stall_after,
             "last_work_ts": self.last_work_ts,
             "last_busy_ts": self.last_busy_ts,
@@ -295,6 +296,7 @@ class JobRuntime:
             state=new,
             state_since_ts=now,
             transitions_total=self.transitions_total,
+            state_history=list(self.state_events),
             recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
         )
         self.doc = doc

@@ -161,8 +161,9 @@ def test_job_with_events_running_stalled_running_dead_and_webhook(procs, tmp_pat
         story.wait()
         wait_until(lambda: daemon.job()["state"] == "dead", 10, what="dead")
         wait_until(lambda: any(b["state"] == "dead" for b in hook.bodies), 10, what="dead webhook")
-        state_events = [e for e in daemon.job()["recent_events"] if e["kind"] == "state"]
-        assert [e["state"] for e in state_events][-4:] == ["running", "stalled", "running", "dead"]
+        history = daemon.job()["state_history"]
+        assert [e["state"] for e in history][-4:] == ["running", "stalled", "running", "dead"]
+        assert all(e["kind"] == "state" and e["job"] == "ex" for e in history)
         daemon.stop()
     finally:
         hook.close()

@@ -50,11 +50,14 @@ class OverviewScreen(Screen[None]):
     async def _ensure_panes(self) -> None:
         tabs = self.query_one("#jobs", TabbedContent)
         existing = {pane.id for pane in tabs.query(TabPane)}
-        for key, _job, _doc in self._app.jobs():
-            pid = pane_id(key)
+        ordered = [pane_id(key) for key, _job, _doc in self._app.jobs()]
+        for index, (key, _job, _doc) in enumerate(self._app.jobs()):
+            pid = ordered[index]
             if pid not in existing:
+                # Tabs keep the order of the sources, whichever daemon answers first.
+                later = next((p for p in ordered[index + 1:] if p in existing), None)
                 existing.add(pid)
-                await tabs.add_pane(TabPane(self._app.tab_label(key), JobOverview(key), id=pid))
+                await tabs.add_pane(TabPane(self._app.tab_label(key), JobOverview(key), id=pid), before=later)
         if existing:
             tabs.display = True
             self.query_one("#empty", Static).display = False
