@@ -113,6 +113,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
+    if args.events and not Path(args.events).absolute().parent.is_dir():
+        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
     if args.model and not (Path(args.model) / "config.json").is_file():
         raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
 

@@ -217,6 +217,10 @@ def test_bad_input_fails_at_once_with_one_line(workdir, tiny_model):  # noqa: F8
     assert not (workdir / "o3").exists()
     nomodel = run_extract(bad, workdir / "o4", workdir)
     assert nomodel.returncode == 2 and "no config.json" in nomodel.stderr
+    noevents = run_extract(bad, workdir / "o5", tiny_model, events=workdir / "nodir" / "ev.jsonl")
+    assert noevents.returncode == 2 and "--events" in noevents.stderr and "does not exist" in noevents.stderr
+    outfile = run_extract(bad, empty, tiny_model)
+    assert outfile.returncode == 2 and "not a directory" in outfile.stderr
 
 
 def test_every_bad_row_kind_goes_to_rejects_and_the_run_goes_on(workdir, tiny_model):  # noqa: F811
