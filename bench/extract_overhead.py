@@ -1,6 +1,6 @@
 """Extraction throughput against a bare forward pass of the same model over the same rows.
 
-    python bench/extract_overhead.py [--model DIR] [--rows 150] [--repeats 5] [--threads N]
+    python bench/extract_overhead.py [--model DIR] [--rows 150] [--repeats 5] [--threads 1]
 
 Baseline: the decoder's forward pass alone over exactly the batches the extractor forms (same
 rows, token budget, chunking), in a subprocess started like the extraction (so both pay the same
@@ -122,7 +122,9 @@ def main() -> int:
     parser.add_argument("--model")
     parser.add_argument("--rows", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads for both (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for both (default 1: the writer gets its own core, as it does "
+                        "when the model runs on a GPU; 0 = torch's default)")
     parser.add_argument("--forward-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.forward_worker:

@@ -113,6 +113,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
+    if args.events and not Path(args.events).absolute().parent.is_dir():
+        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
     if args.model and not (Path(args.model) / "config.json").is_file():
         raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
 
@@ -303,7 +307,6 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     events = ev.EventWriter(prep.job, path=args.events)
     progress = Progress(rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
                         tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects))
-    started = time.monotonic()
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
@@ -313,9 +316,6 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         log(f"cannot load the model {prep.model_dir}: {exc}")
         restore_handlers(previous)
         return 1
-    layout.append_jsonl(prep.manifest_path, [{"type": "run", "settings": prep.settings, "pid": os.getpid(),
-                                              "started": time.time(), "rows_done": len(prep.done),
-                                              "job": prep.job}])
     events.emit(ev.START, rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
                 tokens_done=prep.done_tokens, rejects=len(rejects), layers=prep.layers,
                 num_layers=prep.num_layers, hidden_size=prep.hidden_size, dtype=prep.dtype,
@@ -323,13 +323,28 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
                 bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects))
-
-    record_rejects(prep, rejects, book, events)
+    started = time.monotonic()
 
     line = ProgressLine(progress)
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update)
-    writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
+    try:
+        # through the writer, so that a disk already full at start pauses instead of failing
+        writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
+                        "rows_done": len(prep.done), "job": prep.job}])
+        record_rejects(prep, rejects, book, events, writer)
+        writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
+    except Exception as exc:  # includes a stop requested while paused for disk
+        restore_handlers(previous)
+        backend.close()
+        if stop_event.is_set():
+            events.emit(ev.STOPPED, reason="signal", seconds=0.0, **progress.snapshot())
+            events.close()
+            return 0
+        events.emit(ev.ERROR, message=f"{type(exc).__name__}: {exc}", **progress.snapshot())
+        events.close()
+        log(f"error: {type(exc).__name__}: {exc}")
+        return 1
     writer.start()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
                                  args=(events, progress, args.heartbeat, quit_heartbeat, line.update))
@@ -384,16 +399,16 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         events.close()
 
 
-def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter) -> None:
+def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter,
+                   writer: Any) -> None:
     """Write rejects not yet in the manifest to the rejects file, the manifest and the events."""
     rejects_path = prep.out / layout.rejects_name(prep.shard.as_tuple)
     layout.repair_jsonl_tail(rejects_path)
     listed = {r.get("row") for r in layout.iter_jsonl(rejects_path)}
     new = [r for r in rejects if r.index not in prep.manifest.rejects]
-    layout.append_jsonl(rejects_path, [{"row": r.index, "line": r.line, "reason": r.reason}
-                                       for r in new if r.index not in listed])
-    layout.append_jsonl(prep.manifest_path,
-                        [{"type": "reject", "row": r.index, "reason": r.reason} for r in new])
+    lines = [{"row": r.index, "line": r.line, "reason": r.reason} for r in new if r.index not in listed]
+    writer.append(lines, path=rejects_path)
+    writer.append([{"type": "reject", "row": r.index, "reason": r.reason} for r in new])
     for r in rejects:
         book.add_reject(r.index)
     for r in new:

@@ -217,6 +217,10 @@ def test_bad_input_fails_at_once_with_one_line(workdir, tiny_model):  # noqa: F8
     assert not (workdir / "o3").exists()
     nomodel = run_extract(bad, workdir / "o4", workdir)
     assert nomodel.returncode == 2 and "no config.json" in nomodel.stderr
+    noevents = run_extract(bad, workdir / "o5", tiny_model, events=workdir / "nodir" / "ev.jsonl")
+    assert noevents.returncode == 2 and "--events" in noevents.stderr and "does not exist" in noevents.stderr
+    outfile = run_extract(bad, empty, tiny_model)
+    assert outfile.returncode == 2 and "not a directory" in outfile.stderr
 
 
 def test_every_bad_row_kind_goes_to_rejects_and_the_run_goes_on(workdir, tiny_model):  # noqa: F811
@@ -378,3 +382,22 @@ def test_without_model_the_embedded_target_is_used(workdir, dataset):
     assert proc.returncode == 0, proc.stderr
     assert f"{config['num_hidden_layers']} layers, hidden {config['hidden_size']}" in proc.stdout
     assert str(Path(ensure_embedded_target())) in proc.stdout
+
+
+def test_manifest_append_on_a_full_disk_leaves_no_partial_line(small_disk):
+    import errno
+
+    manifest = small_disk / layout.MANIFEST_NAME
+    layout.append_jsonl(manifest, [{"type": "row", "row": 0, "note": "x" * 100}])
+    before = manifest.read_bytes()
+    filler = small_disk / "filler"
+    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0" * 65536)
+    with pytest.raises(OSError) as info:
+        layout.append_jsonl(manifest, [{"type": "row", "row": 1, "note": "y" * 200_000}])
+    assert info.value.errno == errno.ENOSPC
+    assert manifest.read_bytes() == before  # the partial write was taken back
+    filler.unlink()
+    layout.append_jsonl(manifest, [{"type": "row", "row": 2}])
+    assert [r["row"] for r in layout.iter_jsonl(manifest)] == [0, 2]
