@@ -3,6 +3,7 @@ and a real `hsmon train` launched detached from the training screen."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -115,3 +116,20 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+async def test_form_takes_the_target_from_the_manifest_when_the_start_event_is_gone(tmp_path: Path) -> None:
+    out, model = tmp_path / "out", tmp_path / "my-target"
+    out.mkdir()
+    model.mkdir()
+    record = {"type": "run", "settings": {"model": str(model), "chunk_size": 100}}
+    (out / "hsmon-manifest.jsonl").write_text(json.dumps(record) + "\n")
+    cfg = JobConfig(name="extract", kind="extract", out_dir=str(out), stall_after=30)
+    app = HsmonApp([InProcessSource([cfg], interval=0.3)])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.documents)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        form = app.screen.query_one("#field-target_model")
+        await wait_for(pilot, lambda: form.value == str(model))
+        assert app.screen.query_one("#field-data_dir").value == str(out)

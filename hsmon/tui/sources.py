@@ -42,6 +42,7 @@ class StatusSource:
     """Base class: a thread that posts ``StatusUpdate``/``SourceDown`` until stopped."""
 
     label = "?"
+    is_local = True  # its paths are this machine's paths
 
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
@@ -215,6 +216,7 @@ class FixedSource(StatusSource):
         super().__init__(interval)
         self.label = label
         self._documents = list(documents)
+        self.is_local = False  # a saved document's paths may be another machine's
 
     @classmethod
     def from_file(cls, path: str) -> FixedSource:

@@ -219,13 +219,13 @@ def training_defaults(job: dict[str, Any] | None) -> dict[str, str]:
     """Training form values prefilled from an (extraction) job."""
     defaults = {
         "data_dir": "", "target_model": "", "out_dir": "", "epochs": "1", "lr": "1e-4",
-        "batch_tokens": "8192", "ttt_length": "7", "draft_vocab_size": "32000", "gpus": "1",
+        "batch_tokens": "4096", "ttt_length": "7", "draft_vocab_size": "", "gpus": "1",
     }
     if not job:
         return defaults
     output = job.get("output") or {}
     start = find_start_event(job) or {}
-    data_dir = output.get("path") or start.get("output_dir") or start.get("out") or ""
+    data_dir = output.get("path") or start.get("out_dir") or start.get("output_dir") or ""
     defaults["data_dir"] = str(data_dir)
     model = start.get("model") or start.get("target_model") or ""
     defaults["target_model"] = "" if model in (None, "embedded") else str(model)

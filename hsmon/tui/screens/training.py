@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -10,12 +12,27 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header
 
+from hsmon.layout import MANIFEST_NAME
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.training_form import TrainingForm
 from hsmon.tui.widgets.training_status import TrainingStatus
 from hsmon.tui.widgets.unroll_plot import UnrollPlot
+
+
+def manifest_model(data_dir: str) -> str | None:
+    """The target model an extraction used, from the first `run` record of its manifest (first line
+    only: a manifest of a long run is large). None when there is no such local record."""
+    if not data_dir:
+        return None
+    try:
+        with open(Path(data_dir) / MANIFEST_NAME, encoding="utf-8") as fh:
+            record = json.loads(fh.readline() or "{}")
+    except (OSError, ValueError):
+        return None
+    model = (record.get("settings") or {}).get("model") if isinstance(record, dict) else None
+    return str(model) if isinstance(model, str) and model else None
 
 
 class TrainingScreen(Screen[None]):
@@ -68,7 +85,7 @@ class TrainingScreen(Screen[None]):
         form = self.query_one(TrainingForm)
         if key != self._prefilled_from:
             self._prefilled_from = key
-            form.prefill(training_defaults(source_job[1] if source_job else None))
+            form.prefill(self._defaults(source_job))
         extraction = source_job[1] if source_job else None
         if extraction_unfinished(extraction):
             chunks = complete_chunks(extraction)
@@ -89,10 +106,15 @@ class TrainingScreen(Screen[None]):
     def action_leave_field(self) -> None:
         self.query_one("#launch", Button).focus()
 
+    def _defaults(self, source_job: tuple[tuple[int, str], dict] | None) -> dict[str, str]:
+        defaults = training_defaults(source_job[1] if source_job else None)
+        if source_job and not defaults["target_model"] and self.app.sources[source_job[0][0]].is_local:
+            # The start event has scrolled out of the status: the manifest says which target it was.
+            defaults["target_model"] = manifest_model(defaults["data_dir"]) or ""
+        return defaults
+
     def action_prefill(self) -> None:
-        source_job = self.app.extraction_job()
-        self.query_one(TrainingForm).prefill(training_defaults(source_job[1] if source_job else None),
-                                             overwrite=True)
+        self.query_one(TrainingForm).prefill(self._defaults(self.app.extraction_job()), overwrite=True)
 
     def action_launch(self) -> None:
         self.query_one(TrainingForm).request_launch()

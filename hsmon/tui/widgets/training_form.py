@@ -18,9 +18,9 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("out_dir", "output directory", "where checkpoints and the export go"),
     ("epochs", "epochs", "1"),
     ("lr", "learning rate", "1e-4"),
-    ("batch_tokens", "batch (tokens)", "8192"),
+    ("batch_tokens", "batch (tokens)", "4096"),
     ("ttt_length", "unroll length", "7"),
-    ("draft_vocab_size", "draft vocab", "32000"),
+    ("draft_vocab_size", "draft vocab", "empty: 32000, or the target's vocabulary if smaller"),
     ("gpus", "GPUs", "torchrun processes"),
 )
 Validator = Callable[[dict[str, str]], dict[str, str]]
