@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="token budget of a batch, padding included")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default auto)")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the model "
+                        "(default: torch's choice; 1 is often fastest on a small shared machine)")
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
                         help="pause before a write would leave less free disk than this "
                         f"(default {DEFAULT_MIN_FREE})")

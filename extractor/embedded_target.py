@@ -65,7 +65,7 @@ CHAT_TEMPLATE = (
 
 HELDOUT_MODULUS = 10
 MAX_FILE_BYTES = 200_000
-EXCLUDED_TOP = frozenset({"test", "tests", "site-packages", "dist-packages", "idle_test"})
+EXCLUDED_DIRS = frozenset({"test", "tests", "site-packages", "dist-packages", "idle_test"})
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def corpus_files(root: Path | None = None) -> tuple[list[Path], list[Path]]:
     for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
         rel = path.relative_to(root).as_posix()
         parts = rel.split("/")
-        if any(part in EXCLUDED_TOP for part in parts[:-1]) or parts[-1].startswith("test_"):
+        if any(part in EXCLUDED_DIRS for part in parts[:-1]) or parts[-1].startswith("test_"):
             continue
         try:
             if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
@@ -252,6 +252,23 @@ def wrap_tokenizer(tokenizer: Any) -> Any:
     )
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
+
+
+def make_tokenizer_config_portable(directory: Path) -> None:
+    """Let transformers 4.x load the tokenizer that transformers 5 saved.
+
+    v5 names its own class (``TokenizersBackend``), lists extra special tokens under a key that
+    v4 reads as a dict, and keeps the chat template only in ``chat_template.jinja``. The generic
+    class name, the v4 key and an inline template load the same in both.
+    """
+    path = directory / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    extra = config.pop("extra_special_tokens", None)
+    if isinstance(extra, list):
+        config["additional_special_tokens"] = extra
+    config["chat_template"] = CHAT_TEMPLATE
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def document_stream(tokenizer: Any, texts: Sequence[str]) -> list[int]:
@@ -534,6 +551,7 @@ def build_target(
     try:
         model.save_pretrained(staging, safe_serialization=True)
         wrap_tokenizer(tokenizer).save_pretrained(staging)
+        make_tokenizer_config_portable(staging)
         result.seconds_total = round(time.monotonic() - began, 1)
         info = {**asdict(result), "spec": asdict(spec)}
         info.pop("out_dir")
@@ -569,8 +587,11 @@ def _replace_dir(staging: Path, out_dir: Path) -> None:
 
 
 def is_complete(directory: Path) -> bool:
-    """Whether ``directory`` holds a whole built target."""
-    return all((directory / name).is_file() for name in REQUIRED_FILES)
+    """Whether ``directory`` holds a whole built target (weights present, not a Git LFS pointer)."""
+    if not all((directory / name).is_file() for name in REQUIRED_FILES):
+        return False
+    # A clone without LFS (or a truncated copy) leaves a stub of a few hundred bytes.
+    return (directory / "model.safetensors").stat().st_size > 100_000
 
 
 def default_cache_dir() -> Path:

@@ -101,16 +101,11 @@ class Prepared:
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Check options and inputs, scan the dataset, read what is already done."""
-    import torch
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from extractor.backends.hf import model_facts, resolve_device, resolve_dtype
-
-    hf_logging.disable_progress_bar()
     data = Path(args.data)
     if not data.is_file():
         raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
+    if not any(True for _ in ds.iter_lines(data)):
+        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     try:
         shard = Shard.parse(args.shard)
         min_free = parse_size(args.min_free)
@@ -118,6 +113,22 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
+    if args.events and not Path(args.events).absolute().parent.is_dir():
+        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from extractor.backends.hf import model_facts, resolve_device, resolve_dtype
+
+    hf_logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model_dir = resolve_model(args.model)
     config = AutoConfig.from_pretrained(str(model_dir))
     num_layers, hidden, vocab, max_pos = model_facts(config)
@@ -251,10 +262,12 @@ class ProgressLine:
             sys.stderr.flush()
 
 
-def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float,
-                   quit_event: threading.Event) -> None:
+def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float, quit_event: threading.Event,
+                   on_beat: Any = None) -> None:
     while not quit_event.wait(interval):
         events.emit(ev.HEARTBEAT, **progress.snapshot())
+        if on_beat is not None:
+            on_beat()  # keeps the terminal line fresh while paused
 
 
 def main(args: argparse.Namespace) -> int:
@@ -294,17 +307,15 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     events = ev.EventWriter(prep.job, path=args.events)
     progress = Progress(rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
                         tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects))
-    started = time.monotonic()
+    previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
                                  device=prep.device, dtype=prep.dtype)
     except Exception as exc:
         events.emit(ev.ERROR, message=f"cannot load the model: {exc}")
         log(f"cannot load the model {prep.model_dir}: {exc}")
+        restore_handlers(previous)
         return 1
-    layout.append_jsonl(prep.manifest_path, [{"type": "run", "settings": prep.settings, "pid": os.getpid(),
-                                              "started": time.time(), "rows_done": len(prep.done),
-                                              "job": prep.job}])
     events.emit(ev.START, rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
                 tokens_done=prep.done_tokens, rejects=len(rejects), layers=prep.layers,
                 num_layers=prep.num_layers, hidden_size=prep.hidden_size, dtype=prep.dtype,
@@ -312,18 +323,32 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
                 bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects))
-
-    record_rejects(prep, rejects, book, events)
+    started = time.monotonic()
 
     line = ProgressLine(progress)
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update)
-    writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
+    try:
+        # through the writer, so that a disk already full at start pauses instead of failing
+        writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
+                        "rows_done": len(prep.done), "job": prep.job}])
+        record_rejects(prep, rejects, book, events, writer)
+        writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
+    except Exception as exc:  # includes a stop requested while paused for disk
+        restore_handlers(previous)
+        backend.close()
+        if stop_event.is_set():
+            events.emit(ev.STOPPED, reason="signal", seconds=0.0, **progress.snapshot())
+            events.close()
+            return 0
+        events.emit(ev.ERROR, message=f"{type(exc).__name__}: {exc}", **progress.snapshot())
+        events.close()
+        log(f"error: {type(exc).__name__}: {exc}")
+        return 1
     writer.start()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
-                                 args=(events, progress, args.heartbeat, quit_heartbeat))
+                                 args=(events, progress, args.heartbeat, quit_heartbeat, line.update))
     heartbeat.start()
-    previous = install_stop_handlers(stop_event)
     error: str | None = None
     try:
         fetch = RowFetcher(prep.data, prep.tokenizer, prep.limits)
@@ -374,16 +399,16 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         events.close()
 
 
-def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter) -> None:
+def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter,
+                   writer: Any) -> None:
     """Write rejects not yet in the manifest to the rejects file, the manifest and the events."""
     rejects_path = prep.out / layout.rejects_name(prep.shard.as_tuple)
     layout.repair_jsonl_tail(rejects_path)
     listed = {r.get("row") for r in layout.iter_jsonl(rejects_path)}
     new = [r for r in rejects if r.index not in prep.manifest.rejects]
-    layout.append_jsonl(rejects_path, [{"row": r.index, "line": r.line, "reason": r.reason}
-                                       for r in new if r.index not in listed])
-    layout.append_jsonl(prep.manifest_path,
-                        [{"type": "reject", "row": r.index, "reason": r.reason} for r in new])
+    lines = [{"row": r.index, "line": r.line, "reason": r.reason} for r in new if r.index not in listed]
+    writer.append(lines, path=rejects_path)
+    writer.append([{"type": "reject", "row": r.index, "reason": r.reason} for r in new])
     for r in rejects:
         book.add_reject(r.index)
     for r in new:

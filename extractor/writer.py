@@ -256,7 +256,7 @@ class RowWriter(threading.Thread):
                             "tokens": len(item.input_ids), "bytes": len(data),
                             "sha256": hashlib.sha256(data).hexdigest(),
                             "stats": row_stats(item, self.capture_points)})
-        self._append(records)
+        self.append(records)
         for record in records:
             self.book.add_row(record)
         with self.progress.lock:
@@ -274,14 +274,17 @@ class RowWriter(threading.Thread):
 
     def write_completed_chunks(self) -> None:
         for record in self.book.completed():
-            self._append([record])
+            self.append([record])
             with self.progress.lock:
                 self.progress.chunks_done += 1
             self.events.emit(ev.CHUNK, chunk=record["chunk"], rows=record["rows"], tokens=record["tokens"],
                              bytes=record["bytes"], rejects=record["rejects"], sha256=record["sha256"])
 
-    def _append(self, records: list[dict[str, Any]]) -> None:
-        self._retrying_on_full(WRITE_MARGIN_BYTES, lambda: layout.append_jsonl(self.manifest, records))
+    def append(self, records: list[dict[str, Any]], path: Path | None = None) -> None:
+        """Append records to the manifest (or ``path``), fsynced; waits (paused) while the disk is full."""
+        if records:
+            target = self.manifest if path is None else path
+            self._retrying_on_full(WRITE_MARGIN_BYTES, lambda: layout.append_jsonl(target, records))
 
     def _retrying_on_full(self, size: int, write: Callable[[], Any]) -> None:
         """Wait for room (reserve included), write; on ENOSPC anyway, wait for more room and retry."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -41,6 +42,10 @@ def test_shipped_copy_is_used_and_complete(target_dir):
     assert et.is_complete(target_dir)
     size = sum(p.stat().st_size for p in target_dir.iterdir() if p.is_file())
     assert size < 10 * 1024 * 1024, f"shipped target is {size} bytes"
+    config = json.loads((target_dir / "tokenizer_config.json").read_text())
+    # Loadable by transformers 4.x too: generic class name, template inline.
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert config["chat_template"] == et.CHAT_TEMPLATE
 
 
 def test_model_is_llama_with_distinct_eagle3_capture_points(model, tokenizer):
@@ -162,6 +167,15 @@ def test_corpus_split_is_deterministic_and_disjoint():
     assert all(et.is_heldout(p.relative_to(root).as_posix()) for p in heldout_a)
 
 
+def test_incomplete_directory_is_not_taken_for_a_target(tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(et.SHIPPED_DIR, partial)
+    (partial / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\n")
+    assert not et.is_complete(partial)
+    (partial / "model.safetensors").unlink()
+    assert not et.is_complete(partial)
+
+
 def test_cache_dir_is_used_when_not_preferring_shipped(tmp_path, monkeypatch):
     cached = tmp_path / et.CACHE_SUBDIR
     shutil.copytree(et.SHIPPED_DIR, cached)
@@ -185,6 +199,9 @@ def test_make_target_builds_a_loadable_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "held-out loss: model" in proc.stdout and "unigram" in proc.stdout
     assert et.is_complete(out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == et.CHAT_TEMPLATE
+    info = json.loads((out / et.BUILD_INFO).read_text())
+    assert info["steps"] >= 1 and info["seed"] == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging dir left behind"
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
     tok = transformers.AutoTokenizer.from_pretrained(out)
