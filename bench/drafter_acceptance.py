@@ -100,7 +100,8 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=192, help="target continuation per row")
     parser.add_argument("--max-steps", type=int, default=450)
-    parser.add_argument("--time-limit", type=float, default=600, help="training seconds at most")
+    parser.add_argument("--time-limit", type=float, default=570,
+                        help="seconds of training steps at most (the process also scans and evaluates)")
     parser.add_argument("--draft-vocab-size", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=2e-3)
