@@ -17,8 +17,10 @@ $(VENV)/.hsmon-setup: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' "$(TORCH_PIN)"
 	touch $@
 
+# Extraction, daemon and TUI together on the embedded target; headless (periodic status lines)
+# when stdout is not a terminal or with DEMO_ARGS=--headless.
 demo: setup
-	$(PY) -m extractor.demo
+	$(PY) -m hsmon.demo $(DEMO_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .
