@@ -144,7 +144,7 @@ _JOB_KEYS = {
     "rows_total",
     "needed_bytes",
 }
-_DAEMON_KEYS = {
+DAEMON_KEYS = {
     "host",
     "port",
     "scan_interval",
@@ -191,10 +191,10 @@ def load_toml(path: str) -> DaemonConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not valid TOML ({exc}); fix the file") from None
     daemon = data.get("daemon", {})
-    unknown = set(daemon) - _DAEMON_KEYS
+    unknown = set(daemon) - DAEMON_KEYS
     if unknown:
         raise ConfigError(
-            f"{path}: [daemon] has unknown keys {sorted(unknown)}; known: {sorted(_DAEMON_KEYS)}"
+            f"{path}: [daemon] has unknown keys {sorted(unknown)}; known: {sorted(DAEMON_KEYS)}"
         )
     cfg = DaemonConfig(**daemon)
     cfg.jobs = [_job_from_table(t, path, i) for i, t in enumerate(data.get("job", []))]

@@ -73,15 +73,7 @@ def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
         if any(j.name == job.name for j in cfg.jobs):
             raise cfgmod.ConfigError(f"--job {job.name}: a job of that name is already in {args.config}")
         cfg.jobs.append(job)
-    for key in (
-        "host",
-        "port",
-        "scan_interval",
-        "notify_webhook",
-        "notify_format",
-        "notify_repeat",
-        "control_token_file",
-    ):
+    for key in sorted(cfgmod.DAEMON_KEYS):
         value = getattr(args, key, None)
         if value is not None:
             setattr(cfg, key, value)
