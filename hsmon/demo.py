@@ -44,7 +44,7 @@ EVAL_DEPTH = 7
 # A short training that still learns something on the demo's few hundred rows: a higher learning
 # rate and a smaller draft vocabulary than the defaults (see docs/train.md, "Measured").
 TRAIN_FIELDS = {
-    "epochs": "10",  # the time limit ends it first
+    "epochs": "4",  # about 50 s on 2 cores; the time limit caps it on a slower machine
     "lr": "2e-3",
     "batch_tokens": "2048",
     "draft_vocab_size": "1024",
@@ -164,19 +164,22 @@ class Pipeline:
 
     def _wait_state(self, job: str, seconds: float = 15.0) -> str | None:
         """The daemon's state of ``job`` once terminal (done/dead), or the last one after ``seconds``."""
-        deadline, state = time.monotonic() + seconds, None
-        while time.monotonic() < deadline and not self.cancel.is_set():
+        deadline = time.monotonic() + seconds
+        while True:  # read at least once: a TUI quit right after DONE still counts the extraction
             state = _job_state(self.url, job)
-            if state in ("done", "dead"):
-                break
-            time.sleep(0.5)
-        return state
+            if state in ("done", "dead") or time.monotonic() > deadline or self.cancel.wait(0.5):
+                return state
 
     def _run(self) -> bool:
         started = time.monotonic()
         while self.extraction.poll() is None:
             if self.cancel.wait(0.5):
-                return False
+                # a TUI quit just after DONE: the extraction has said done and is exiting
+                finishing = any(e["kind"] == "done" for e in _events(self.events))
+                try:
+                    self.extraction.wait(timeout=10 if finishing else 0)
+                except subprocess.TimeoutExpired:
+                    return False
         state = self._wait_state("extract")
         done = next((e for e in reversed(_events(self.events)) if e["kind"] == "done"), None)
         if done:
