@@ -17,8 +17,9 @@ $(VENV)/.hsmon-setup: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' "$(TORCH_PIN)"
 	touch $@
 
-# Extraction, daemon and TUI together on the embedded target; headless (periodic status lines)
-# when stdout is not a terminal or with DEMO_ARGS=--headless.
+# Extraction, daemon and TUI, then a drafter training launched through the daemon and its
+# acceptance (eval-drafter), on the embedded target; headless (periodic status lines) when stdout
+# is not a terminal or with DEMO_ARGS=--headless; DEMO_ARGS=--no-train stops after the extraction.
 demo: setup
 	$(PY) -m hsmon.demo $(DEMO_ARGS)
 

@@ -45,11 +45,11 @@ SOURCES = (
 )
 
 
-def docstrings(limit: int) -> list[tuple[str, str]]:
-    """(name, docstring) pairs of standard-library functions and classes."""
+def docstrings(limit: int, sources: tuple[str, ...] = SOURCES) -> list[tuple[str, str]]:
+    """(name, docstring) pairs of standard-library functions and classes, from ``sources``."""
     root = Path(sysconfig.get_paths()["stdlib"])
     found: list[tuple[str, str]] = []
-    for name in SOURCES:
+    for name in sources:
         path = root / name
         if not path.is_file():
             continue

@@ -33,6 +33,8 @@ FIELDS = (
     "ttt_length",
     "draft_vocab_size",
     "gpus",
+    "time_limit",
+    "threads",
 )
 EVENTS_NAME = "events.jsonl"
 LOG_NAME = "train.log"
@@ -50,6 +52,8 @@ class TrainingRequest:
     ttt_length: int | None = None
     draft_vocab_size: int | None = None
     gpus: int = 1
+    time_limit: float | None = None  # seconds of steps; None: no limit
+    threads: int | None = None  # torch CPU threads per process; None: torch's default
 
     @property
     def events_path(self) -> str:
@@ -191,6 +195,8 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
     ttt_length = _number(fields, "ttt_length", int, 1, 64, errors)
     draft_vocab = _number(fields, "draft_vocab_size", int, 1, None, errors)
     gpus = _number(fields, "gpus", int, 1, 1024, errors)
+    time_limit = _number(fields, "time_limit", float, 1, None, errors)
+    threads = _number(fields, "threads", int, 1, 1024, errors)
     if errors:
         return None, errors
     assert data is not None and out is not None
@@ -204,6 +210,8 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
         ttt_length=ttt_length,
         draft_vocab_size=draft_vocab,
         gpus=gpus or 1,
+        time_limit=time_limit,
+        threads=threads,
     ), {}
 
 
@@ -240,6 +248,8 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
         ("--batch-tokens", req.batch_tokens),
         ("--ttt-length", req.ttt_length),
         ("--draft-vocab-size", req.draft_vocab_size),
+        ("--time-limit", req.time_limit),
+        ("--threads", req.threads),
     )
     for flag, value in options:
         if value is not None:

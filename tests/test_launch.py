@@ -97,11 +97,23 @@ def test_valid_request_and_argv(tmp_path, data_dir):
     assert argv[argv.index("--events") + 1] == str(tmp_path / "drafter" / "events.jsonl")
     assert argv[argv.index("--epochs") + 1] == "3" and argv[argv.index("--lr") + 1] == "0.0003"
     assert "--target-model" not in argv and "--ttt-length" not in argv
+    assert "--time-limit" not in argv and "--threads" not in argv
     req.gpus = 4
     argv = training_argv(req)
     assert "torchrun" in " ".join(argv[:3]) or "torch.distributed.run" in argv
     i = argv.index("--nproc-per-node")
     assert argv[i + 1] == "4" and argv[i + 2 : i + 6] == ["-m", "hsmon", "train", str(data_dir)]
+
+
+def test_time_limit_and_threads_reach_the_trainer(tmp_path, data_dir):
+    """The demo's short training: a time budget and one torch thread, through the launch fields."""
+    fields = {"data_dir": str(data_dir), "out_dir": str(tmp_path / "drafter")}
+    req, errors = validate_training_request({**fields, "time_limit": "75", "threads": 1})
+    assert errors == {} and req is not None and req.time_limit == 75.0 and req.threads == 1
+    argv = training_argv(req)
+    assert argv[argv.index("--time-limit") + 1] == "75.0" and argv[argv.index("--threads") + 1] == "1"
+    req, errors = validate_training_request({**fields, "time_limit": "0.5", "threads": "two"})
+    assert req is None and "time_limit" in errors["time_limit"] and "whole number" in errors["threads"]
 
 
 def test_complete_chunks_warning(tmp_path, data_dir):

@@ -1,5 +1,6 @@
-"""`make demo` for real: `hsmon extract` on the embedded default, `hsmon daemon` watching it, and
-the dashboard: headless (what CI runs) and the real TUI in tmux, read with capture-pane."""
+"""`make demo` for real: `hsmon extract` on the embedded default, `hsmon daemon` watching it, the
+drafter training launched through the daemon and `hsmon eval-drafter`: headless (what CI runs), and
+the real TUI in tmux (extraction only, to stay fast), read with capture-pane."""
 
 from __future__ import annotations
 
@@ -15,31 +16,56 @@ from test_tui_e2e import Terminal, repo_env
 pytestmark = pytest.mark.slow
 
 
-def test_demo_headless_prints_status_until_done(tmp_path: Path) -> None:
+def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path: Path) -> None:
+    """The whole demo, headless: extraction to DONE, the training launched through the daemon to
+    DONE, eval-drafter's acceptance lengths in the summary. A 20 s training keeps it under 3 minutes."""
     result = subprocess.run(
-        [sys.executable, "-m", "hsmon.demo", str(tmp_path / "demo"), "--headless", "--interval", "1"],
+        [
+            sys.executable, "-m", "hsmon.demo", str(tmp_path / "demo"),
+            "--headless", "--interval", "1", "--train-seconds", "20",
+        ],
         cwd=tmp_path,
         env=repo_env(),
         capture_output=True,
         text=True,
         timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert any("extract: RUNNING" in line and "tok/s" in line for line in lines), result.stdout
+    )  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    lines = out.splitlines()
+    assert any("extract: RUNNING" in line and "tok/s" in line for line in lines), out
     done = [line for line in lines if "extract: DONE" in line]
-    assert done, result.stdout
+    assert done, out
     rows = re.search(r"rows (\d+) / (\d+)", done[-1])
     assert rows and rows.group(1) == rows.group(2)  # every row of the sample, as the daemon counted it
-    assert lines[-1].endswith("the daemon says done: OK")
+    assert any(line.endswith("the daemon says done: OK") and "extraction exited 0" in line for line in lines)
+    # the training is a job of the daemon: launched through its API, followed to done by it
+    assert any("training train-drafter launched through 127.0.0.1:" in line for line in lines), out
+    assert any("train-drafter: RUNNING" in line and "step " in line for line in lines), out
+    assert any("train-drafter: DONE" in line for line in lines), out
+    assert any("training train-drafter: the daemon says done: OK" in line for line in lines), out
+    assert (tmp_path / "demo" / "drafter" / "train.pid").is_file()
+    steps = re.search(r"training +(\d+) steps, ([\d.]+) s", out)
+    assert steps and int(steps.group(1)) > 0 and float(steps.group(2)) > 0, out
+    accs = re.search(r"held-out accuracy per unroll step +(.+)", out)
+    assert accs and all(0 <= float(a) <= 1 for a in accs.group(1).split()), out
+    figures = {}
+    for name in ("EAGLE-3", "n-gram"):
+        match = re.search(rf"{name} drafter +depth 1 (\d+\.\d+) +depth 7 (\d+\.\d+)", out)
+        assert match, out
+        figures[name] = (float(match.group(1)), float(match.group(2)))
+        # one target forward yields at least its own token and at most the 7 drafted plus it
+        assert 1.0 <= figures[name][0] <= 2.0 and 1.0 <= figures[name][1] <= 8.0, figures
+    assert "outputs equal greedy: yes" in out
+    assert lines[-1].startswith("demo: OK")
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make test installs it)")
-def test_demo_tui_in_tmux_follows_a_real_extraction(tmp_path: Path) -> None:
+def test_demo_tui_in_tmux_follows_a_real_extraction_no_train(tmp_path: Path) -> None:
     env = repo_env()
     command = (
         f"cd {tmp_path} && env PYTHONPATH={env['PYTHONPATH']} TERM=xterm-256color "
-        f"{sys.executable} -m hsmon.demo {tmp_path / 'demo'}; echo DEMO-EXITED-$?; sleep 600"
+        f"{sys.executable} -m hsmon.demo {tmp_path / 'demo'} --no-train; echo DEMO-EXITED-$?; sleep 600"
     )
     term = Terminal(command, 120, 40)
     try:
@@ -48,6 +74,9 @@ def test_demo_tui_in_tmux_follows_a_real_extraction(tmp_path: Path) -> None:
         match = re.search(r"rows\s+━+\s+(\d+) / (\d+) \(100\.0%\)", screen)
         assert match and match.group(1) == match.group(2), screen
         term.keys("q")
-        term.wait_for(lambda s: "DEMO-EXITED-0" in s, "the demo ending cleanly after q")
+        screen = term.wait_for(lambda s: "DEMO-EXITED-0" in s, "the demo ending cleanly after q")
+        # --no-train: the summary has the extraction and nothing after it
+        assert re.search(r"extraction +(\d+) rows", screen) and "demo: OK" in screen, screen
+        assert "training " not in screen and "acceptance" not in screen, screen
     finally:
         term.close()
