@@ -134,3 +134,14 @@ def test_cli_bad_input_gives_one_clear_line() -> None:
             args,
             result.stderr,
         )
+
+
+def test_status_line_shows_rows_for_an_extraction_and_steps_for_a_training() -> None:
+    extraction = view.status_line(extraction_job())
+    assert "rows " in extraction and "step " not in extraction
+    job = training_job(2)
+    job["progress"].update(rows_done=0, rows_total=284)  # the data a training was started on
+    job["training"]["total_steps"] = 200
+    line = view.status_line(job)
+    assert "rows " not in line
+    assert "step 60 / 200 (30.0%)" in line and "loss 1.900" in line

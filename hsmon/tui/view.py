@@ -281,14 +281,16 @@ def status_line(job: dict[str, Any]) -> str:
     """One plain line per job for logs and CI (`make demo` headless)."""
     progress = job.get("progress") or {}
     parts = [f"{job.get('job', '?')}: {str(job.get('state', '?')).upper()}"]
-    if progress.get("rows_done") is not None:
+    training = job.get("training") or {}
+    # A training reports steps; its rows counter (the data it was started on) never advances.
+    if progress.get("rows_done") is not None and not training:
         parts.append(f"rows {progress_label(progress.get('rows_done'), progress.get('rows_total'))}")
     if progress.get("tokens_per_s"):
         parts.append(fmt_rate(progress["tokens_per_s"], " tok/s"))
-    training = job.get("training") or {}
     if training.get("step") is not None:
         loss = training.get("loss") or []
-        parts.append(f"step {training['step']}" + (f" loss {loss[0]:.3f}" if loss else ""))
+        parts.append(f"step {progress_label(training['step'], training.get('total_steps'))}"
+                     + (f" loss {loss[0]:.3f}" if loss else ""))
     elapsed, eta = job_elapsed_eta(job)
     parts.append(f"elapsed {elapsed} ETA {eta}")
     for line in disk_lines(job.get("disk")):
