@@ -432,3 +432,18 @@ def test_storm_counts_exact_with_only_overflow_triggered_scans(tmp_path):
     finally:
         m.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_done_training_has_no_time_left_even_when_its_schedule_had(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter("train", path)
+    tracker = ProgressTracker(str(path))
+    for step in (1, 2, 3):
+        writer.emit(ev.STEP, step=step, total_steps=1000, losses=[2.0], accs=[0.5])
+        time.sleep(0.05)
+    tracker.poll()
+    assert tracker.snapshot(time.time())["progress"]["eta_s"] > 0
+    writer.emit(ev.DONE, step=3)  # a --time-limit stops it at step 3 of 1000
+    tracker.poll()
+    assert tracker.snapshot(time.time())["progress"]["eta_s"] == 0
+    writer.close()

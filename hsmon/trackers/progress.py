@@ -185,7 +185,9 @@ class ProgressTracker:
             rows_per_s = self._rows_rate.rate()
             tokens_per_s = self._tokens_rate.rate()
             eta = None
-            if self.rows_total is not None and rows_per_s:
+            if self.terminal_kind == ev.DONE:
+                eta = 0.0  # a time-limited training ends before its schedule says
+            elif self.rows_total is not None and rows_per_s:
                 eta = max(0, self.rows_total - self.rows_done) / rows_per_s
             elif self.training and self.training.get("eta_s") is not None:
                 eta = self.training["eta_s"]
