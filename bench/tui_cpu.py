@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from hsmon import daemon as daemon_process
+
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = ROOT / "tests" / "tui_job_writer.py"
 
@@ -132,39 +134,25 @@ def main() -> int:
             env=env,
             stdout=subprocess.DEVNULL,
         )
-        daemon = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hsmon",
-                "daemon",
-                "--job",
-                "extract",
-                "--kind",
-                "extract",
-                "--out",
-                str(tmp / "out"),
-                "--events",
-                str(events),
-                "--pid",
-                str(writer.pid),
-                "--port",
-                "0",
-                "--port-file",
-                str(tmp / "port"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        try:
+            daemon, url = daemon_process.spawn(
+                [
+                    "--job", "extract",
+                    "--kind", "extract",
+                    "--out", str(tmp / "out"),
+                    "--events", str(events),
+                    "--pid", str(writer.pid),
+                ],
+                tmp / "port",
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        except daemon_process.DaemonStartError as exc:
+            writer.kill()
+            raise SystemExit(f"bench: {exc}") from exc
         tui = None
         try:
-            deadline = time.monotonic() + 30
-            while not (tmp / "port").exists():
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    raise SystemExit("the daemon did not start")
-                time.sleep(0.05)
-            url = f"http://127.0.0.1:{int((tmp / 'port').read_text())}"
             time.sleep(2.0)  # the job is running and the daemon has seen it
             tui = PtyProcess([sys.executable, "-m", "hsmon", "tui", "--url", url], 160, 48, env)
             first_frame = tui.wait_for(b"hsmon", 30)

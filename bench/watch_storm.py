@@ -31,6 +31,8 @@ from pathlib import Path
 
 import psutil
 
+from hsmon import daemon as daemon_process
+
 REPO = Path(__file__).resolve().parent.parent
 
 WRITER = """
@@ -158,38 +160,23 @@ def main() -> int:
     dump = os.path.join(root, "dump")
     os.mkdir(dump)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    port_file = os.path.join(root, "port")
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hsmon",
-            "daemon",
-            "--job",
-            "storm",
-            "--dump-dir",
-            dump,
-            "--stall-after",
-            "3600",
-            "--scan-interval",
-            str(args.scan_interval),
-            "--port",
-            "0",
-            "--port-file",
-            port_file,
-            "--log-level",
-            "WARNING",
-        ],
-        env=env,
-        stderr=open(os.path.join(root, "daemon.err"), "wb"),  # noqa: SIM115
-    )
+    try:
+        daemon, base = daemon_process.spawn(
+            [
+                "--job", "storm",
+                "--dump-dir", dump,
+                "--stall-after", "3600",
+                "--scan-interval", str(args.scan_interval),
+                "--log-level", "WARNING",
+            ],
+            os.path.join(root, "port"),
+            env=env,
+            stderr=open(os.path.join(root, "daemon.err"), "wb"),  # noqa: SIM115
+        )  # fmt: skip
+    except daemon_process.DaemonStartError as exc:
+        raise SystemExit(f"bench: {exc}: {Path(root, 'daemon.err').read_text()}") from exc
     naive = None
     try:
-        while not os.path.exists(port_file):
-            if daemon.poll() is not None:
-                raise SystemExit(f"daemon exited: {Path(root, 'daemon.err').read_text()}")
-            time.sleep(0.05)
-        base = f"http://127.0.0.1:{int(Path(port_file).read_text())}"
         ps = psutil.Process(daemon.pid)
         time.sleep(1.0)
 

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hsmon import daemon as daemon_process
+
 # Standard-library files that neither the sample dataset (extractor.demo.SOURCES) nor the embedded
 # target's corpus (CRC-32 of the name = 0 mod 10 is held out there) contains: the eval's prompts.
 HELD_OUT_SOURCES = ("copy.py", "glob.py", "hmac.py", "sched.py", "symtable.py", "modulefinder.py")
@@ -397,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
     port_file = base / "daemon.port"
-    port_file.unlink(missing_ok=True)
 
     extraction = daemon = None
     pipeline: Pipeline | None = None
@@ -416,30 +417,25 @@ def main(argv: list[str] | None = None) -> int:
                 stdout=log,
                 stderr=log,
             )  # fmt: skip
-        with open(base / "daemon.log", "ab") as log:
-            daemon = subprocess.Popen(
-                [
-                    sys.executable, "-m", "hsmon", "daemon",
-                    "--job", "extract",
-                    "--kind", "extract",
-                    "--out", str(out),
-                    "--events", str(events),
-                    "--pid", str(extraction.pid),
-                    "--port", "0",
-                    "--port-file", str(port_file),
-                    "--control-token-file", str(token_file),
-                    "--scan-interval", "1",
-                ],
-                stdout=log,
-                stderr=log,
-            )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                print(f"demo: the daemon did not start; see {base / 'daemon.log'}", file=sys.stderr)
-                return 1
-            time.sleep(0.1)
-        url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        try:
+            with open(base / "daemon.log", "ab") as log:
+                daemon, url = daemon_process.spawn(
+                    [
+                        "--job", "extract",
+                        "--kind", "extract",
+                        "--out", str(out),
+                        "--events", str(events),
+                        "--pid", str(extraction.pid),
+                        "--control-token-file", str(token_file),
+                        "--scan-interval", "1",
+                    ],
+                    port_file,
+                    stdout=log,
+                    stderr=log,
+                )  # fmt: skip
+        except daemon_process.DaemonStartError as exc:
+            print(f"demo: {exc}; see {base / 'daemon.log'}", file=sys.stderr)
+            return 1
         print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
         print(f"demo: daemon {url} (metrics {url}/metrics); logs in {base}", flush=True)
         if not args.no_train:

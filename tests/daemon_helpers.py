@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hsmon import daemon as daemon_process
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -104,28 +105,19 @@ class Daemon:
     """A real `hsmon daemon` subprocess on a free port."""
 
     def __init__(self, procs: Procs, tmp: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.port_file = tmp / f"port-{time.monotonic_ns()}"
         self.stderr_path = tmp / f"daemon-{time.monotonic_ns()}.err"
         self.stderr = open(self.stderr_path, "wb")  # noqa: SIM115
-        self.proc = procs.start(
-            [
-                sys.executable,
-                "-m",
-                "hsmon",
-                "daemon",
-                "--port",
-                "0",
-                "--port-file",
-                str(self.port_file),
-                *args,
-            ],
-            stderr=self.stderr,
-            env=env or child_env(),
-        )
-        wait_until(lambda: self.port_file.exists() or self.proc.poll() is not None, 20, what="daemon port")
-        if self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited: {self.stderr_path.read_text()}")
-        self.url = f"http://127.0.0.1:{int(self.port_file.read_text())}"
+        try:
+            self.proc, self.url = daemon_process.spawn(
+                args,
+                tmp / f"port-{time.monotonic_ns()}",
+                timeout=20,
+                stderr=self.stderr,
+                env=env or child_env(),
+            )
+        except daemon_process.DaemonStartError as exc:
+            raise AssertionError(f"{exc}: {self.stderr_path.read_text()}") from exc
+        procs.procs.append(self.proc)
 
     def status(self) -> dict[str, Any]:
         return get_json(self.url + "/api/v1/status")

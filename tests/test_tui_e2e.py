@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from hsmon import daemon as daemon_process
+
 pytestmark = pytest.mark.slow
 WRITER = str(Path(__file__).with_name("tui_job_writer.py"))
 REPO = str(Path(__file__).resolve().parent.parent)
@@ -40,45 +42,27 @@ class Daemon:
         (tmp_path / "token").write_text(TOKEN + "\n")
 
     def start(self) -> None:
-        port_file = self.tmp_path / "port"
-        port_file.unlink(missing_ok=True)
-        log = open(self.tmp_path / "daemon.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hsmon",
-                "daemon",
-                "--job",
-                "extract",
-                "--kind",
-                "extract",
-                "--out",
-                str(self.tmp_path / "out"),
-                "--events",
-                str(self.tmp_path / "events.jsonl"),
-                "--pid",
-                str(self.job_pid),
-                "--port",
-                str(self.port),
-                "--port-file",
-                str(port_file),
-                "--control-token-file",
-                str(self.tmp_path / "token"),
-                "--scan-interval",
-                "1",
-            ],
-            stdout=log,
-            stderr=log,
-            env=repo_env(),
-        )
-        log.close()
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert self.proc.poll() is None, (self.tmp_path / "daemon.log").read_text()
-            assert time.monotonic() < deadline, "the daemon did not start listening"
-            time.sleep(0.1)
-        self.port = int(port_file.read_text())
+        with open(self.tmp_path / "daemon.log", "ab") as log:
+            try:
+                self.proc, url = daemon_process.spawn(
+                    [
+                        "--job", "extract",
+                        "--kind", "extract",
+                        "--out", str(self.tmp_path / "out"),
+                        "--events", str(self.tmp_path / "events.jsonl"),
+                        "--pid", str(self.job_pid),
+                        "--control-token-file", str(self.tmp_path / "token"),
+                        "--scan-interval", "1",
+                    ],
+                    self.tmp_path / "port",
+                    port=self.port,  # a restarted daemon comes back where the TUI looks
+                    stdout=log,
+                    stderr=log,
+                    env=repo_env(),
+                )  # fmt: skip
+            except daemon_process.DaemonStartError as exc:
+                raise AssertionError(f"{exc}: {(self.tmp_path / 'daemon.log').read_text()}") from exc
+        self.port = int(url.rsplit(":", 1)[1])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
