@@ -305,8 +305,12 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     stop_event = threading.Event()
     quit_heartbeat = threading.Event()
     events = ev.EventWriter(prep.job, path=args.events)
+    chunks_recorded = sum(
+        layout.chunk_dir_name(start, start + prep.chunk_size) in prep.manifest.chunks for start in expected
+    )
     progress = Progress(rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
-                        tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects))
+                        tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects),
+                        chunks_done=chunks_recorded)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
@@ -317,7 +321,8 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         restore_handlers(previous)
         return 1
     events.emit(ev.START, rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
-                tokens_done=prep.done_tokens, rejects=len(rejects), layers=prep.layers,
+                tokens_done=prep.done_tokens, rejects=len(rejects), chunks_total=len(expected),
+                chunks_done=chunks_recorded, layers=prep.layers,
                 num_layers=prep.num_layers, hidden_size=prep.hidden_size, dtype=prep.dtype,
                 out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend.name,
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,

@@ -68,6 +68,9 @@ def test_files_follow_contract_2(reference, dataset):
     assert start["layers"] == [2, 4, 5] and start["hidden_size"] == 64 and start["backend"] == "hf"
     assert start["dtype"] == "float32" and start["pid"] > 0 and start["out_dir"] == str(out.resolve())
     assert start["rows_total"] == len(rows) and start["rejects"] == 160 // 23
+    chunk_dirs = {p.parent.name for p in out.glob("rows_*/data_*.ckpt")}
+    assert start["chunks_total"] == len(chunk_dirs) and start["chunks_done"] == 0
+    assert events_of(events)[-1]["chunks_done"] == len(chunk_dirs) == len(layout.read_manifest(out).chunks)
     for row, data in rows.items():
         assert set(data) == {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"}
         seq = data["input_ids"].shape[0]
@@ -153,11 +156,14 @@ def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model
     last = events_of(events)[-1]
     assert last["kind"] == "stopped" and 0 < last["rows_done"] < last["rows_total"]
     assert len(layout.read_manifest(out).rows) == last["rows_done"]
+    chunks_before = len(layout.read_manifest(out).chunks)
     assert not [p for p in out.glob("rows_*/.*")], "temporary files left behind"
     again = run_extract(dataset, out, tiny_model, *OPTS, events=events)
     assert again.returncode == 0, again.stderr
     resumed = [e for e in events_of(events) if e["kind"] == "start"][-1]
     assert resumed["resumed"] and resumed["rows_done"] == last["rows_done"]
+    assert resumed["chunks_done"] == chunks_before < resumed["chunks_total"]
+    assert events_of(events)[-1]["chunks_done"] == resumed["chunks_total"]
     assert_same_output(out, reference[0])
 
 
