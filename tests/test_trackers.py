@@ -438,6 +438,7 @@ def test_a_done_training_has_no_time_left_even_when_its_schedule_had(tmp_path: P
     path = tmp_path / "events.jsonl"
     writer = ev.EventWriter("train", path)
     tracker = ProgressTracker(str(path))
+    writer.emit(ev.START, total_steps=1000)
     for step in (1, 2, 3):
         writer.emit(ev.STEP, step=step, total_steps=1000, losses=[2.0], accs=[0.5])
         time.sleep(0.05)
@@ -445,5 +446,9 @@ def test_a_done_training_has_no_time_left_even_when_its_schedule_had(tmp_path: P
     assert tracker.snapshot(time.time())["progress"]["eta_s"] > 0
     writer.emit(ev.DONE, step=3)  # a --time-limit stops it at step 3 of 1000
     tracker.poll()
-    assert tracker.snapshot(time.time())["progress"]["eta_s"] == 0
+    done = tracker.snapshot(time.time())["progress"]
+    assert done["eta_s"] == 0
+    # elapsed stops at the done event: a finished job does not keep ageing
+    assert done["elapsed_s"] > 0
+    assert tracker.snapshot(time.time() + 60)["progress"]["elapsed_s"] == done["elapsed_s"]
     writer.close()

@@ -202,7 +202,7 @@ class ProgressTracker:
                 "rows_per_s": rows_per_s,
                 "tokens_per_s": tokens_per_s,
                 "bytes_per_s": self._bytes_rate.rate(),
-                "elapsed_s": (now - self.start_ts) if self.start_ts else None,
+                "elapsed_s": ((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
                 "eta_s": eta,
                 "last_progress_ts": self.last_progress_ts,
             }
