@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon import config as cfgmod
+from hsmon.layout import atomic_write
 
 log = logging.getLogger("hsmon.daemon")
 MAX_BODY = 64 * 1024
@@ -303,10 +304,7 @@ def run(args: argparse.Namespace) -> int:
     port = server.server_address[1]
     monitor.start()
     if args.port_file:
-        tmp = f"{args.port_file}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write(f"{port}\n")
-        os.replace(tmp, args.port_file)
+        atomic_write(args.port_file, lambda fh: fh.write(f"{port}\n".encode()))
     log.info(
         "listening on http://%s:%d (jobs: %s; control %s)",
         cfg.host,

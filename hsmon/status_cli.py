@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hsmon import config as cfgmod
@@ -63,6 +64,28 @@ def _pct(done: Any, total: Any) -> str:
     return f" ({100.0 * done / total:.1f} %)" if isinstance(done, (int, float)) and total else ""
 
 
+def _directory_state(section: dict[str, Any], summary: Callable[[dict[str, Any]], str]) -> str:
+    """'missing', the tracker's read error, or the summary of a watched directory."""
+    if not section["exists"]:
+        return "missing"
+    return section.get("error") or summary(section)
+
+
+def _dump_summary(dump: dict[str, Any]) -> str:
+    return (
+        f"{dump['files']} files, {format_bytes(dump['bytes'])}, oldest "
+        f"{format_duration(dump['oldest_age_s'])}, created {dump['created_total']}, "
+        f"consumed {dump['consumed_total']}{_dump_rates(dump)}"
+    )
+
+
+def _output_summary(out: dict[str, Any]) -> str:
+    return (
+        f"{out['layout']}: {out['chunks_complete']} chunks complete, "
+        f"{out['chunks_in_progress']} in progress, {out['rows']} rows, {format_bytes(out['bytes'])}"
+    )
+
+
 def _dump_rates(dump: dict[str, Any]) -> str:
     created, consumed = dump.get("created_per_s"), dump.get("consumed_per_s")
     if created is None or consumed is None:
@@ -104,29 +127,11 @@ def render(doc: dict[str, Any]) -> str:
                 rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))
         dump = job.get("dump")
         if dump:
-            state = (
-                "missing"
-                if not dump["exists"]
-                else dump.get("error")
-                or (
-                    f"{dump['files']} files, {format_bytes(dump['bytes'])}, oldest "
-                    f"{format_duration(dump['oldest_age_s'])}, created {dump['created_total']}, "
-                    f"consumed {dump['consumed_total']}{_dump_rates(dump)}"
-                )
-            )
+            state = _directory_state(dump, _dump_summary)
             rows.append(("dump", f"{dump['path']}: {state}"))
         out = job.get("output")
         if out:
-            state = (
-                "missing"
-                if not out["exists"]
-                else out.get("error")
-                or (
-                    f"{out['layout']}: {out['chunks_complete']} chunks complete, "
-                    f"{out['chunks_in_progress']} in progress, "
-                    f"{out['rows']} rows, {format_bytes(out['bytes'])}"
-                )
-            )
+            state = _directory_state(out, _output_summary)
             rows.append(("output", f"{out['path']}: {state}"))
         for d in job.get("disk") or []:
             fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.get("fits")]
