@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -111,7 +112,7 @@ class SGLangBackend(Backend):
             url = self.pool.acquire()
             started = time.perf_counter()
             try:
-                payload = self._post(url, row, ids)
+                body = self._post(url, row, ids)
             except RetryableError as exc:
                 self.pool.failed(url, str(exc))
                 self.pool.wait(backoff_delay(attempt))
@@ -122,7 +123,7 @@ class SGLangBackend(Backend):
             answered = time.perf_counter()
             self.pool.succeeded(url)
             try:
-                states = self._decode(payload, url, row, len(ids), hidden, captures)
+                states = self._decode(body, url, row, len(ids), hidden, captures)
             except transports.DumpError as exc:
                 if exc.errno_name not in ("ENOSPC", "EDQUOT"):
                     raise
@@ -136,7 +137,7 @@ class SGLangBackend(Backend):
                 self.stats["client_seconds"] += time.perf_counter() - answered
             return states
 
-    def _post(self, url: str, row: int, ids: list[int]) -> dict[str, Any]:
+    def _post(self, url: str, row: int, ids: list[int]) -> bytes:
         """One /generate call; RetryableError for what another attempt may fix."""
         body = transports.request_body(self._rid(row), ids, self.transport, self.options.dump_dir)
         try:
@@ -148,13 +149,13 @@ class SGLangBackend(Backend):
         if resp.status_code != 200:
             raise RuntimeError(f"row {row}: {url}/generate answered HTTP {resp.status_code}: "
                                f"{resp.text[:300]}")
-        try:
-            return resp.json()
-        except ValueError as exc:
-            raise RetryableError(f"unreadable response body: {exc}") from None
+        return resp.content  # parsed by _decode: the client's own time, not the request's
 
-    def _decode(self, payload: dict[str, Any], url: str, row: int, want: int, hidden: int,
-                captures: int) -> RowStates:
+    def _decode(self, body: bytes, url: str, row: int, want: int, hidden: int, captures: int) -> RowStates:
+        try:
+            payload = json.loads(body)
+        except ValueError as exc:
+            raise RuntimeError(f"row {row}: {url}: unreadable response body ({exc})") from None
         if self.transport == "json":
             return transports.decode_json(payload, hidden, captures, self.torch_dtype, row, want, url,
                                           self._chunk_size[url])
@@ -165,6 +166,13 @@ class SGLangBackend(Backend):
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 
     def close(self) -> None:
+        from extractor.prepare import log
+
         self._executor.shutdown(wait=True, cancel_futures=True)
+        st = self.stats
+        if st["requests"]:
+            log(f"sglang: {st['requests']} requests ({st['orphans_reused']} dump files reused), request time "
+                f"{st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
+                f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time)")
         if self.dump is not None:
             self.dump.clean()
