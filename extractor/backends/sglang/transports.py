@@ -101,7 +101,10 @@ def wait_for_file(path: Path, timeout: float) -> None:
     delay = 0.002
     while not path.exists():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"dump file {path} did not appear within {timeout:.0f} s of the response")
+            raise RuntimeError(f"dump file {path} did not appear within {timeout:.0f} s of the response: is "
+                               "the server on another machine? (--transport shm needs a directory both "
+                               "see; use "
+                               "--transport json)")
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
 
