@@ -11,7 +11,10 @@ import time
 from collections import deque
 from typing import Any
 
+import psutil
+
 from hsmon import events as ev
+from hsmon import logtail
 from hsmon.config import JobConfig, ProcessSpec
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
@@ -49,6 +52,8 @@ class JobRuntime:
         self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
+        self._out_rows_rate = RateWindow(60.0)
+        self._ending: tuple[Any, ...] | None = None  # (pid, log files, their tail) read once
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
@@ -145,12 +150,18 @@ class JobRuntime:
             or self.cfg.rows_total
             or (self.output.rows_total_hint if self.output else None)
         )
-        eta = prog["progress"]["eta_s"] if prog else None
+        if out is not None:
+            self._out_rows_rate.add(now, out["rows"] or 0)
+        progress = _merge_output_progress(
+            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+        )
+        eta = progress["eta_s"] if progress else None
         disks = self._disks(now, dump, out, rows_total, eta)
         snap = self._snapshot(now, procs, dump, out, disks)
+        snap.rows_total = rows_total
+        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
         self.decision = decide(snap)
 
-        progress = prog["progress"] if prog else _progress_from_output(out, rows_total)
         if prog and out and out.get("layout") == "hsmon":
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
@@ -215,6 +226,34 @@ class JobRuntime:
 
         return disks
 
+    def _runner_alive(self) -> bool:
+        """`hsmon run` (named by the start event) still runs: it has not recorded the end yet."""
+        pr = self.progress
+        if pr is None or not pr.runner_pid:
+            return False
+        try:
+            proc = psutil.Process(pr.runner_pid)
+            # a later process that got the same number is not ours
+            return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= (pr.start_ts or 0) + 1
+        except psutil.Error:
+            return False
+
+    def _ending_log(self, procs: list[dict[str, Any]]) -> tuple[str | None, list[str] | None]:
+        """(log, its last lines) of the main process once it is gone: read once per process."""
+        pr = self.progress
+        main = procs[0] if procs else None
+        tracker = self.processes[0] if self.processes else None
+        if main is None or tracker is None or (main["alive"] and main["status"] != "zombie"):
+            return (pr.log_path if pr else None), None
+        if not tracker.log_files:
+            return (pr.log_path if pr else None), None
+        key = (tracker.pid, tuple(tracker.log_files))
+        if self._ending is None or self._ending[0] != key:
+            tails = [logtail.read_tail(path) for path in tracker.log_files]
+            lines = [line for tail in tails if tail for line in tail]  # stderr (fd 2) last
+            self._ending = (key, None if all(t is None for t in tails) else lines)
+        return ", ".join(tracker.log_files), self._ending[1]
+
     def _snapshot(
         self,
         now: float,
@@ -242,7 +281,12 @@ class JobRuntime:
         out_disk = next((d for d in disks if d["role"] == "output"), None)
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
+        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        exit_log, exit_tail = self._ending_log(procs)
         return Snapshot(
+            runner_alive=gone and self._runner_alive(),
+            exit_log=exit_log,
+            exit_log_tail=exit_tail,
             now=now,
             stall_after=self.cfg.stall_after,
             watch_start_ts=watch_ref,
@@ -312,22 +356,77 @@ def _disk_message(entry: dict[str, Any] | None) -> str | None:
     )
 
 
-def _progress_from_output(out: dict[str, Any] | None, rows_total: int | None) -> dict[str, Any] | None:
-    """Without events, the output directory is the progress we can see."""
+def _merge_output_progress(
+    progress: dict[str, Any] | None, out: dict[str, Any] | None, rows_total: int | None,
+    out_rows_per_s: float | None,
+) -> dict[str, Any] | None:
+    """The progress section: the events' counters, with the output directory's rows where the events
+    carry none (no events file, or a writer such as `hsmon run` that counts no rows); the expected
+    total from wherever it is known, and an ETA from the output's row rate."""
     if out is None:
-        return None
-    return {
-        "rows_done": out["rows"],
-        "rows_total": rows_total,
-        "tokens_done": out["tokens"],
-        "tokens_total": None,
-        "chunks_done": out["chunks_complete"],
-        "chunks_total": None,
-        "rejects": out.get("rejects"),
-        "rows_per_s": None,
-        "tokens_per_s": None,
-        "bytes_per_s": None,
-        "elapsed_s": None,
-        "eta_s": None,
-        "last_progress_ts": None,
-    }
+        return progress
+    if progress is None:
+        return {
+            "rows_done": out["rows"],
+            "rows_total": rows_total,
+            "tokens_done": out["tokens"],
+            "tokens_total": None,
+            "chunks_done": out["chunks_complete"],
+            "chunks_total": None,
+            "rejects": out.get("rejects"),
+            "rows_per_s": out_rows_per_s,
+            "tokens_per_s": None,
+            "bytes_per_s": None,
+            "elapsed_s": None,
+            "eta_s": _eta(rows_total, out["rows"], out_rows_per_s),
+            "last_progress_ts": None,
+        }
+    progress = dict(progress)
+    if progress["rows_total"] is None:
+        progress["rows_total"] = rows_total
+    if not progress["rows_done"] and out["rows"]:
+        progress["rows_done"] = out["rows"]
+        progress["rows_per_s"] = out_rows_per_s
+        if not progress["tokens_done"]:
+            progress["tokens_done"] = out["tokens"]
+        if not progress["chunks_done"]:
+            progress["chunks_done"] = out["chunks_complete"]
+        if progress["eta_s"] is None:
+            progress["eta_s"] = _eta(progress["rows_total"], out["rows"], out_rows_per_s)
+    return progress
+    if progress is None:
+        progress = {
+            "rows_done": 0,
+            "rows_total": None,
+            "tokens_done": 0,
+            "tokens_total": None,
+            "chunks_done": 0,
+            "chunks_total": None,
+            "rejects": out.get("rejects"),
+            "rows_per_s": None,
+            "tokens_per_s": None,
+            "bytes_per_s": None,
+            "elapsed_s": None,
+            "eta_s": None,
+            "last_progress_ts": None,
+        }
+    else:
+        progress = dict(progress)
+    if not progress["rows_done"] and out["rows"]:
+        progress["rows_done"] = out["rows"]
+        progress["rows_per_s"] = out_rows_per_s
+        if not progress["tokens_done"]:
+            progress["tokens_done"] = out["tokens"]
+        if not progress["chunks_done"]:
+            progress["chunks_done"] = out["chunks_complete"]
+        if progress["rows_total"] is None:
+            progress["rows_total"] = rows_total
+        if progress["eta_s"] is None and progress["rows_total"] and out_rows_per_s:
+            progress["eta_s"] = max(0, progress["rows_total"] - out["rows"]) / out_rows_per_s
+    elif progress["rows_total"] is None:
+        progress["rows_total"] = rows_total
+    return progress
+
+
+def _eta(total: int | None, done: int, per_s: float | None) -> float | None:
+    return max(0, total - done) / per_s if total and per_s else None
