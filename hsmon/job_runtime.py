@@ -6,13 +6,14 @@ The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
 from typing import Any
 
 from hsmon import events as ev
-from hsmon.config import JobConfig, ProcessSpec
+from hsmon.config import ConfigError, JobConfig, ProcessSpec, ServerSpec
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -20,6 +21,9 @@ from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server import ServerTracker
+
+log = logging.getLogger("hsmon.monitor")
 
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
@@ -37,6 +41,10 @@ class JobRuntime:
         self.progress = ProgressTracker(cfg.events) if cfg.events else None
         self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
         self._pid_from_events = not self.processes
+        self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
+        self._event_urls: list[str] = []
+        self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
+        self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.state: str | None = None
         self.state_since_ts = now
         self.reason = ""
@@ -66,6 +74,56 @@ class JobRuntime:
             elif self.processes[0].spec.pid != self.progress.pid:
                 self.processes[0].set_pid(self.progress.pid)
         return [p.poll() for p in self.processes]
+
+    def poll_servers(self, now: float) -> None:
+        """Start the server trackers; without configured servers, follow the start event's URLs."""
+        if not self.cfg.servers and self.progress is not None:
+            urls = self.progress.server_urls
+            if urls != self._event_urls:
+                self._event_urls = urls
+                specs = []
+                for url in dict.fromkeys(urls):
+                    try:
+                        specs.append(ServerSpec(url).checked(self.cfg.name))
+                    except ConfigError:
+                        log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
+                self.close()
+                self.servers = [ServerTracker(spec, now) for spec in specs]
+        for tracker in self.servers:
+            if not tracker.started:
+                tracker.start()
+
+    def close(self) -> None:
+        """Stop the server trackers' threads."""
+        for tracker in self.servers:
+            tracker.stop()
+
+    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+        """The GPUs on which the job's processes (or their children) hold memory, and since when
+        all of them idle."""
+        from hsmon.trackers.gpu import gpus_of, idle_since
+
+        if self.gpu is None or not self.gpu.devices:
+            return [], None
+        pids: set[int] = set()
+        mono = time.monotonic()
+        for proc in procs:
+            pid = proc["pid"]
+            if not proc["alive"] or pid is None:
+                continue
+            cached = self._gpu_pids.get(pid)
+            if cached is None or mono - cached[0] > 30:  # a server's workers start once
+                import psutil
+
+                try:
+                    kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+                except psutil.Error:
+                    kids = set()
+                cached = self._gpu_pids[pid] = (mono, kids)
+            pids |= {pid, *cached[1]}
+        devices = self.gpu.devices
+        indices = gpus_of(devices, pids)
+        return indices, idle_since(devices, indices)
 
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
@@ -128,6 +186,7 @@ class JobRuntime:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
+        self.poll_servers(now)
         procs = self.poll_processes()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
@@ -178,6 +237,8 @@ class JobRuntime:
                 key=lambda e: e.get("ts") or 0,
             )[-20:],
             "training": prog["training"] if prog else None,
+            "servers": [t.snapshot(now) for t in self.servers],
+            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
         }
 
     def _disks(
@@ -242,6 +303,7 @@ class JobRuntime:
         out_disk = next((d for d in disks if d["role"] == "output"), None)
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
+        gpu_indices, gpu_idle = self._gpu_facts(procs)
         return Snapshot(
             now=now,
             stall_after=self.cfg.stall_after,
@@ -266,6 +328,9 @@ class JobRuntime:
             shm_fits=shm_disk["fits"] if shm_disk else None,
             shm_message=_disk_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            servers=[t.facts(now) for t in self.servers],
+            gpu_indices=gpu_indices,
+            gpu_idle_since_ts=gpu_idle,
         )
 
     def apply_decision(self, now: float) -> str | None:
