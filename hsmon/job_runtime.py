@@ -6,16 +6,15 @@ The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
 from typing import Any
 
-import psutil
-
 from hsmon import events as ev
-from hsmon import logtail
-from hsmon.config import JobConfig, ProcessSpec
+from hsmon.config import ConfigError, JobConfig, ProcessSpec, ServerSpec
+from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -23,6 +22,9 @@ from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server import ServerTracker
+
+log = logging.getLogger("hsmon.monitor")
 
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
@@ -40,6 +42,10 @@ class JobRuntime:
         self.progress = ProgressTracker(cfg.events) if cfg.events else None
         self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
         self._pid_from_events = not self.processes
+        self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
+        self._event_urls: list[str] = []
+        self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
+        self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.state: str | None = None
         self.state_since_ts = now
         self.reason = ""
@@ -53,7 +59,7 @@ class JobRuntime:
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
-        self._ending: tuple[Any, ...] | None = None  # (pid, log files, their tail) read once
+        self.ending = EndingWatch()
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
@@ -71,6 +77,56 @@ class JobRuntime:
             elif self.processes[0].spec.pid != self.progress.pid:
                 self.processes[0].set_pid(self.progress.pid)
         return [p.poll() for p in self.processes]
+
+    def poll_servers(self, now: float) -> None:
+        """Start the server trackers; without configured servers, follow the start event's URLs."""
+        if not self.cfg.servers and self.progress is not None:
+            urls = self.progress.server_urls
+            if urls != self._event_urls:
+                self._event_urls = urls
+                specs = []
+                for url in dict.fromkeys(urls):
+                    try:
+                        specs.append(ServerSpec(url).checked(self.cfg.name))
+                    except ConfigError:
+                        log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
+                self.close()
+                self.servers = [ServerTracker(spec, now) for spec in specs]
+        for tracker in self.servers:
+            if not tracker.started:
+                tracker.start()
+
+    def close(self) -> None:
+        """Stop the server trackers' threads."""
+        for tracker in self.servers:
+            tracker.stop()
+
+    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+        """The GPUs on which the job's processes (or their children) hold memory, and since when
+        all of them idle."""
+        from hsmon.trackers.gpu import gpus_of, idle_since
+
+        if self.gpu is None or not self.gpu.devices:
+            return [], None
+        pids: set[int] = set()
+        mono = time.monotonic()
+        for proc in procs:
+            pid = proc["pid"]
+            if not proc["alive"] or pid is None:
+                continue
+            cached = self._gpu_pids.get(pid)
+            if cached is None or mono - cached[0] > 30:  # a server's workers start once
+                import psutil
+
+                try:
+                    kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+                except psutil.Error:
+                    kids = set()
+                cached = self._gpu_pids[pid] = (mono, kids)
+            pids |= {pid, *cached[1]}
+        devices = self.gpu.devices
+        indices = gpus_of(devices, pids)
+        return indices, idle_since(devices, indices)
 
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
@@ -133,6 +189,7 @@ class JobRuntime:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
+        self.poll_servers(now)
         procs = self.poll_processes()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
@@ -152,7 +209,7 @@ class JobRuntime:
         )
         if out is not None:
             self._out_rows_rate.add(now, out["rows"] or 0)
-        progress = _merge_output_progress(
+        progress = merge_output_progress(
             prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
         eta = progress["eta_s"] if progress else None
@@ -189,6 +246,8 @@ class JobRuntime:
                 key=lambda e: e.get("ts") or 0,
             )[-20:],
             "training": prog["training"] if prog else None,
+            "servers": [t.snapshot(now) for t in self.servers],
+            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
         }
 
     def _disks(
@@ -226,34 +285,6 @@ class JobRuntime:
 
         return disks
 
-    def _runner_alive(self) -> bool:
-        """`hsmon run` (named by the start event) still runs: it has not recorded the end yet."""
-        pr = self.progress
-        if pr is None or not pr.runner_pid:
-            return False
-        try:
-            proc = psutil.Process(pr.runner_pid)
-            # a later process that got the same number is not ours
-            return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= (pr.start_ts or 0) + 1
-        except psutil.Error:
-            return False
-
-    def _ending_log(self, procs: list[dict[str, Any]]) -> tuple[str | None, list[str] | None]:
-        """(log, its last lines) of the main process once it is gone: read once per process."""
-        pr = self.progress
-        main = procs[0] if procs else None
-        tracker = self.processes[0] if self.processes else None
-        if main is None or tracker is None or (main["alive"] and main["status"] != "zombie"):
-            return (pr.log_path if pr else None), None
-        if not tracker.log_files:
-            return (pr.log_path if pr else None), None
-        key = (tracker.pid, tuple(tracker.log_files))
-        if self._ending is None or self._ending[0] != key:
-            tails = [logtail.read_tail(path) for path in tracker.log_files]
-            lines = [line for tail in tails if tail for line in tail]  # stderr (fd 2) last
-            self._ending = (key, None if all(t is None for t in tails) else lines)
-        return ", ".join(tracker.log_files), self._ending[1]
-
     def _snapshot(
         self,
         now: float,
@@ -282,9 +313,10 @@ class JobRuntime:
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
         gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
-        exit_log, exit_tail = self._ending_log(procs)
+        exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
+        gpu_indices, gpu_idle = self._gpu_facts(procs)
         return Snapshot(
-            runner_alive=gone and self._runner_alive(),
+            runner_alive=gone and self.ending.runner_alive(pr),
             exit_log=exit_log,
             exit_log_tail=exit_tail,
             now=now,
@@ -310,6 +342,9 @@ class JobRuntime:
             shm_fits=shm_disk["fits"] if shm_disk else None,
             shm_message=_disk_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            servers=[t.facts(now) for t in self.servers],
+            gpu_indices=gpu_indices,
+            gpu_idle_since_ts=gpu_idle,
         )
 
     def apply_decision(self, now: float) -> str | None:
@@ -354,79 +389,3 @@ def _disk_message(entry: dict[str, Any] | None) -> str | None:
         f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
         f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
     )
-
-
-def _merge_output_progress(
-    progress: dict[str, Any] | None, out: dict[str, Any] | None, rows_total: int | None,
-    out_rows_per_s: float | None,
-) -> dict[str, Any] | None:
-    """The progress section: the events' counters, with the output directory's rows where the events
-    carry none (no events file, or a writer such as `hsmon run` that counts no rows); the expected
-    total from wherever it is known, and an ETA from the output's row rate."""
-    if out is None:
-        return progress
-    if progress is None:
-        return {
-            "rows_done": out["rows"],
-            "rows_total": rows_total,
-            "tokens_done": out["tokens"],
-            "tokens_total": None,
-            "chunks_done": out["chunks_complete"],
-            "chunks_total": None,
-            "rejects": out.get("rejects"),
-            "rows_per_s": out_rows_per_s,
-            "tokens_per_s": None,
-            "bytes_per_s": None,
-            "elapsed_s": None,
-            "eta_s": _eta(rows_total, out["rows"], out_rows_per_s),
-            "last_progress_ts": None,
-        }
-    progress = dict(progress)
-    if progress["rows_total"] is None:
-        progress["rows_total"] = rows_total
-    if not progress["rows_done"] and out["rows"]:
-        progress["rows_done"] = out["rows"]
-        progress["rows_per_s"] = out_rows_per_s
-        if not progress["tokens_done"]:
-            progress["tokens_done"] = out["tokens"]
-        if not progress["chunks_done"]:
-            progress["chunks_done"] = out["chunks_complete"]
-        if progress["eta_s"] is None:
-            progress["eta_s"] = _eta(progress["rows_total"], out["rows"], out_rows_per_s)
-    return progress
-    if progress is None:
-        progress = {
-            "rows_done": 0,
-            "rows_total": None,
-            "tokens_done": 0,
-            "tokens_total": None,
-            "chunks_done": 0,
-            "chunks_total": None,
-            "rejects": out.get("rejects"),
-            "rows_per_s": None,
-            "tokens_per_s": None,
-            "bytes_per_s": None,
-            "elapsed_s": None,
-            "eta_s": None,
-            "last_progress_ts": None,
-        }
-    else:
-        progress = dict(progress)
-    if not progress["rows_done"] and out["rows"]:
-        progress["rows_done"] = out["rows"]
-        progress["rows_per_s"] = out_rows_per_s
-        if not progress["tokens_done"]:
-            progress["tokens_done"] = out["tokens"]
-        if not progress["chunks_done"]:
-            progress["chunks_done"] = out["chunks_complete"]
-        if progress["rows_total"] is None:
-            progress["rows_total"] = rows_total
-        if progress["eta_s"] is None and progress["rows_total"] and out_rows_per_s:
-            progress["eta_s"] = max(0, progress["rows_total"] - out["rows"]) / out_rows_per_s
-    elif progress["rows_total"] is None:
-        progress["rows_total"] = rows_total
-    return progress
-
-
-def _eta(total: int | None, done: int, per_s: float | None) -> float | None:
-    return max(0, total - done) / per_s if total and per_s else None
