@@ -44,6 +44,17 @@ class ProcessFacts:
 
 
 @dataclass
+class ServerFacts:
+    """One inference server the job talks to (hsmon/trackers/server.py measures it)."""
+
+    url: str
+    state: str  # up | busy | hung | down | unknown
+    detail: str = ""
+    last_forward_ts: float | None = None  # a forward last completed (None: never seen)
+    watch_start_ts: float | None = None  # watched since
+
+
+@dataclass
 class Snapshot:
     """Everything the decision needs, measured by the monitor at ``now``."""
 
@@ -70,6 +81,10 @@ class Snapshot:
     shm_fits: bool | None = None
     shm_message: str | None = None
     dump_oldest_age_s: float | None = None
+    # The engine (hsmon/trackers/server.py, gpu.py):
+    servers: list[ServerFacts] = field(default_factory=list)
+    gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
+    gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
 
 
 @dataclass
@@ -147,6 +162,63 @@ def hints_for(snap: Snapshot) -> list[Hint]:
     return hints
 
 
+def _no_forward(snap: Snapshot, server: ServerFacts) -> str:
+    since = server.last_forward_ts or server.watch_start_ts or snap.watch_start_ts
+    return f"no forward completed in {_fmt(max(0.0, snap.now - since))}"
+
+
+def engine_hints(snap: Snapshot) -> list[Hint]:
+    """Advice about the job's servers and GPUs (a job that ended or died needs none)."""
+    hints: list[Hint] = []
+    for server in snap.servers:
+        if server.state == "hung":
+            hints.append(
+                Hint(
+                    "server-hung",
+                    "critical",
+                    f"server {server.url} is hung: {_no_forward(snap, server)} ({server.detail}). "
+                    "Its scheduler is stuck (a collective, a dead GPU, a frozen process): look with "
+                    "`py-spy dump` on its scheduler processes and nvidia-smi, then restart the server; "
+                    "the client resumes where it stopped.",
+                )
+            )
+        elif server.state == "down":
+            hints.append(
+                Hint(
+                    "server-down",
+                    "warning",
+                    f"server {server.url} is down ({server.detail}): the client cannot progress "
+                    "until it is back.",
+                )
+            )
+    alive = any(p.alive and p.status != "zombie" for p in snap.processes)
+    if snap.gpu_indices and snap.gpu_idle_since_ts is not None and alive:
+        idle = max(0.0, snap.now - snap.gpu_idle_since_ts)
+        if idle > snap.stall_after:
+            gpus = ", ".join(str(i) for i in snap.gpu_indices)
+            hints.append(
+                Hint(
+                    "gpu-idle",
+                    "warning",
+                    f"GPU {gpus} of the job's processes at 0 % utilization for {_fmt(idle)} "
+                    f"(stall-after {_fmt(snap.stall_after)}) while they are alive: a hung collective "
+                    "(NCCL) or a stuck scheduler? `py-spy dump` the processes to see where they wait.",
+                )
+            )
+    return hints
+
+
+def _server_blame(snap: Snapshot) -> str | None:
+    """The reason a stalled or paused client waits, when one of its servers explains it."""
+    for state in ("hung", "down"):
+        for server in snap.servers:
+            if server.state == state:
+                if state == "hung":
+                    return f"server {server.url} is hung: {_no_forward(snap, server)}"
+                return f"server {server.url} is down ({server.detail})"
+    return None
+
+
 def decide(snap: Snapshot) -> Decision:
     """The job's state, a one-line reason, and hints."""
     hints = hints_for(snap)
@@ -176,8 +248,11 @@ def decide(snap: Snapshot) -> Decision:
             "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
         )
 
+    hints += engine_hints(snap)
+    blame = _server_blame(snap)
     if snap.paused_reason is not None:
-        return Decision("paused", f"the job paused itself (reason: {snap.paused_reason})", hints)
+        why = f"the job paused itself (reason: {snap.paused_reason})"
+        return Decision("paused", f"{why}; {blame}" if blame else why, hints)
 
     progress_age = _age(now, snap.last_progress_ts)
     work_age = _age(now, snap.last_work_ts)
@@ -215,12 +290,11 @@ def decide(snap: Snapshot) -> Decision:
         default=snap.watch_start_ts,
     )
     quiet = max(0.0, now - last)
-    hints.append(
-        Hint(
-            "stalled",
-            "critical",
-            f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
-            f"(stall-after {_fmt(stall)})",
-        )
+    nothing = (
+        f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
+        f"(stall-after {_fmt(stall)})"
     )
+    hints.append(Hint("stalled", "critical", f"{nothing}: {blame}" if blame else nothing))
+    if blame:
+        return Decision("stalled", blame, hints)
     return Decision("stalled", f"no signal moved for {_fmt(quiet)}", hints)

@@ -35,6 +35,7 @@ class ProgressTracker:
         self.exists = False
         self.job_id: str | None = None
         self.pid: int | None = None
+        self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
         self.started = False
         self.start_ts: float | None = None
         self.rows_done = 0
@@ -86,6 +87,9 @@ class ProgressTracker:
             self.terminal_kind = self.terminal_ts = self.paused_reason = None
             pid = e.get("pid")
             self.pid = pid if isinstance(pid, int) else None
+            urls = e.get("urls")
+            if isinstance(urls, list):
+                self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
             for attr, keys in (
                 ("rows_done", ("rows_done",)),
                 ("tokens_done", ("tokens_done",)),
