@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
