@@ -31,8 +31,9 @@ STATE_STYLES: dict[str, str] = {
     "dead": "state-dead",
     "paused": "state-paused",
     "done": "state-done",
+    "exited": "state-exited",
 }
-FINISHED_STATES = frozenset({"done", "dead"})
+FINISHED_STATES = frozenset({"done", "dead", "exited"})
 HISTORY_POINTS = 60
 EVENT_HISTORY = 200  # a document carries the last 20 events; the log keeps more across documents
 # Hints by which the monitor already reports a filesystem's trouble (then not said twice).
@@ -118,8 +119,8 @@ def alerts(job: dict[str, Any]) -> list[tuple[str, str]]:
         pass  # the monitor's own hint says it, with its fix
     elif state in ("stalled", "dead"):
         out.append(("critical", f"{state}: {job.get('reason') or 'no reason given'}"))
-    elif state == "paused":
-        out.append(("warning", f"paused: {job.get('reason') or ''}".rstrip(": ")))
+    elif state in ("paused", "exited"):
+        out.append(("warning", f"{state}: {job.get('reason') or ''}".rstrip(": ")))
     for hint in job.get("hints") or []:
         out.append((str(hint.get("severity", "info")), str(hint.get("message", hint.get("id", "")))))
     for line in disk_lines(job.get("disk")):
