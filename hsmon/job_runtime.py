@@ -14,6 +14,7 @@ from typing import Any
 
 from hsmon import events as ev
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
+from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -57,6 +58,9 @@ class JobRuntime:
         self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
+        self._out_rows_rate = RateWindow(60.0)
+        self.ending = EndingWatch()
+        self._runner_alive = False
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
@@ -188,6 +192,12 @@ class JobRuntime:
             self.progress.poll()
         self.poll_servers(now)
         procs = self.poll_processes()
+        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        self._runner_alive = gone and self.ending.runner_alive(self.progress)
+        if gone and self.progress is not None:
+            # read again after the process (and hsmon run) checks: an ending written before they
+            # exited is seen now, so a clean exit never reads as dead for one tick
+            self.progress.poll()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
         if self.output is not None and scan_output:
@@ -204,12 +214,18 @@ class JobRuntime:
             or self.cfg.rows_total
             or (self.output.rows_total_hint if self.output else None)
         )
-        eta = prog["progress"]["eta_s"] if prog else None
+        if out is not None:
+            self._out_rows_rate.add(now, out["rows"] or 0)
+        progress = merge_output_progress(
+            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+        )
+        eta = progress["eta_s"] if progress else None
         disks = self._disks(now, dump, out, rows_total, eta)
         snap = self._snapshot(now, procs, dump, out, disks)
+        snap.rows_total = rows_total
+        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
         self.decision = decide(snap)
 
-        progress = prog["progress"] if prog else _progress_from_output(out, rows_total)
         if prog and out and out.get("layout") == "hsmon":
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
@@ -303,8 +319,12 @@ class JobRuntime:
         out_disk = next((d for d in disks if d["role"] == "output"), None)
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
+        exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
         gpu_indices, gpu_idle = self._gpu_facts(procs)
         return Snapshot(
+            runner_alive=self._runner_alive,
+            exit_log=exit_log,
+            exit_log_tail=exit_tail,
             now=now,
             stall_after=self.cfg.stall_after,
             watch_start_ts=watch_ref,
@@ -375,24 +395,3 @@ def _disk_message(entry: dict[str, Any] | None) -> str | None:
         f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
         f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
     )
-
-
-def _progress_from_output(out: dict[str, Any] | None, rows_total: int | None) -> dict[str, Any] | None:
-    """Without events, the output directory is the progress we can see."""
-    if out is None:
-        return None
-    return {
-        "rows_done": out["rows"],
-        "rows_total": rows_total,
-        "tokens_done": out["tokens"],
-        "tokens_total": None,
-        "chunks_done": out["chunks_complete"],
-        "chunks_total": None,
-        "rejects": out.get("rejects"),
-        "rows_per_s": None,
-        "tokens_per_s": None,
-        "bytes_per_s": None,
-        "elapsed_s": None,
-        "eta_s": None,
-        "last_progress_ts": None,
-    }

@@ -93,7 +93,7 @@ def test_done_and_dead_jobs_carry_no_server_hints():
     done = decide(snap(terminal_kind="done", servers=[server("down")]))
     assert done.state == "done" and "server-down" not in ids(done)
     gone = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
-    dead = decide(snap(processes=[gone], servers=[server("hung")]))
+    dead = decide(snap(processes=[gone], started=True, servers=[server("hung")]))
     assert dead.state == "dead" and "server-hung" not in ids(dead)
 
 
