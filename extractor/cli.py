@@ -7,7 +7,7 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `hsmon extract` (names fixed by the docs and scripts that call it)."""
-    from extractor.run import DEFAULT_BATCH_TOKENS, DEFAULT_MIN_FREE
+    from extractor.prepare import DEFAULT_BATCH_TOKENS, DEFAULT_MIN_FREE
 
     parser.add_argument("data", metavar="DATA.jsonl", help="dataset: one JSON object per line "
                         "({'text'}, {'conversations'} or {'input_ids'}); see docs/extract.md")

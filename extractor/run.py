@@ -10,215 +10,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
-from extractor.plan import Shard, parse_layers, plan_batches, row_bytes
+from extractor.plan import plan_batches
+from extractor.prepare import (
+    Prepared,
+    UsageError,
+    dry_run,
+    headroom_line,
+    log,
+    prepare,
+)
 from hsmon import events as ev
 from hsmon import layout
-from hsmon.units import format_bytes, format_duration, parse_size
-
-DEFAULT_MIN_FREE = "1G"
-DEFAULT_BATCH_TOKENS = 8192
-# Settings that change what is written: a resume must match them exactly.
-RESUME_KEYS = ("dataset_sha256", "model_fingerprint", "backend", "dtype", "device_type", "layers",
-               "max_length", "truncate", "chunk_size", "batch_tokens", "shard")
-
-
-class UsageError(Exception):
-    """Bad input or options: printed as one line, exit status 2."""
-
-
-def log(message: str) -> None:
-    """A line for the human, on stderr (stdout may carry the event stream)."""
-    print(f"hsmon extract: {message}", file=sys.stderr, flush=True)
-
-
-def model_fingerprint(model_dir: Path) -> str:
-    """sha256 of the config and tokenizer files and the weight files' names and sizes."""
-    digest = hashlib.sha256()
-    for path in sorted(model_dir.iterdir()):
-        if not path.is_file():
-            continue
-        if path.suffix in (".json", ".txt", ".model", ".jinja"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-        elif path.suffix in (".safetensors", ".bin", ".pt"):
-            digest.update(f"{path.name}\0{path.stat().st_size}".encode())
-    return digest.hexdigest()
-
-
-def resolve_model(model: str | None) -> Path:
-    if model:
-        path = Path(model)
-        if not (path / "config.json").is_file():
-            raise UsageError(f"--model {model}: not a Hugging Face model directory (no config.json)")
-        return path
-    try:
-        from extractor.embedded_target import ensure_embedded_target
-    except ImportError:
-        raise UsageError("the embedded target is not available in this build; pass --model DIR") from None
-    return Path(ensure_embedded_target())
-
-
-@dataclass
-class Prepared:
-    """Everything known before any weight is loaded."""
-
-    data: Path
-    out: Path
-    model_dir: Path
-    shard: Shard
-    chunk_size: int
-    batch_tokens: int
-    min_free: int
-    layers: list[int]
-    num_layers: int
-    hidden_size: int
-    dtype: str
-    device: str
-    limits: ds.Limits
-    tokenizer: Any
-    scan: ds.ScanResult
-    settings: dict[str, Any]
-    manifest_path: Path
-    done: set[int]
-    done_tokens: int
-    done_bytes: int
-    manifest: layout.Manifest
-    bytes_needed: int
-    bytes_free: int
-    job: str
-
-
-def prepare(args: argparse.Namespace) -> Prepared:
-    """Check options and inputs, scan the dataset, read what is already done."""
-    data = Path(args.data)
-    if not data.is_file():
-        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
-    if not any(True for _ in ds.iter_lines(data)):
-        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
-    try:
-        shard = Shard.parse(args.shard)
-        min_free = parse_size(args.min_free)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.chunk_size < 1 or args.batch_tokens < 1:
-        raise UsageError("--chunk-size and --batch-tokens must be at least 1")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
-    if args.events and not Path(args.events).absolute().parent.is_dir():
-        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
-    if args.model and not (Path(args.model) / "config.json").is_file():
-        raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
-
-    import torch
-    from transformers import AutoConfig, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from extractor.backends.hf import model_facts, resolve_device, resolve_dtype
-
-    hf_logging.disable_progress_bar()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model_dir = resolve_model(args.model)
-    config = AutoConfig.from_pretrained(str(model_dir))
-    num_layers, hidden, vocab, max_pos = model_facts(config)
-    try:
-        layers = parse_layers(args.layers, num_layers)
-        device = resolve_device(args.device)
-        dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    max_length = args.max_length or max_pos
-    if max_length > max_pos:
-        raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
-    scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size))
-    if scan.lines == 0:
-        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
-    if not scan.rows and scan.rejects:
-        first = scan.rejects[0]
-        raise UsageError(f"no usable row in {data}: all {len(scan.rejects)} rows rejected "
-                         f"(row {first.index}, line {first.line}: {first.reason})")
-    out = Path(args.out)
-    settings = {
-        "dataset": str(data.resolve()), "dataset_sha256": scan.sha256, "model": str(model_dir.resolve()),
-        "model_fingerprint": model_fingerprint(model_dir), "backend": args.backend, "dtype": dtype,
-        "device_type": device.split(":")[0], "layers": layers, "max_length": max_length,
-        "truncate": not args.no_truncate, "chunk_size": args.chunk_size, "batch_tokens": args.batch_tokens,
-        "shard": [shard.index, shard.count],
-    }
-    manifest_path = out / layout.manifest_name(shard.as_tuple)
-    check_resume(out, manifest_path, settings)
-    manifest = layout.read_manifest(out, manifest_path.name) if manifest_path.exists() else layout.Manifest()
-    valid = set(scan.rows or ())
-    done = {row for row in manifest.rows if row in valid}
-    lengths = dict(zip(scan.rows or (), scan.lengths or (), strict=True))
-    element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-    needed = sum(row_bytes(lengths[r], hidden, len(layers), element) for r in valid - done)
-    probe = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
-    free = shutil.disk_usage(probe).free
-    job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
-                                                         if shard.count > 1 else "")
-    return Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
-                    num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path, done,
-                    sum(lengths[r] for r in done), sum(int(manifest.rows[r].get("bytes", 0)) for r in done),
-                    manifest, needed, free, job)
-
-
-def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any]) -> None:
-    """Refuse to continue a run started with other settings, or other sharding in the same dir."""
-    for path in layout.manifest_paths(out):
-        first = next((r for r in layout.iter_jsonl(path) if r.get("type") == "run"), None)
-        if first is None:
-            continue
-        old = first.get("settings", {})
-        if path != manifest_path:
-            if old.get("shard", [0, 1])[1] != settings["shard"][1]:
-                raise UsageError(f"{out} holds a run split into {old.get('shard', [0, 1])[1]} shard(s) "
-                                 f"({path.name}); use the same --shard count or a new --out")
-            keys = [k for k in RESUME_KEYS if k != "shard"]
-        else:
-            keys = list(RESUME_KEYS)
-        for key in keys:
-            if old.get(key) != settings[key]:
-                raise UsageError(f"{out} was started with different settings ({key}: {old.get(key)!r}, now "
-                                 f"{settings[key]!r}); resume with the same command, or use a new --out")
-
-
-def fits(prep: Prepared) -> bool:
-    return prep.bytes_free - prep.bytes_needed >= prep.min_free
-
-
-def headroom_line(prep: Prepared) -> str:
-    verdict = "fits" if fits(prep) else "does NOT fit: the run will pause when free space reaches the reserve"
-    return (f"needs ~{format_bytes(prep.bytes_needed)}, {format_bytes(prep.bytes_free)} free "
-            f"(reserve {format_bytes(prep.min_free)}): {verdict}")
-
-
-def dry_run(prep: Prepared) -> int:
-    """Print rows, tokens and bytes and whether they fit; exit 0 when they fit, 1 when not."""
-    scan = prep.scan
-    rows = len(scan.rows or ())
-    print(f"dataset {prep.data}: {scan.lines} rows, {rows} usable in this shard, {len(scan.rejects or ())} "
-          f"rejected, {scan.truncated} truncated")
-    print(f"tokens {scan.tokens} (done {prep.done_tokens}); rows to extract {rows - len(prep.done)}")
-    print(f"model {prep.model_dir}: {prep.num_layers} layers, hidden {prep.hidden_size}, {prep.dtype}, "
-          f"capture points {prep.layers}")
-    print(f"output {prep.out}: {headroom_line(prep)}")
-    print(f"RESULT rows={rows} tokens={scan.tokens} bytes={prep.bytes_needed} free={prep.bytes_free} "
-          f"fits={'yes' if fits(prep) else 'no'}")
-    return 0 if fits(prep) else 1
+from hsmon.units import format_bytes, format_duration
 
 
 def clean_temporaries(out: Path, book_starts: list[int], chunk_size: int) -> None:

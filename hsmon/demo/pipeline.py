@@ -1,0 +1,223 @@
+"""The demo's steps after the start, in a thread: wait for the extraction, launch the training through
+the daemon, wait for it, evaluate. Talks to the daemon over HTTP and to children; never imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hsmon.demo.prepare import EVAL_DEPTH, EVAL_NEW_TOKENS, EVAL_PROMPTS, TRAIN_FIELDS
+
+
+def daemon_status(url: str) -> dict[str, Any] | None:
+    import requests
+
+    try:
+        return requests.get(f"{url}/api/v1/status", timeout=3).json()
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def _job_state(url: str, name: str) -> str | None:
+    for job in (daemon_status(url) or {}).get("jobs") or []:
+        if job.get("job") == name:
+            return job.get("state")
+    return None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    from hsmon import events as ev
+
+    return list(ev.iter_events(path)) if path.is_file() else []
+
+
+class Pipeline:
+    """The steps after the start, in a thread: wait for the extraction, launch the training through
+    the daemon, wait for it, evaluate. ``say`` reports progress; ``results`` feeds the summary."""
+
+    def __init__(
+        self,
+        base: Path,
+        url: str,
+        token: str,
+        setup: dict[str, Any],
+        extraction: subprocess.Popen[bytes],
+        train: bool,
+        train_seconds: float,
+        say: Callable[[str], None],
+        on_launched: Callable[[str], None] = lambda job: None,
+    ) -> None:
+        self.base, self.url, self.token, self.setup = base, url, token, setup
+        self.extraction, self.train, self.train_seconds = extraction, train, train_seconds
+        self.say, self.on_launched = say, on_launched
+        self.out, self.events = base / "extract", base / "events.jsonl"
+        self.drafter = base / "drafter"
+        self.phase = "extracting"
+        self.phase_started = time.monotonic()
+        self.results: dict[str, Any] = {}
+        self.ok: bool | None = None
+        self.train_pid: int | None = None
+        self.eval_proc: subprocess.Popen[str] | None = None
+        self.cancel = threading.Event()
+        self.thread = threading.Thread(target=self._run_safely, name="demo-pipeline", daemon=True)
+
+    def _phase(self, name: str) -> None:
+        self.phase, self.phase_started = name, time.monotonic()
+
+    def _run_safely(self) -> None:
+        try:
+            self.ok = self._run()
+        except Exception as exc:  # reported, not raised: the thread's end is what the caller waits for
+            self.say(f"demo: {type(exc).__name__}: {exc}")
+            self.ok = False
+        finally:
+            self._phase("finished")
+
+    def _wait_state(self, job: str, seconds: float = 15.0) -> str | None:
+        """The daemon's state of ``job`` once terminal (done/dead), or the last one after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:  # read at least once: a TUI quit right after DONE still counts the extraction
+            state = _job_state(self.url, job)
+            if state in ("done", "dead") or time.monotonic() > deadline or self.cancel.wait(0.5):
+                return state
+
+    def _run(self) -> bool:
+        started = time.monotonic()
+        while self.extraction.poll() is None:
+            if self.cancel.wait(0.5):
+                # a TUI quit just after DONE: the extraction has said done and is exiting
+                finishing = any(e["kind"] == "done" for e in _events(self.events))
+                try:
+                    self.extraction.wait(timeout=10 if finishing else 0)
+                except subprocess.TimeoutExpired:
+                    return False
+        state = self._wait_state("extract")
+        done = next((e for e in reversed(_events(self.events)) if e["kind"] == "done"), None)
+        if done:
+            self.results["extraction"] = {
+                "rows": done["rows_done"],
+                "rejects": done.get("rejects", 0),
+                "tokens": done["tokens_done"],
+                "bytes": done["bytes_done"],
+                "seconds": done["seconds"],
+                "wall_seconds": time.monotonic() - started,
+                "output": str(self.out),
+            }
+        ok = self.extraction.returncode == 0 and state == "done" and done is not None
+        self.say(
+            f"extraction exited {self.extraction.returncode}; the daemon says {state or 'nothing'}: "
+            f"{'OK' if ok else 'FAILED'}"
+        )
+        if not ok or not self.train or self.cancel.is_set():
+            return ok
+        return self._train() and self._evaluate()
+
+    def _train(self) -> bool:
+        from hsmon.tui.sources import HttpStatusSource
+
+        self._phase("training")
+        fields = {
+            "data_dir": str(self.out),
+            "out_dir": str(self.drafter),
+            "target_model": self.setup["model"],
+            "time_limit": f"{self.train_seconds:g}",
+            **TRAIN_FIELDS,
+        }
+        launched = HttpStatusSource(self.url, token=self.token).launch_training(fields)
+        if not launched.ok or not launched.job:
+            errors = launched.errors or ""
+            self.say(f"demo: the daemon did not launch the training: {launched.message} {errors}")
+            return False
+        job = launched.job
+        pidfile = self.drafter / "train.pid"
+        self.train_pid = int(pidfile.read_text()) if pidfile.is_file() else None
+        self.say(f"demo: {launched.message} (PID {self.train_pid}, {self.train_seconds:g} s of steps)")
+        self.on_launched(job)
+        events = self.drafter / "events.jsonl"
+        ends = ("done", "stopped", "error")
+        while _alive(self.train_pid) and not any(e["kind"] in ends for e in _events(events)):
+            if self.cancel.wait(1.0):
+                return False
+        state = self._wait_state(job)
+        seen = _events(events)
+        start = next((e for e in seen if e["kind"] == "start"), None)
+        done = next((e for e in reversed(seen) if e["kind"] == "done"), None)
+        if done is None or state != "done":
+            log = self.drafter / "train.log"
+            self.say(f"demo: the training ended without `done` (the daemon says {state}); see {log}")
+            return False
+        self.results["training"] = {
+            "job": job,
+            "steps": done["step"],
+            "tokens": done["tokens"],
+            "seconds": done["ts"] - start["ts"] if start else None,
+            "accs": done.get("eval_accs") or [],
+            "time_limit_reached": done.get("time_limit_reached"),
+            "rows": start.get("rows") if start else None,
+            "output": str(self.drafter),
+        }
+        self.say(f"training {job}: the daemon says done: OK")
+        return True
+
+    def _evaluate(self) -> bool:
+        self._phase("evaluating")
+        argv = [
+            sys.executable, "-m", "hsmon", "eval-drafter",
+            "--drafter", str(self.drafter),
+            "--target-model", self.setup["model"],
+            "--prompts", self.setup["prompts"],
+            "--depth", str(EVAL_DEPTH),
+            "--max-new-tokens", str(EVAL_NEW_TOKENS),
+            "--max-prompts", str(EVAL_PROMPTS),
+            "--threads", "1",
+            "--json",
+        ]  # fmt: skip
+        count = self.setup["eval_prompts"]
+        self.say(f"demo: hsmon eval-drafter on {count} held-out prompts, depths 1..{EVAL_DEPTH}")
+        started = time.monotonic()
+        with open(self.base / "eval.log", "ab") as log:
+            self.eval_proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+            stdout, _ = self.eval_proc.communicate()
+        if self.eval_proc.returncode != 0 or self.cancel.is_set():
+            self.say(f"demo: eval-drafter exited {self.eval_proc.returncode}; see {self.base / 'eval.log'}")
+            return False
+        result = json.loads(stdout.strip().splitlines()[-1])
+        self.results["acceptance"] = {**result, "seconds": time.monotonic() - started}
+        (self.base / "acceptance.json").write_text(json.dumps(result, indent=1) + "\n")
+        lengths = result["acceptance_length"]
+        self.say(
+            f"acceptance at depth {EVAL_DEPTH}: EAGLE-3 drafter {lengths['eagle3'][str(EVAL_DEPTH)]:.3f}, "
+            f"n-gram {lengths['ngram'][str(EVAL_DEPTH)]:.3f} tokens per target forward"
+        )
+        return True
+
+    def stop(self) -> None:
+        """Cancel what is left: SIGTERM to a training still running (it checkpoints), end the eval."""
+        from hsmon.launch import stop_job
+
+        self.cancel.set()
+        if _alive(self.train_pid) and self.phase == "training":
+            stop_job(self.train_pid)  # type: ignore[arg-type]
+            print(f"demo: stopped the training (PID {self.train_pid}; it writes a checkpoint first)")
+        if self.eval_proc is not None and self.eval_proc.poll() is None:
+            self.eval_proc.terminate()
+        self.thread.join(timeout=20)

@@ -1,0 +1,391 @@
+"""One watched job: its trackers, its activity clocks, its snapshot for ``decide`` and its state.
+
+The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` and
+``apply_decision`` on each tick; everything here runs on that one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from typing import Any
+
+from hsmon import events as ev
+from hsmon.config import ConfigError, JobConfig, ProcessSpec, ServerSpec
+from hsmon.job_ending import EndingWatch, merge_output_progress
+from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.trackers import disk
+from hsmon.trackers.dump_dir import DumpDirTracker
+from hsmon.trackers.output_dir import OutputDirTracker
+from hsmon.trackers.processes import ProcessTracker
+from hsmon.trackers.progress import ProgressTracker
+from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server import ServerTracker
+
+log = logging.getLogger("hsmon.monitor")
+
+# Below these a process counts as idle (a heartbeat thread, a log line now and then).
+BUSY_CPU_FRACTION = 0.02
+BUSY_IO_BYTES_PER_S = 16 * 1024
+
+
+class JobRuntime:
+    """One job: its trackers, its activity clocks and its current state."""
+
+    def __init__(self, cfg: JobConfig, now: float) -> None:
+        self.cfg = cfg
+        self.watch_start_ts = now
+        self.dump = DumpDirTracker(cfg.dump_dir) if cfg.dump_dir else None
+        self.output = OutputDirTracker(cfg.out_dir) if cfg.out_dir else None
+        self.progress = ProgressTracker(cfg.events) if cfg.events else None
+        self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
+        self._pid_from_events = not self.processes
+        self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
+        self._event_urls: list[str] = []
+        self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
+        self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
+        self.state: str | None = None
+        self.state_since_ts = now
+        self.reason = ""
+        self.transitions_total = 0
+        self.transitions_by_state: dict[str, int] = {}
+        self.state_events: deque[dict[str, Any]] = deque(maxlen=20)
+        self.last_work_ts: float | None = None
+        self.last_busy_ts: float | None = None
+        self._work_marks: tuple[Any, ...] | None = None
+        self._last_look_ts: float | None = None
+        self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
+        self._out_bytes_rate = RateWindow(60.0)
+        self._out_rows_rate = RateWindow(60.0)
+        self.ending = EndingWatch()
+        self._shm_bytes_rate = RateWindow(30.0)
+        self.watch: Any = None
+        self.watch_inode: int | None = None
+        self.doc: dict[str, Any] = {}
+        self._next_doc: dict[str, Any] = {}
+        self.decision: Decision | None = None
+
+    # -- measuring ----------------------------------------------------------------------------
+    def poll_processes(self) -> list[dict[str, Any]]:
+        if self._pid_from_events and self.progress is not None and self.progress.pid:
+            if not self.processes:
+                self.processes.append(
+                    ProcessTracker(ProcessSpec(self.cfg.default_role, pid=self.progress.pid))
+                )
+            elif self.processes[0].spec.pid != self.progress.pid:
+                self.processes[0].set_pid(self.progress.pid)
+        return [p.poll() for p in self.processes]
+
+    def poll_servers(self, now: float) -> None:
+        """Start the server trackers; without configured servers, follow the start event's URLs."""
+        if not self.cfg.servers and self.progress is not None:
+            urls = self.progress.server_urls
+            if urls != self._event_urls:
+                self._event_urls = urls
+                specs = []
+                for url in dict.fromkeys(urls):
+                    try:
+                        specs.append(ServerSpec(url).checked(self.cfg.name))
+                    except ConfigError:
+                        log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
+                self.close()
+                self.servers = [ServerTracker(spec, now) for spec in specs]
+        for tracker in self.servers:
+            if not tracker.started:
+                tracker.start()
+
+    def close(self) -> None:
+        """Stop the server trackers' threads."""
+        for tracker in self.servers:
+            tracker.stop()
+
+    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+        """The GPUs on which the job's processes (or their children) hold memory, and since when
+        all of them idle."""
+        from hsmon.trackers.gpu import gpus_of, idle_since
+
+        if self.gpu is None or not self.gpu.devices:
+            return [], None
+        pids: set[int] = set()
+        mono = time.monotonic()
+        for proc in procs:
+            pid = proc["pid"]
+            if not proc["alive"] or pid is None:
+                continue
+            cached = self._gpu_pids.get(pid)
+            if cached is None or mono - cached[0] > 30:  # a server's workers start once
+                import psutil
+
+                try:
+                    kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+                except psutil.Error:
+                    kids = set()
+                cached = self._gpu_pids[pid] = (mono, kids)
+            pids |= {pid, *cached[1]}
+        devices = self.gpu.devices
+        indices = gpus_of(devices, pids)
+        return indices, idle_since(devices, indices)
+
+    def _note_activity(
+        self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
+    ) -> None:
+        marks = (
+            dump and (dump["created_total"], dump["consumed_total"]),
+            out and (out["rows"], out["bytes"], out["temp_files"], out["chunks_complete"]),
+        )
+        if self._work_marks is None:
+            # first look: the files' own times say when work last happened before we watched
+            times = [
+                t
+                for t in (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
+                if t
+            ]
+            self.last_work_ts = min(max(times), now) if times else None
+        elif marks != self._work_marks:
+            # it moved somewhere since the previous look: credit that look's time (as for CPU)
+            since = self._last_look_ts if self._last_look_ts is not None else now
+            self.last_work_ts = max(self.last_work_ts or 0.0, since)
+        self._work_marks = marks
+        self._last_look_ts = now
+        change = self.dump.last_change_ts if self.dump is not None else None
+        if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
+            self.last_work_ts = change  # an event's time: finer than the tick
+        mono = time.monotonic()
+        for proc in procs:
+            if not proc["alive"] or proc["pid"] is None or proc["cpu_seconds"] is None:
+                continue
+            io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
+            prev = self._busy_marks.get(proc["pid"])
+            self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
+            if prev is None:
+                # first sight: no rate yet. A process that has been busy on average over its life
+                # counts as busy now (conservative: never a stall alarm before a second sample)
+                uptime = proc.get("uptime_s") or 0.0
+                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
+                    self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
+                continue
+            if mono <= prev[0]:
+                continue
+            dt = mono - prev[0]
+            if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
+                io - prev[2]
+            ) / dt > BUSY_IO_BYTES_PER_S:
+                # the work happened somewhere since the previous sample: credit it to that sample's
+                # time, so that a process frozen just now does not look busy for one more tick
+                self.last_busy_ts = max(self.last_busy_ts or 0.0, now - dt)
+
+    def _dump_dir_changed(self) -> bool:
+        """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
+        assert self.dump is not None
+        try:
+            inode = os.stat(self.dump.path).st_ino
+        except OSError:
+            return self.dump.exists
+        return not self.dump.exists or inode != self.dump.dir_inode
+
+    def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True) -> None:
+        """Poll everything due, decide the state, and rebuild the cached document."""
+        if self.progress is not None:
+            self.progress.poll()
+        self.poll_servers(now)
+        procs = self.poll_processes()
+        if self.dump is not None and (scan_dump or self._dump_dir_changed()):
+            self.dump.scan(full=full_scan)
+        if self.output is not None and scan_output:
+            self.output.scan()
+        if self.dump is not None:
+            self.dump.sample_rates(now)
+        dump = self.dump.snapshot(now) if self.dump else None
+        out = self.output.snapshot() if self.output else None
+        self._note_activity(now, procs, dump, out)
+        prog = self.progress.snapshot(now) if self.progress else None
+
+        rows_total = (
+            (prog and prog["progress"]["rows_total"])
+            or self.cfg.rows_total
+            or (self.output.rows_total_hint if self.output else None)
+        )
+        if out is not None:
+            self._out_rows_rate.add(now, out["rows"] or 0)
+        progress = merge_output_progress(
+            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+        )
+        eta = progress["eta_s"] if progress else None
+        disks = self._disks(now, dump, out, rows_total, eta)
+        snap = self._snapshot(now, procs, dump, out, disks)
+        snap.rows_total = rows_total
+        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
+        self.decision = decide(snap)
+
+        if prog and out and out.get("layout") == "hsmon":
+            progress.setdefault("bytes_per_s", None)
+            if progress["bytes_per_s"] is None:
+                progress["bytes_per_s"] = self._out_bytes_rate.rate()
+        self._next_doc = {
+            "job": self.cfg.name,
+            "kind": self.cfg.kind,
+            "state": self.state or self.decision.state,
+            "state_since_ts": self.state_since_ts,
+            "reason": self.decision.reason,
+            "hints": [h.as_dict() for h in self.decision.hints],
+            "transitions_total": self.transitions_total,
+            "state_history": list(self.state_events),
+            "stall_after_s": self.cfg.stall_after,
+            "last_work_ts": self.last_work_ts,
+            "last_busy_ts": self.last_busy_ts,
+            "progress": progress,
+            "dump": dump,
+            "output": out,
+            "disk": disks,
+            "processes": procs,
+            "events": prog["events"] if prog else None,
+            "recent_events": sorted(
+                (prog["recent_events"] if prog else []) + list(self.state_events),
+                key=lambda e: e.get("ts") or 0,
+            )[-20:],
+            "training": prog["training"] if prog else None,
+            "servers": [t.snapshot(now) for t in self.servers],
+            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
+        }
+
+    def _disks(
+        self,
+        now: float,
+        dump: dict[str, Any] | None,
+        out: dict[str, Any] | None,
+        rows_total: int | None,
+        eta: float | None,
+    ) -> list[dict[str, Any]]:
+        """Headroom of the output filesystem and of the dump directory's (shm) one."""
+        disks = []
+        if out is not None:
+            self._out_bytes_rate.add(now, out["bytes"] or 0)
+            needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
+            disks.append(
+                disk.headroom(
+                    "output",
+                    self.cfg.out_dir,
+                    disk.usage(self.cfg.out_dir),
+                    needed,
+                    self._out_bytes_rate.rate(),
+                    eta,
+                )
+            )
+        if self.dump is not None:
+            shm_path = self.cfg.dump_dir if self.cfg.dump_dir.startswith("/dev/shm") else self.cfg.shm_dir
+            self._shm_bytes_rate.add(now, max(0, dump["bytes"]))
+            rate = self._shm_bytes_rate.rate()
+            disks.append(
+                disk.headroom(
+                    "shm", shm_path, disk.usage(shm_path), None, rate if rate and rate > 0 else None, eta
+                )
+            )
+
+        return disks
+
+    def _snapshot(
+        self,
+        now: float,
+        procs: list[dict[str, Any]],
+        dump: dict[str, Any] | None,
+        out: dict[str, Any] | None,
+        disks: list[dict[str, Any]],
+    ) -> Snapshot:
+        """The plain facts ``decide`` needs, gathered from the trackers."""
+        facts = [
+            ProcessFacts(
+                role=p["role"],
+                pid=p["pid"],
+                alive=p["alive"],
+                status=p["status"],
+                seen_alive=t.seen_alive,
+                stdout=p["stdout"],
+                stdout_buffered=p["stdout_buffered"],
+                cmdline=p["cmdline"],
+            )
+            for p, t in zip(procs, self.processes, strict=False)
+        ]
+        started_procs = [p["start_ts"] for p in procs if p["start_ts"]]
+        watch_ref = min([self.watch_start_ts, *started_procs])
+        out_disk = next((d for d in disks if d["role"] == "output"), None)
+        shm_disk = next((d for d in disks if d["role"] == "shm"), None)
+        pr = self.progress
+        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
+        gpu_indices, gpu_idle = self._gpu_facts(procs)
+        return Snapshot(
+            runner_alive=gone and self.ending.runner_alive(pr),
+            exit_log=exit_log,
+            exit_log_tail=exit_tail,
+            now=now,
+            stall_after=self.cfg.stall_after,
+            watch_start_ts=watch_ref,
+            processes=facts,
+            process_watched=bool(self.processes),
+            events_watched=pr is not None,
+            started=bool(pr and pr.started),
+            terminal_kind=pr.terminal_kind if pr else None,
+            terminal_ts=pr.terminal_ts if pr else None,
+            paused_reason=pr.paused_reason if pr else None,
+            last_progress_ts=pr.last_progress_ts if pr else None,
+            last_error=pr.last_error if pr else None,
+            last_work_ts=self.last_work_ts,
+            last_busy_ts=self.last_busy_ts,
+            evidence_of_job=bool(
+                (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump["files"])
+            ),
+            bad_event_lines=pr.reader.bad_lines if pr else 0,
+            disk_fits=out_disk["fits"] if out_disk else None,
+            disk_message=_disk_message(out_disk),
+            shm_fits=shm_disk["fits"] if shm_disk else None,
+            shm_message=_disk_message(shm_disk),
+            dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            servers=[t.facts(now) for t in self.servers],
+            gpu_indices=gpu_indices,
+            gpu_idle_since_ts=gpu_idle,
+        )
+
+    def apply_decision(self, now: float) -> str | None:
+        """Move to the decided state; returns the previous state when it changed."""
+        assert self.decision is not None
+        new = self.decision.state
+        self.reason = self.decision.reason
+        doc = self._next_doc
+        if new == self.state:
+            doc.update(state=new, state_since_ts=self.state_since_ts)
+            self.doc = doc  # published whole: readers never see a half-built document
+            return None
+        previous, self.state, self.state_since_ts = self.state, new, now
+        self.transitions_total += 1
+        self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
+        event = ev.make_event(
+            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=self.decision.reason
+        )
+        self.state_events.append(event)
+        doc.update(
+            state=new,
+            state_since_ts=now,
+            transitions_total=self.transitions_total,
+            state_history=list(self.state_events),
+            recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
+        )
+        self.doc = doc
+        return previous or "none"
+
+
+def _disk_message(entry: dict[str, Any] | None) -> str | None:
+    if not entry:
+        return None
+    from hsmon.units import format_bytes, format_duration
+
+    if entry["needed_bytes"] is not None and entry["free_bytes"] is not None:
+        return (
+            f"{entry['role']} filesystem of {entry['path']}: needs ~{format_bytes(entry['needed_bytes'])}, "
+            f"{format_bytes(entry['free_bytes'])} free: free space before it fills"
+        )
+    return (
+        f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
+        f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
+    )
