@@ -147,10 +147,14 @@ class JobRuntime:
         )
         eta = prog["progress"]["eta_s"] if prog else None
         disks = self._disks(now, dump, out, rows_total, eta)
-        snap = self._snapshot(now, procs, dump, out, disks)
+        snap = self._snapshot(now, procs, dump, out, disks, prog, rows_total)
         self.decision = decide(snap)
 
         progress = prog["progress"] if prog else _progress_from_output(out, rows_total)
+        if prog and out:
+            for key in ("tokens_total", "chunks_total"):  # the manifest's plan fills what events lack
+                if progress.get(key) is None and out.get(key) is not None:
+                    progress[key] = out[key]
         if prog and out and out.get("layout") == "hsmon":
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
@@ -222,6 +226,8 @@ class JobRuntime:
         dump: dict[str, Any] | None,
         out: dict[str, Any] | None,
         disks: list[dict[str, Any]],
+        prog: dict[str, Any] | None = None,
+        rows_total: int | None = None,
     ) -> Snapshot:
         """The plain facts ``decide`` needs, gathered from the trackers."""
         facts = [
@@ -266,6 +272,12 @@ class JobRuntime:
             shm_fits=shm_disk["fits"] if shm_disk else None,
             shm_message=_disk_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            events_start_ts=pr.start_ts if pr else None,
+            output_ending=out.get("ending") if out else None,
+            output_ending_ts=out.get("ending_ts") if out else None,
+            output_run_seconds=out.get("run_seconds") if out else None,
+            rows_done=out["rows"] if out else (prog["progress"]["rows_done"] if prog else None),
+            rows_total=rows_total,
         )
 
     def apply_decision(self, now: float) -> str | None:
@@ -316,18 +328,19 @@ def _progress_from_output(out: dict[str, Any] | None, rows_total: int | None) ->
     """Without events, the output directory is the progress we can see."""
     if out is None:
         return None
+    ended = out.get("ending") is not None
     return {
         "rows_done": out["rows"],
         "rows_total": rows_total,
         "tokens_done": out["tokens"],
-        "tokens_total": None,
+        "tokens_total": out.get("tokens_total"),
         "chunks_done": out["chunks_complete"],
-        "chunks_total": None,
+        "chunks_total": out.get("chunks_total"),
         "rejects": out.get("rejects"),
         "rows_per_s": None,
         "tokens_per_s": None,
         "bytes_per_s": None,
-        "elapsed_s": None,
-        "eta_s": None,
+        "elapsed_s": out.get("run_seconds") if ended else None,
+        "eta_s": 0.0 if out.get("ending") == "done" else None,
         "last_progress_ts": None,
     }

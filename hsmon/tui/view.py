@@ -22,6 +22,7 @@ STATE_STYLES: dict[str, str] = {
     "dead": "state-dead",
     "paused": "state-paused",
     "done": "state-done",
+    "quiet": "state-quiet",
 }
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})

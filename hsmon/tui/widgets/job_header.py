@@ -17,6 +17,7 @@ BADGE_STYLES = {
     "dead": "bold white on dark_red",
     "paused": "bold black on magenta",
     "done": "bold white on blue",
+    "quiet": "bold black on dark_orange",
 }
 
 
