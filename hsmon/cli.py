@@ -17,6 +17,7 @@ from hsmon import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
+    "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
     "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),

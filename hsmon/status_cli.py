@@ -54,10 +54,13 @@ def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> dict[str, Any]:
     from hsmon.monitor import Monitor
 
     monitor = Monitor(jobs, use_watchdog=False, source="inprocess", scan_interval=max(sample_s, 0.01))
-    monitor.tick(force_scan=True)
-    time.sleep(max(0.0, sample_s))
-    monitor.tick(force_scan=True)
-    return monitor.status_document()
+    try:
+        monitor.tick(force_scan=True)
+        time.sleep(max(0.0, sample_s))
+        monitor.tick(force_scan=True)
+        return monitor.status_document()
+    finally:
+        monitor.stop()  # the server trackers' threads
 
 
 def _pct(done: Any, total: Any) -> str:
@@ -91,6 +94,47 @@ def _dump_rates(dump: dict[str, Any]) -> str:
     if created is None or consumed is None:
         return ""
     return f" ({created:.1f}/s in, {consumed:.1f}/s out)"
+
+
+def _server_summary(srv: dict[str, Any]) -> str:
+    """'UP: model v0.5.23; health 1.0 s; running 2, queued 5, 310 tok/s' (figures only when known)."""
+    parts = [f"{str(srv.get('state')).upper()}: {srv.get('detail') or ''}"]
+    info = srv.get("info") or {}
+    if srv.get("model"):
+        parts.append(f"{srv['model']}" + (f" v{info['version']}" if info.get("version") else ""))
+    load = srv.get("load") or {}
+    figures = [
+        f"{name} {load[key]:.0f}" for key, name in (("running", "running"), ("queued", "queued"))
+        if load.get(key) is not None
+    ]
+    if load.get("token_usage") is not None:
+        figures.append(f"KV {100 * load['token_usage']:.0f} %")
+    if load.get("gen_tokens_per_s") is not None:
+        figures.append(f"{load['gen_tokens_per_s']:.0f} tok/s")
+    if figures:
+        parts.append(", ".join(figures))
+    elif srv.get("metrics_enabled") is False:
+        parts.append("no load figures (start it with --enable-metrics)")
+    return "; ".join(parts)
+
+
+def _gpu_lines(gpus: dict[str, Any] | None) -> list[str]:
+    if not gpus:
+        return []
+    if not gpus.get("available"):
+        return [f"gpus: {gpus.get('reason') or 'not watched'}"]
+    lines = ["gpus:"]
+    for d in gpus.get("devices") or []:
+        util = "-" if d.get("utilization") is None else f"{100 * d['utilization']:.0f} %"
+        power = "" if d.get("power_watts") is None else f", {d['power_watts']:.0f} W"
+        temp = "" if d.get("temperature_celsius") is None else f", {d['temperature_celsius']} C"
+        pids = ", ".join(str(p["pid"]) for p in d.get("processes") or []) or "none"
+        lines.append(
+            f"  gpu {d['index']}  {d.get('name') or ''}: util {util}, memory "
+            f"{format_bytes(d.get('memory_used_bytes'))} / {format_bytes(d.get('memory_total_bytes'))}"
+            f"{power}{temp}; PIDs {pids}"
+        )
+    return lines
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -175,6 +219,8 @@ def render(doc: dict[str, Any]) -> str:
                     f"{ev.get('last_kind') or '-'} {last}",
                 )
             )
+        for srv in job.get("servers") or []:
+            rows.append((f"server {srv['url']}", _server_summary(srv)))
         tr = job.get("training")
         if tr:
             rows.append(
@@ -191,6 +237,7 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("")
     if not doc["jobs"]:
         lines.append("no jobs watched")
+    lines += _gpu_lines(doc.get("gpus"))
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -64,13 +64,13 @@ def test_stopped_process_gets_sigcont_hint_and_stalls():
 
 def test_dead_when_process_gone_without_done():
     proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
-    d = decide(snap(processes=[proc], last_progress_ts=NOW - 1))
+    d = decide(snap(processes=[proc], started=True, last_progress_ts=NOW - 1))
     assert d.state == "dead"
 
 
 def test_zombie_is_dead():
     proc = ProcessFacts("extractor", 42, True, "zombie", seen_alive=True)
-    assert decide(snap(processes=[proc])).state == "dead"
+    assert decide(snap(processes=[proc], started=True)).state == "dead"
 
 
 def test_done_event_wins_over_a_gone_process():
@@ -94,7 +94,7 @@ def test_starting_when_no_process_found_yet_and_no_evidence():
 
 def test_dead_when_never_seen_alive_but_the_job_left_evidence():
     proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=False)
-    assert decide(snap(processes=[proc], evidence_of_job=True)).state == "dead"
+    assert decide(snap(processes=[proc], started=True, evidence_of_job=True)).state == "dead"
 
 
 def test_starting_while_loading_then_stalled_after_limit():

@@ -24,6 +24,7 @@ class OverviewScreen(Screen[None]):
 
     BINDINGS: ClassVar = [
         Binding("f", "cycle_filter", "filter"),
+        Binding("e", "open_event", "event", show=False),
         Binding("n", "next_tab", "next job"),
         Binding("p", "previous_tab", "prev job", show=False),
     ]
@@ -93,6 +94,12 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def action_open_event(self) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            log = overview.query_one(EventLog)
+            log.open_event(log.current_event())
 
     def _move_tab(self, step: int) -> None:
         tabs = self.query_one("#jobs", TabbedContent)

@@ -58,4 +58,4 @@ class JobOverview(VerticalScroll):
         self.query_one(DumpPanel).show(job, history)
         self.query_one(DiskPanel).show(job)
         self.query_one(ProcessTable).show(job)
-        self.query_one(EventLog).show(job, now_ts)
+        self.query_one(EventLog).show(job, now_ts, history.events)
