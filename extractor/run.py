@@ -97,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
 
 def extract(prep: Prepared, args: argparse.Namespace) -> int:
     from extractor.backends import create_backend
+    from extractor.backends.base import BackendStopped, RunContext
     from extractor.writer import ChunkBook, Progress, RowItem, RowWriter
 
     scan = prep.scan
@@ -125,8 +126,14 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                         chunks_done=chunks_recorded)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
-        backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
-                                 device=prep.device, dtype=prep.dtype)
+        backend = create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
+                                 capture_points=prep.layers, device=prep.device, dtype=prep.dtype,
+                                 **prep.backend_options)
+    except UsageError as exc:  # a server that cannot serve this run (backend sglang's preflight)
+        log(str(exc))
+        events.emit(ev.ERROR, message=str(exc))
+        restore_handlers(previous)
+        return 2
     except Exception as exc:
         events.emit(ev.ERROR, message=f"cannot load the model: {exc}")
         log(f"cannot load the model {prep.model_dir}: {exc}")
@@ -139,7 +146,8 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                 out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend.name,
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
-                bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects))
+                bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects),
+                **backend.describe())
     started = time.monotonic()
 
     line = ProgressLine(progress)
@@ -182,11 +190,13 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             for row, pos in zip(got, batch, strict=True):
                 if len(row.input_ids) != lengths[pos]:
                     raise RuntimeError(f"dataset {prep.data} changed during the run (row {row.index})")
-            states = backend.extract([r.input_ids for r in got])
+            states = backend.extract([r.input_ids for r in got], rows=indices)
             items = [RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
                      for r, s in zip(got, states, strict=True) if r.index not in prep.done]
             if not writer.submit(items):
                 break
+    except BackendStopped:
+        pass  # a stop requested while the backend waited (server down, dump dir full)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     writer.finish()

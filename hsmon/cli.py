@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
+    "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
+    "install-units": ("hsmon.install_units", "install the systemd units (daemon, extract@, train@, sglang@)"),
     "make-target": ("extractor.embedded_target", "build (or rebuild) the embedded default target model"),
 }
 
