@@ -351,6 +351,10 @@ class JobRuntime:
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
+            events_start_ts=pr.start_ts if pr else None,
+            output_ending=out.get("ending") if out else None,
+            output_ending_ts=out.get("ending_ts") if out else None,
+            output_run_seconds=out.get("run_seconds") if out else None,
         )
 
     def apply_decision(self, now: float) -> str | None:
