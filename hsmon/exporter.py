@@ -65,6 +65,7 @@ class MonitorCollector(Collector):
         hints = _g("hsmon_job_hints", "hints the job carries now, by severity", ("job", "severity"))
         stall = _g("hsmon_job_stall_after_seconds", "the job's stall-after setting")
         last_work = _g("hsmon_job_last_work_timestamp_seconds", "when dump files or output last moved")
+        kind = _g("hsmon_job_info", "always 1; the job's kind (extract, train, external)", ("job", "kind"))
         transitions = self.monitor.transitions()
         for job in jobs:
             name = job["job"]
@@ -76,7 +77,8 @@ class MonitorCollector(Collector):
                 hints.add_metric([name, sev], sum(1 for h in job.get("hints", []) if h["severity"] == sev))
             _add(stall, [name], job.get("stall_after_s"))
             _add(last_work, [name], job.get("last_work_ts"))
-        yield from (state, since, trans, hints, stall, last_work)
+            kind.add_metric([name, job.get("kind") or "external"], 1.0)
+        yield from (state, since, trans, hints, stall, last_work, kind)
 
         yield from self._progress(jobs)
         yield from self._dump(jobs)

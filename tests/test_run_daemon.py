@@ -1,7 +1,7 @@
 """The daemon and how jobs end, with real processes and a real webhook receiver on loopback:
 the story's script run through `hsmon run` (running, then done, no false alarm), and scripts
-started without it, stdout to a file (total reached: done; traceback: dead; neither: exited, a
-warning said once)."""
+started without it, stdout to a file (total reached, given or planned in the manifest: done;
+traceback: dead; neither: exited, a warning said once)."""
 
 from __future__ import annotations
 
@@ -84,6 +84,8 @@ def test_external_endings_done_dead_exited_and_one_warning(procs, tmp_path):  # 
         full = start_external(procs, t, "full", [STORY, f"{t}/d1", f"{t}/o1", *opts, "20"])
         crash = start_external(procs, tmp_path, "crash", [str(tmp_path / "crash.py"), str(tmp_path / "o2")])
         quiet = start_external(procs, t, "quiet", [STORY, f"{t}/d3", f"{t}/o3", *opts, "10"])
+        planned = start_external(procs, t, "planned", [STORY, f"{t}/d4", f"{t}/o4", "--manifest", "--plan",
+                                                       *opts, "10"])
         cfg = tmp_path / "hsmon.toml"
         cfg.write_text(f"""
 [daemon]
@@ -104,21 +106,31 @@ pid = {crash.pid}
 stall_after = 30
 
 [[job]]
+name = "planned"
+out_dir = "{tmp_path / "o4"}"
+pid = {planned.pid}
+stall_after = 30
+
+[[job]]
 name = "quiet"
 out_dir = "{tmp_path / "o3"}"
 pid = {quiet.pid}
 stall_after = 30
 """)
         daemon = Daemon(procs, tmp_path, ["--config", str(cfg)])
-        names = ("full", "crash", "quiet")
+        names = ("full", "crash", "quiet", "planned")
         wait_until(lambda: all(daemon.job(n)["processes"][0]["alive"] for n in names), 15, what="all alive")
         (tmp_path / "go").touch()
-        for proc in (full, crash, quiet):
+        for proc in (full, crash, quiet, planned):
             proc.wait(timeout=60)
-        assert (full.returncode, crash.returncode, quiet.returncode) == (0, 1, 0)
+        assert (full.returncode, crash.returncode, quiet.returncode, planned.returncode) == (0, 1, 0, 0)
 
         done = wait_until(lambda: (j := daemon.job("full"))["state"] == "done" and j, 10, what="full done")
         assert "20 of 20" in done["reason"] and done["progress"]["rows_done"] == 20
+
+        # the plan an hsmon manifest carries is the expected total
+        done = wait_until(lambda: (j := daemon.job("planned"))["state"] == "done" and j, 10, what="planned")
+        assert "10 of 10" in done["reason"] and done["output"]["layout"] == "hsmon"
 
         dead = wait_until(lambda: (j := daemon.job("crash"))["state"] == "dead" and j, 10, what="crash dead")
         line = "RuntimeError: row 3: server returned no hidden states"
