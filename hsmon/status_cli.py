@@ -167,9 +167,14 @@ def render(doc: dict[str, Any]) -> str:
                         + (f" / {prog['tokens_total']}" if prog.get("tokens_total") else ""),
                     )
                 )
+            if prog.get("chunks_done") is not None and prog.get("chunks_total"):
+                rows.append(("chunks", f"{prog['chunks_done']} / {prog['chunks_total']}"))
             rate = prog.get("rows_per_s")
             if rate:
                 rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))
+            if prog.get("elapsed_s") is not None:
+                took = "took" if job.get("state") == "done" else "elapsed"
+                rows.append((took, format_duration(prog["elapsed_s"])))
         dump = job.get("dump")
         if dump:
             state = _directory_state(dump, _dump_summary)

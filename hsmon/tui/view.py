@@ -32,6 +32,7 @@ STATE_STYLES: dict[str, str] = {
     "paused": "state-paused",
     "done": "state-done",
     "exited": "state-exited",
+    "quiet": "state-quiet",
 }
 FINISHED_STATES = frozenset({"done", "dead", "exited"})
 HISTORY_POINTS = 60
