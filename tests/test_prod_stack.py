@@ -225,7 +225,7 @@ def test_status_of_several_daemons_in_one_table(stack: Stack, tmp_path: Path) ->
     assert lines[0].split()[:4] == ["DAEMON", "JOB", "KIND", "STATE"]
     rows = {(line.split()[0], line.split()[1]): line.split()[3] for line in lines[1:]}
     a, b, c = stack.target, other.url.removeprefix("http://"), gone.removeprefix("http://")
-    assert rows[(a, "extract")] in ("RUNNING", "STARTING") and (a, "story") in rows
+    assert rows[(a, "extract")] in ("RUNNING", "SILENT", "STARTING") and (a, "story") in rows
     assert (b, "other-host-job") in rows and rows[(c, "-")] == "UNREACHABLE"
     res = subprocess.run([*cmd[:-2], "--json"], capture_output=True, text=True, timeout=60, env=child_env())
     docs = json.loads(res.stdout)
