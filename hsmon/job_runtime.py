@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any
 
 from hsmon import events as ev
-from hsmon.config import ConfigError, JobConfig, ProcessSpec, ServerSpec
+from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
@@ -88,7 +88,7 @@ class JobRuntime:
                 specs = []
                 for url in dict.fromkeys(urls):
                     try:
-                        specs.append(ServerSpec(url).checked(self.cfg.name))
+                        specs.append(self.cfg.server_spec(url))
                     except ConfigError:
                         log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
                 self.close()
@@ -351,6 +351,10 @@ class JobRuntime:
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
+            events_start_ts=pr.start_ts if pr else None,
+            output_ending=out.get("ending") if out else None,
+            output_ending_ts=out.get("ending_ts") if out else None,
+            output_run_seconds=out.get("run_seconds") if out else None,
         )
 
     def apply_decision(self, now: float) -> str | None:
