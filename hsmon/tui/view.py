@@ -271,7 +271,8 @@ def acceptance_lines(result: dict[str, Any] | None) -> list[str]:
         match = result.get("outputs_match_greedy")
         verdict = {True: ", outputs equal greedy", False: ", OUTPUTS DIFFER FROM GREEDY"}.get(match, "")
         tokens = result.get("max_new_tokens", "?")
-        lines.append(f"  {result['prompts']} prompts x {tokens} new tokens{verdict}")
+        prompts = f"{result['prompts']} prompt{'s' if result['prompts'] != 1 else ''}"
+        lines.append(f"  {prompts} x {tokens} new tokens{verdict}")
     lines.append("  depth  " + "".join(f"{d:>6}" for d in depths))
     for name, label in (("eagle3", "drafter"), ("ngram", "n-gram")):
         per = lengths.get(name)
