@@ -209,6 +209,11 @@ def rows() -> list[tuple[str, list[P]]]:
               unit="bytes", extraction=False),
             P("GPU power", [Q(f"hsmon_gpu_power_watts{{{DAEMON}}}", "{{instance}} GPU {{gpu}}")],
               unit="watt", extraction=False),
+            P("GPUs a job holds memory on", [Q(f"hsmon_job_gpu{{{SEL}}} == 1", f"{WHO} GPU {{{{gpu}}}}")],
+              kind="stat", width=12, height=5, text_mode="NAME", extraction=False),
+            P("NVML available", [Q(f"hsmon_gpu_available{{{DAEMON}}}", "{{instance}}")], kind="stat",
+              width=12, height=5,
+              description="0: no nvidia-ml-py or no driver on that host; the GPU panels stay empty."),
         ]),
         ("SGLang server (when Prometheus scrapes it)", [
             P("Requests running / queued", [Q(f"sglang:num_running_reqs{{{SGL}}}", "{{instance}} running"),
