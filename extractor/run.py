@@ -156,13 +156,16 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     try:
         # through the writer, so that a disk already full at start pauses instead of failing
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
-                        "rows_done": len(prep.done), "job": prep.job}])
+                        "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
+                        "rows_total": len(rows), "tokens_total": scan.tokens, "chunks_total": len(expected),
+                        "rejects": len(rejects), "bytes_needed": prep.bytes_needed}])
         record_rejects(prep, rejects, book, events, writer)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
         restore_handlers(previous)
         backend.close()
         if stop_event.is_set():
+            record_ending(prep, writer, "stopped", progress.snapshot(), 0.0)
             events.emit(ev.STOPPED, reason="signal", seconds=0.0, **progress.snapshot())
             events.close()
             return 0
@@ -215,15 +218,45 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             if not stop_event.is_set():
                 events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
                 return 1
+            record_ending(prep, writer, "stopped", snap, seconds)
             events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
             log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
             return 0
+        record_ending(prep, writer, "done", snap, seconds)
         events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
         log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
             f"{format_bytes(snap['bytes_done'])} in {prep.out} ({len(rejects)} rejected)")
         return 0
     finally:
         events.close()
+
+
+def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], seconds: float) -> None:
+    """Append the run's ``done`` or ``stopped`` record to the manifest (fsynced), so that a monitor
+    reading only the output directory knows the run ended on purpose.
+
+    A direct append: the disk reserve is for rows, not for these 200 bytes. Only a truly full
+    disk refuses it; then a ``done`` waits for room like any write (paused), and a ``stopped``
+    (a person wants the process gone) is left out with a line saying so.
+    """
+    record = {"type": kind, "ts": time.time(), "rows": snap["rows_done"], "tokens": snap["tokens_done"],
+              "bytes": snap["bytes_done"], "chunks": snap["chunks_done"], "rejects": snap["rejects"],
+              "seconds": seconds}
+    if kind == "stopped":
+        record["reason"] = "signal"
+    try:
+        layout.append_jsonl(prep.manifest_path, [record])
+        return
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if kind == "done":
+        try:
+            writer.append([record])  # waits (paused) for room; a stop meanwhile abandons it
+            return
+        except Exception as exc:  # Abandoned, or the disk error again
+            why = f"{type(exc).__name__}: {exc}"
+    log(f"could not record the {kind} run in {prep.manifest_path} ({why}); "
+        "the output directory will not show how the run ended")
 
 
 def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter,

@@ -16,6 +16,7 @@ from hsmon import __version__
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
+    "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
     "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
     "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),

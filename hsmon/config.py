@@ -108,6 +108,10 @@ class JobConfig:
     role: str | None = None
     processes: list[ProcessSpec] = field(default_factory=list)
     servers: list[ServerSpec] = field(default_factory=list)
+    # how often to look at servers given by flags or named by the start event
+    server_interval: float = DEFAULT_SERVER_INTERVAL
+    health_interval: float = DEFAULT_HEALTH_INTERVAL
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT
     stall_after: float = DEFAULT_STALL_AFTER
     shm_dir: str = "/dev/shm"
     rows_total: int | None = None
@@ -119,6 +123,11 @@ class JobConfig:
     @property
     def default_role(self) -> str:
         return self.role or {"train": "trainer"}.get(self.kind, "extractor")
+
+    def server_spec(self, url: str) -> ServerSpec:
+        """A server of this job looked at with the job's intervals (validated)."""
+        spec = ServerSpec(url, self.server_interval, self.health_interval, self.health_timeout)
+        return spec.checked(self.name)
 
     def process_specs(self) -> list[ProcessSpec]:
         """The main process (pid/pidfile/match) followed by the extra ones."""
@@ -151,6 +160,10 @@ class JobConfig:
                     ) from None
         if not self.stall_after or self.stall_after <= 0:
             raise ConfigError(f"job {self.name}: stall_after must be a positive number of seconds")
+        for key in ("server_interval", "health_interval", "health_timeout"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"job {self.name}: {key} must be a positive number of seconds")
         for server in self.servers:
             server.validate(self.name)
         urls = [s.url for s in self.servers]
@@ -184,6 +197,9 @@ _JOB_KEYS = {
     "shm_dir",
     "rows_total",
     "needed_bytes",
+    "server_interval",
+    "health_interval",
+    "health_timeout",
 }
 _SERVER_KEYS = {"url", "interval", "health_interval", "health_timeout", "busy_after"}
 DAEMON_KEYS = {
@@ -220,7 +236,12 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
                 f"{source}: [[job.server]] needs url and takes only {sorted(_SERVER_KEYS)} "
                 f"(got {sorted(server)})"
             )
-        servers.append(ServerSpec(**server))
+        defaults = {
+            "interval": table.get("server_interval", DEFAULT_SERVER_INTERVAL),
+            "health_interval": table.get("health_interval", DEFAULT_HEALTH_INTERVAL),
+            "health_timeout": table.get("health_timeout", DEFAULT_HEALTH_TIMEOUT),
+        }
+        servers.append(ServerSpec(**{**defaults, **server}))
     try:
         return JobConfig(processes=processes, servers=servers, **kwargs)
     except TypeError as exc:
@@ -315,13 +336,13 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
     keys = ("dump_dir", "out", "events", "pid", "pidfile", "match", "server")
     if not any(getattr(args, k, None) for k in keys):
         return None
+    intervals = {
+        "server_interval": getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
+        "health_interval": getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
+        "health_timeout": getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
+    }
     servers = [
-        ServerSpec(
-            url,
-            interval=getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
-            health_interval=getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
-            health_timeout=getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
-        )
+        ServerSpec(url, *(intervals[k] for k in ("server_interval", "health_interval", "health_timeout")))
         for url in getattr(args, "server", None) or []
     ]
     return JobConfig(
@@ -335,6 +356,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
         match=args.match,
         role=args.role,
         servers=servers,
+        **intervals,
         stall_after=args.stall_after,
         rows_total=args.rows_total,
     )

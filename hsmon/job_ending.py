@@ -61,7 +61,7 @@ def merge_output_progress(
     if out is None:
         return progress
     if progress is None:
-        return {
+        return _with_plan({
             "rows_done": out["rows"],
             "rows_total": rows_total,
             "tokens_done": out["tokens"],
@@ -75,7 +75,7 @@ def merge_output_progress(
             "elapsed_s": None,
             "eta_s": _eta(rows_total, out["rows"], out_rows_per_s),
             "last_progress_ts": None,
-        }
+        }, out)
     progress = dict(progress)
     if progress["rows_total"] is None:
         progress["rows_total"] = rows_total
@@ -88,40 +88,21 @@ def merge_output_progress(
             progress["chunks_done"] = out["chunks_complete"]
         if progress["eta_s"] is None:
             progress["eta_s"] = _eta(progress["rows_total"], out["rows"], out_rows_per_s)
-    return progress
-    if progress is None:
-        progress = {
-            "rows_done": 0,
-            "rows_total": None,
-            "tokens_done": 0,
-            "tokens_total": None,
-            "chunks_done": 0,
-            "chunks_total": None,
-            "rejects": out.get("rejects"),
-            "rows_per_s": None,
-            "tokens_per_s": None,
-            "bytes_per_s": None,
-            "elapsed_s": None,
-            "eta_s": None,
-            "last_progress_ts": None,
-        }
-    else:
-        progress = dict(progress)
-    if not progress["rows_done"] and out["rows"]:
-        progress["rows_done"] = out["rows"]
-        progress["rows_per_s"] = out_rows_per_s
-        if not progress["tokens_done"]:
-            progress["tokens_done"] = out["tokens"]
-        if not progress["chunks_done"]:
-            progress["chunks_done"] = out["chunks_complete"]
-        if progress["rows_total"] is None:
-            progress["rows_total"] = rows_total
-        if progress["eta_s"] is None and progress["rows_total"] and out_rows_per_s:
-            progress["eta_s"] = max(0, progress["rows_total"] - out["rows"]) / out_rows_per_s
-    elif progress["rows_total"] is None:
-        progress["rows_total"] = rows_total
-    return progress
+    return _with_plan(progress, out)
 
 
 def _eta(total: int | None, done: int, per_s: float | None) -> float | None:
     return max(0, total - done) / per_s if total and per_s else None
+
+
+def _with_plan(progress: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """Totals the events lack from the output's plan (hsmon manifest ``run`` records), and, once
+    the manifest says the run ended, its duration (and no ETA left when it is done)."""
+    for key in ("tokens_total", "chunks_total"):
+        if progress.get(key) is None and out.get(key) is not None:
+            progress[key] = out[key]
+    if out.get("ending") is not None and progress.get("elapsed_s") is None:
+        progress["elapsed_s"] = out.get("run_seconds")
+    if out.get("ending") == "done":
+        progress["eta_s"] = 0.0
+    return progress

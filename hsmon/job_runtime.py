@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any
 
 from hsmon import events as ev
-from hsmon.config import ConfigError, JobConfig, ProcessSpec, ServerSpec
+from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
@@ -60,6 +60,7 @@ class JobRuntime:
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
         self.ending = EndingWatch()
+        self._runner_alive = False
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
@@ -87,7 +88,7 @@ class JobRuntime:
                 specs = []
                 for url in dict.fromkeys(urls):
                     try:
-                        specs.append(ServerSpec(url).checked(self.cfg.name))
+                        specs.append(self.cfg.server_spec(url))
                     except ConfigError:
                         log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
                 self.close()
@@ -191,6 +192,12 @@ class JobRuntime:
             self.progress.poll()
         self.poll_servers(now)
         procs = self.poll_processes()
+        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        self._runner_alive = gone and self.ending.runner_alive(self.progress)
+        if gone and self.progress is not None:
+            # read again after the process (and hsmon run) checks: an ending written before they
+            # exited is seen now, so a clean exit never reads as dead for one tick
+            self.progress.poll()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
         if self.output is not None and scan_output:
@@ -312,11 +319,10 @@ class JobRuntime:
         out_disk = next((d for d in disks if d["role"] == "output"), None)
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
-        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
         exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
         gpu_indices, gpu_idle = self._gpu_facts(procs)
         return Snapshot(
-            runner_alive=gone and self.ending.runner_alive(pr),
+            runner_alive=self._runner_alive,
             exit_log=exit_log,
             exit_log_tail=exit_tail,
             now=now,
@@ -345,6 +351,10 @@ class JobRuntime:
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
+            events_start_ts=pr.start_ts if pr else None,
+            output_ending=out.get("ending") if out else None,
+            output_ending_ts=out.get("ending_ts") if out else None,
+            output_run_seconds=out.get("run_seconds") if out else None,
         )
 
     def apply_decision(self, now: float) -> str | None:

@@ -6,12 +6,15 @@ States (contract of issue 3):
     silent    work is visible (dump files, output growth, CPU time, I/O) but no progress events:
               the story's empty log, not an alert
     stalled   alive, and no signal has moved for ``stall_after`` seconds
+    quiet     nothing moved for ``stall_after`` seconds, but no process and no events are watched:
+              finished and stalled look alike (a warning, never critical, never notified)
     dead      the process is gone without a ``done``/``stopped`` event, or (a process that writes
               no events) its log ends with a traceback or a failure line
     exited    a process that writes no events ended with no sign of success or failure: a
               warning, never critical
     paused    the job said so (``pause`` event: disk, shm, server)
-    done      the job said it finished (``done``, or ``stopped`` on request)
+    done      the job said it finished (``done``, or ``stopped`` on request), in its events or
+              in its output's manifest (a ``done``/``stopped`` record after the last ``run``)
 
 No I/O, no clock, no threads here: the caller measures, this decides.
 """
@@ -21,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hsmon import logtail
+from hsmon.units import format_duration
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited")
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
 
 
@@ -73,6 +77,7 @@ class Snapshot:
     started: bool = False  # a start event was seen
     terminal_kind: str | None = None  # done | stopped (after the last start)
     terminal_ts: float | None = None
+    events_start_ts: float | None = None  # the last start event's time
     paused_reason: str | None = None
     last_progress_ts: float | None = None  # last event that moved a counter
     last_error: str | None = None
@@ -92,6 +97,10 @@ class Snapshot:
     exit_log_tail: list[str] | None = None  # the last lines of that log, read once after it was gone
     rows_done: int | None = None  # rows written (events or output directory, the larger)
     rows_total: int | None = None  # rows expected (events, --rows-total/config, the output's plan)
+    # From the output directory's manifests (hsmon layout; None where the layout carries no plan):
+    output_ending: str | None = None  # done | stopped: every manifest's latest run ended so
+    output_ending_ts: float | None = None
+    output_run_seconds: float | None = None
     # The engine (hsmon/trackers/server.py, gpu.py):
     servers: list[ServerFacts] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
@@ -285,6 +294,9 @@ def decide(snap: Snapshot) -> Decision:
         if snap.terminal_kind == "done":
             return Decision("done", "the job reported done", hints)
         return Decision("done", f"the job stopped on request ({snap.terminal_kind} event)", hints)
+    ending = _output_ending(snap)
+    if ending is not None:
+        return Decision("done", ending, hints)
 
     main = snap.processes[0] if snap.processes else None
     gone = main is not None and not (main.alive and main.status != "zombie")
@@ -352,6 +364,9 @@ def decide(snap: Snapshot) -> Decision:
         default=snap.watch_start_ts,
     )
     quiet = max(0.0, now - last)
+    if not snap.process_watched and not snap.events_watched and not blame:
+        hints.append(Hint("quiet", "warning", _quiet_message(snap, quiet)))
+        return Decision("quiet", f"no change for {_fmt(quiet)}; no process or events watched", hints)
     nothing = (
         f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
         f"(stall-after {_fmt(stall)})"
@@ -360,3 +375,47 @@ def decide(snap: Snapshot) -> Decision:
     if blame:
         return Decision("stalled", blame, hints)
     return Decision("stalled", f"no signal moved for {_fmt(quiet)}", hints)
+
+
+def _counts(snap: Snapshot) -> str:
+    if snap.rows_done is None:
+        return ""
+    total = f" / {snap.rows_total}" if snap.rows_total is not None else ""
+    return f"{snap.rows_done}{total} rows"
+
+
+def _output_ending(snap: Snapshot) -> str | None:
+    """The reason for ``done`` when the output's manifests say the run ended, else None.
+
+    A start event newer than the manifest's ending is a new run (e.g. paused for disk before its
+    ``run`` record): its events decide.
+    """
+    if snap.output_ending is None:
+        return None
+    if snap.events_start_ts is not None and snap.events_start_ts > (snap.output_ending_ts or 0.0):
+        return None
+    when = ""
+    if snap.output_ending_ts is not None:
+        when = f" {_fmt(max(0.0, snap.now - snap.output_ending_ts))} ago"
+    facts = [_counts(snap)] if snap.rows_done is not None else []
+    if snap.output_run_seconds is not None:
+        facts.append(f"took {format_duration(snap.output_run_seconds)}")
+    detail = f" ({', '.join(facts)})" if facts else ""
+    said = "the output's manifest says the run"
+    if snap.output_ending == "done":
+        return f"{said} finished{when}{detail}"
+    return f"{said} stopped on request{when}{detail}: run the same command to resume"
+
+
+def _quiet_message(snap: Snapshot, quiet: float) -> str:
+    """What is known about a quiet directory that no process or events file accounts for."""
+    if snap.rows_total is not None and snap.rows_done is not None and snap.rows_done < snap.rows_total:
+        return (
+            f"{_counts(snap)} written and no change for {_fmt(quiet)}, so the job did not finish: it "
+            "was killed or is stuck, and with no process watched the two look alike: resume it (for "
+            "hsmon extract, rerun the same command), or add --pid, --match or --events"
+        )
+    return (
+        f"no change for {_fmt(quiet)}; no process watched, so finished and stalled look alike: "
+        "add --pid, --match or --events"
+    )

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hsmon.trackers.server import parse_load, server_state
+from hsmon.trackers.server_rules import parse_load, server_state
 
-CAPTURE = Path(__file__).parent / "fixtures" / "sglang_metrics.txt"  # SGLang 0.5.23 --enable-metrics, CPU
+# SGLang 0.5.23 with --enable-metrics on CPU, captured with curl (tests/fixtures/sglang_recording/README)
+CAPTURE = Path(__file__).parent / "fixtures" / "sglang_recording" / "metrics.txt"
 
 
 def test_load_from_a_real_sglang_capture():
@@ -44,9 +45,10 @@ def test_other_engines_names_and_missing_series_are_tolerated():
     assert parse_load("# nothing here\nprocess_cpu_seconds_total 3\n") == {}
 
 
-def test_text_that_is_not_prometheus_raises_value_error():
+def test_text_that_is_not_prometheus_gives_nothing_or_raises_value_error():
+    assert parse_load("<html><body>404 not found</body></html>\n") == {}
     with pytest.raises(ValueError):
-        parse_load("<html><body>404 not found</body></html>\n")
+        parse_load('sglang:num_running_reqs{tp_rank="0" 3\n')
 
 
 def state(now=100.0, **kw):

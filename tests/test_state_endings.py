@@ -206,3 +206,39 @@ def test_every_state_has_a_tui_badge_and_style():
     from hsmon.tui.widgets.job_header import BADGE_STYLES
 
     assert set(STATES) <= set(BADGE_STYLES) and set(STATES) <= set(STATE_STYLES)
+
+
+def test_an_ending_written_just_before_the_process_exits_is_never_read_as_dead(tmp_path):
+    """The writer's last act races the daemon's tick: `done` appended, then the process exits,
+    both between the daemon's first read of the events and its process check."""
+    import subprocess
+    import sys
+    import time
+
+    from hsmon.config import JobConfig
+    from hsmon.job_runtime import JobRuntime
+
+    events = tmp_path / "events.jsonl"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with ev.EventWriter("ex", events) as w:
+            w.emit(ev.START, pid=child.pid, rows_total=3)
+            w.emit(ev.ROWS, rows_done=1)
+        rt = JobRuntime(JobConfig(name="ex", events=str(events), stall_after=30), time.time())
+        rt.update(time.time(), scan_dump=False, scan_output=False)
+        assert rt.decision.state == "running"
+        real_poll = rt.poll_processes
+
+        def writer_ends_then_exits():
+            with ev.EventWriter("ex", events) as w:
+                w.emit(ev.DONE, rows_done=3)
+            child.kill()
+            child.wait()
+            return real_poll()
+
+        rt.poll_processes = writer_ends_then_exits
+        rt.update(time.time(), scan_dump=False, scan_output=False)
+        assert rt.decision.state == "done", rt.decision
+    finally:
+        child.kill()
+        child.wait()

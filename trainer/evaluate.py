@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--events",
+        metavar="FILE",
+        default=None,
+        help="append progress events (start, rows per decode, eval, done/error) to FILE, so that "
+        "`hsmon daemon --events FILE` and the TUI follow the measurement as a job",
+    )
+    parser.add_argument("--job", default="eval-drafter", help="job id in the events (default eval-drafter)")
 
 
 class PromptError(ValueError):
@@ -214,16 +224,22 @@ def evaluate(
     depth: int,
     max_new: int,
     ngram_max: int = 3,
+    on_decode: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth."""
+    """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth;
+    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes."""
     drafter, points = load_drafter(drafter_dir, target_dir)
     target_config = json.loads((target_dir / "config.json").read_text())
     target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
     import torch
 
-    reference: list[list[int]] = [
-        speculative_decode(target, p, max_new, lambda t, f: []).tokens for p in prompts
-    ]
+    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]]) -> Any:
+        out = speculative_decode(target, prompt, max_new, draft)
+        if on_decode is not None:
+            on_decode()
+        return out
+
+    reference: list[list[int]] = [decode(p, lambda t, f: []).tokens for p in prompts]
 
     def eagle(d: int) -> Callable[[list[int], Any], list[int]]:
         def draft(tokens: list[int], features: Any) -> list[int]:
@@ -246,7 +262,7 @@ def evaluate(
         for d in range(1, depth + 1):
             rounds = accepted = 0
             for prompt, ref in zip(prompts, reference, strict=True):
-                out = speculative_decode(target, prompt, max_new, make(d))
+                out = decode(prompt, make(d))
                 if out.tokens != ref:
                     result["outputs_match_greedy"] = False
                 rounds += out.rounds
@@ -255,6 +271,41 @@ def evaluate(
             per_depth[str(d)] = (accepted + rounds) / max(rounds, 1)
         result["acceptance_length"][name] = per_depth
     return result
+
+
+class _Progress:
+    """Contract-1 events of a measurement (with --events): start, rows (one per decode), then
+    eval and done carrying the result, or error."""
+
+    def __init__(self, args: argparse.Namespace, drafter: Path, target: Path, prompts: int) -> None:
+        from hsmon import events as ev
+
+        self.ev, self.started = ev, time.monotonic()
+        self.writer = ev.EventWriter(args.job, path=args.events) if args.events else None
+        self.done, self.total = 0, prompts * (1 + 2 * args.depth)  # the reference, then 2 drafters x depths
+        if self.writer:
+            self.writer.emit(ev.START, backend="eval-drafter", pid=os.getpid(), drafter=str(drafter),
+                             target_model=str(target), prompts=prompts, depth=args.depth,
+                             max_new_tokens=args.max_new_tokens, rows_total=self.total)
+
+    def decoded(self) -> None:
+        self.done += 1
+        if self.writer:
+            self.writer.emit(self.ev.ROWS, rows=1, rows_done=self.done, rows_total=self.total)
+
+    def finished(self, result: dict[str, Any]) -> None:
+        if self.writer:
+            self.writer.emit(self.ev.EVAL, **result)
+            self.writer.emit(self.ev.DONE, seconds=round(time.monotonic() - self.started, 3), **result)
+            self.writer.close()
+
+    @staticmethod
+    def failed(args: argparse.Namespace, message: str) -> None:
+        if args.events:
+            from hsmon import events as ev
+
+            with ev.EventWriter(args.job, path=args.events) as writer:
+                writer.emit(ev.ERROR, message=message, pid=os.getpid())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,10 +334,15 @@ def run(args: argparse.Namespace) -> int:
             raise PromptError(
                 f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
             )
-        result = evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max)
+        events = _Progress(args, drafter_dir, target_dir, len(prompts))
+        result = evaluate(
+            drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max, events.decoded
+        )
     except (PromptError, TargetError, FileNotFoundError) as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
+        _Progress.failed(args, str(exc))
         return 2
+    events.finished(result)
     if args.json:
         print(json.dumps(result))
     else:

@@ -239,7 +239,9 @@ class ProcessTracker:
             self._stdout_checked_pid = proc.pid
             self._stdout = stdout_target(proc.pid)
             stderr = stdout_target(proc.pid, 2)
-            self.log_files = list(dict.fromkeys(p for p, reg in (self._stdout, stderr) if p and reg))
+            self.log_files = list(dict.fromkeys(
+                p for p, reg in (self._stdout, stderr) if p and reg and not p.endswith(" (deleted)")
+            ))
             self._buffered = stdout_block_buffered(cmdline, _read_environ(proc.pid), self._stdout[1])
         self.seen_alive = True
         now = time.time()

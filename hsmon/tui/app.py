@@ -64,6 +64,15 @@ class HsmonApp(App[None]):
             self.errors[source_id] = "connecting…"
             source.start(source_id, self.post_message)
 
+    def add_source(self, source: StatusSource) -> int:
+        """Watch one more source from now on (the demo's eval-drafter, started after the dashboard)."""
+        source_id = len(self.sources)
+        self.sources.append(source)
+        self.errors[source_id] = "connecting…"
+        source.start(source_id, self.post_message)
+        self.revision += 1
+        return source_id
+
     def on_unmount(self) -> None:
         for source in self.sources:
             source.stop()

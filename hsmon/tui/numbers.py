@@ -16,8 +16,16 @@ def _decimals(value: float, sig: int) -> int:
     return max(0, sig - 1 - math.floor(math.log10(abs(value))))
 
 
-def fmt_num(value: float | None, sig: int = 4) -> str:
-    """A measurement with at most ``sig`` significant digits: 5.444, 0.2649, 1,235, 12.3k; '-' unknown."""
+def fmt_num(value: float | None, sig: int = 4, trim: bool = False) -> str:
+    """A measurement with at most ``sig`` significant digits: 5.444, 0.2649, 1,235, 12.3k; '-' unknown.
+    ``trim`` drops trailing zeros (0.002 rather than 0.002000) where no column is aligned."""
+    text = _fmt_num(value, sig)
+    if trim and "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _fmt_num(value: float | None, sig: int) -> str:
     if value is None or isinstance(value, bool):
         return "-"
     value = float(value)

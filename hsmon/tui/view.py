@@ -32,6 +32,7 @@ STATE_STYLES: dict[str, str] = {
     "paused": "state-paused",
     "done": "state-done",
     "exited": "state-exited",
+    "quiet": "state-quiet",
 }
 FINISHED_STATES = frozenset({"done", "dead", "exited"})
 HISTORY_POINTS = 60
@@ -270,7 +271,8 @@ def acceptance_lines(result: dict[str, Any] | None) -> list[str]:
         match = result.get("outputs_match_greedy")
         verdict = {True: ", outputs equal greedy", False: ", OUTPUTS DIFFER FROM GREEDY"}.get(match, "")
         tokens = result.get("max_new_tokens", "?")
-        lines.append(f"  {result['prompts']} prompts x {tokens} new tokens{verdict}")
+        prompts = f"{result['prompts']} prompt{'s' if result['prompts'] != 1 else ''}"
+        lines.append(f"  {prompts} x {tokens} new tokens{verdict}")
     lines.append("  depth  " + "".join(f"{d:>6}" for d in depths))
     for name, label in (("eagle3", "drafter"), ("ngram", "n-gram")):
         per = lengths.get(name)
@@ -289,6 +291,9 @@ class JobHistory:
     dump_files: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     training: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     events: list[dict[str, Any]] = field(default_factory=list)
+    # per server URL: queued requests and generated tokens/s (hsmon/tui/engine_view.py draws them)
+    server_queued: dict[str, deque[float]] = field(default_factory=dict)
+    server_tokens_per_s: dict[str, deque[float]] = field(default_factory=dict)
     _event_keys: set[tuple[Any, ...]] = field(default_factory=set)
     last_generated_ts: float | None = None
     last_step: Any = None
@@ -312,6 +317,13 @@ class JobHistory:
         self.bytes_per_s.append(float(progress.get("bytes_per_s") or 0.0))
         dump = job.get("dump") or {}
         self.dump_files.append(float(dump.get("files") or 0.0))
+        for srv in job.get("servers") or []:
+            load = srv.get("load") or {}
+            for series, key in (
+                (self.server_queued, "queued"), (self.server_tokens_per_s, "gen_tokens_per_s")
+            ):
+                points = series.setdefault(srv["url"], deque(maxlen=HISTORY_POINTS))
+                points.append(float(load.get(key) or 0.0))
         self._add_training(job)
         return True
 

@@ -30,7 +30,7 @@ class AcceptancePanel(QuietStatic):
         else:
             progress = job.get("progress") or {}
             text = Text.assemble(badge(job.get("state")), " ", (str(job.get("job")), "bold"),
-                                 ": measuring acceptance, decodes ",
+                                 "\nmeasuring acceptance: decodes ",
                                  progress_label(progress.get("rows_done"), progress.get("rows_total")))
             if job.get("state") in ("dead", "stalled") and job.get("reason"):
                 text.append(f"\n{job['reason']}", style="italic")

@@ -18,6 +18,7 @@ BADGE_STYLES = {
     "paused": "bold black on magenta",
     "done": "bold white on blue",
     "exited": "bold black on dark_orange",
+    "quiet": "bold black on orange3",
 }
 
 

@@ -35,7 +35,7 @@ class TrainingStatus(QuietStatic):
         text.append(f"\nstep {step}  epoch {training.get('epoch', '-')}  "
                     f"{fmt_rate(training.get('tokens_per_s'), ' tok/s')}")
         extras = [f"{name} {fmt(training[key])}" for key, name, fmt in
-                  (("lr", "lr", fmt_num), ("grad_norm", "grad norm", fmt_num),
+                  (("lr", "lr", lambda v: fmt_num(v, trim=True)), ("grad_norm", "grad norm", fmt_num),
                    ("data_wait_frac", "data wait", fmt_pct_of))
                   if isinstance(training.get(key), (int, float))]
         if extras:
