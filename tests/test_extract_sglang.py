@@ -30,12 +30,7 @@ from extract_helpers import (
     start_extract,
     wait_for_event,
 )
-
-try:
-    from sglang_server import EMBEDDED_MODEL, SGLangServer, free_port, sglang_python, start_sglang_server
-except ImportError:  # the server-side helper's fixture (issue 8's other half) is not in this tree yet
-    pytest.skip("tests/sglang_server.py (hsmon sglang-serve fixture) not present yet",
-                allow_module_level=True)
+from sglang_server import EMBEDDED_MODEL, SGLangServer, free_port, sglang_python, start_sglang_server
 
 pytestmark = pytest.mark.slow
 
