@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from hsmon import __version__
 from hsmon.state import STATES
-from hsmon.trackers.server import SERVER_STATES
+from hsmon.trackers.server_rules import SERVER_STATES
 
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
 
