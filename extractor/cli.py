@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
                         help="pause before a write would leave less free disk than this "
                         f"(default {DEFAULT_MIN_FREE})")
-    parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each)")
+    parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each); "
+                        "default from torchrun, a Slurm array or a Kubernetes Indexed Job (docs/extract.md)")
     parser.add_argument("--dry-run", action="store_true", help="print rows, tokens, bytes and whether they "
                         "fit, then exit (1 when they do not fit)")
     parser.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval")
@@ -51,6 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon extract`."""
+    import os
+    import sys
+
+    from extractor.shard_env import ShardEnvError, resolve_shard
+
+    try:
+        args.shard = resolve_shard(args.shard, os.environ)
+    except ShardEnvError as exc:
+        print(f"hsmon extract: {exc}", file=sys.stderr)
+        return 2
     from extractor.run import main
 
     return main(args)

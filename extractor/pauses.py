@@ -25,9 +25,16 @@ def _write(line: str, stream: TextIO | None) -> str:
     return line
 
 
-def pause_line(reason: str, why: str, waits_for: str, every_s: float, stream: TextIO | None = None) -> str:
-    """Print ``paused (REASON): WHY; waiting for WAITS_FOR, checking every Ns``; returns the line."""
-    return _write(f"paused ({reason}): {why}; waiting for {waits_for}, checking every {every_s:g}s", stream)
+def pause_line(
+    reason: str, why: str, waits_for: str, every_s: float | str, stream: TextIO | None = None
+) -> str:
+    """Print ``paused (REASON): WHY; waiting for WAITS_FOR, checking every Ns``; returns the line.
+
+    ``every_s``: the polling interval in seconds, or a phrase for one that varies
+    ("with backoff, at most every 5s" prints ``checking with backoff, at most every 5s``).
+    """
+    every = f"every {every_s:g}s" if isinstance(every_s, (int, float)) else every_s
+    return _write(f"paused ({reason}): {why}; waiting for {waits_for}, checking {every}", stream)
 
 
 def resume_line(reason: str, paused_s: float, detail: str = "", stream: TextIO | None = None) -> str:

@@ -2,7 +2,8 @@
 
 Generic JSON by default; a Slack-compatible body (``{"text": ...}``) with format "slack".
 De-duplicated: one message per (job, state), repeated every ``repeat_s`` while the job stays
-there, except ``exited`` (a warning: said once, never repeated). Delivery runs on its own
+there, except the end states ``done`` and ``exited``: said once, on the transition, never
+repeated (a finished job needs no hourly reminder). Delivery runs on its own
 thread; a failure is logged and counted, never fatal.
 """
 
@@ -24,7 +25,7 @@ FORMATS = ("json", "slack")
 SEVERITY = {
     "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info"
 }
-ONCE_STATES = frozenset({"exited"})  # announced on the transition, never repeated
+ONCE_STATES = frozenset({"exited", "done"})  # announced on the transition, never repeated
 
 
 def build_body(doc: dict[str, Any], previous: str | None, fmt: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help=f"a running daemon (e.g. {DEFAULT_URL}); default without path options")
+    parser.add_argument("--url", action="append", help=f"a running daemon (e.g. {DEFAULT_URL}); default "
+                        "without path options. Several (one per host): their jobs in one table")
     parser.add_argument("--config", metavar="FILE", help="hsmon.toml: read every job in it without a daemon")
     cfgmod.add_job_arguments(parser)
     parser.add_argument(
@@ -241,7 +242,36 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def run_many(urls: list[str], as_json: bool) -> int:
+    """Several daemons: one table (or a JSON list of {url, status, error}); exit 1 when a job is
+    stalled or dead or a daemon does not answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hsmon.status_table import render_many
+
+    def one(url: str) -> tuple[str, dict[str, Any] | None, str | None]:
+        try:
+            return url, fetch(url), None
+        except RuntimeError as exc:
+            return url, None, str(exc).split(";")[0]
+
+    with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
+        results = list(pool.map(one, urls))
+    if as_json:
+        print(json.dumps([{"url": u, "status": d, "error": e} for u, d, e in results], indent=2,
+                         allow_nan=False, default=str))
+    else:
+        sys.stdout.write(render_many(results))
+    bad = any(d is None or any(j.get("state") in ("stalled", "dead") for j in d["jobs"])
+              for _, d, _ in results)
+    return 1 if bad else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    urls = args.url or []
+    if len(urls) > 1 and not (args.config or cfgmod.job_from_args(args)):
+        return run_many(urls, args.json)
+    args.url = urls[0] if urls else None
     try:
         job = cfgmod.job_from_args(args)
         jobs = cfgmod.load_toml(args.config).jobs if args.config else []

@@ -193,6 +193,9 @@ def test_stall_alert_fires_on_sigstop_and_resolves_on_sigcont(stack: Stack) -> N
     assert alert["labels"]["job"] == "extract" and alert["labels"]["severity"] == "critical"
     assert alert["labels"]["instance"] == stack.target
     assert alert["annotations"]["runbook_url"].endswith("operations.md#hsmonextractionstalled")
+    # the why, as the dashboard shows it: the daemon's hints for the job, by id
+    hints = {r["metric"]["hint"] for r in stack.query('hsmon_job_hint{job="extract"} == 1')}
+    assert {"stalled", "process-stopped"} <= hints, hints
     # the story's job, still working, never alerts
     assert all(a["labels"]["job"] == "extract" for a in stack.alerts("HsmonExtractionStalled"))
     print(f"stall alert fired {fired_after:.1f} s after SIGSTOP (stall_after {STALL_AFTER} s)")
@@ -210,3 +213,25 @@ def _extraction_panels() -> set[str]:
     finally:
         sys.path.pop(0)
     return {p.title for _, panels in hsmon_dashboard.rows() for p in panels if p.extraction}
+
+
+def test_status_of_several_daemons_in_one_table(stack: Stack, tmp_path: Path) -> None:
+    """One daemon per host: `hsmon status --url A --url B` lists every job of both, and a daemon that
+    does not answer as a row of its own (exit 1)."""
+    other = Daemon(stack.procs, tmp_path, ["--job", "other-host-job", "--out", str(tmp_path)])
+    gone = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "hsmon", "status",
+           "--url", stack.daemon.url, "--url", other.url, "--url", gone]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=child_env())
+    assert res.returncode == 1, res.stderr  # the unreachable daemon
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:4] == ["DAEMON", "JOB", "KIND", "STATE"]
+    rows = {(line.split()[0], line.split()[1]): line.split()[3] for line in lines[1:]}
+    a, b, c = stack.target, other.url.removeprefix("http://"), gone.removeprefix("http://")
+    assert rows[(a, "extract")] in ("RUNNING", "SILENT", "STARTING") and (a, "story") in rows
+    assert (b, "other-host-job") in rows and rows[(c, "-")] == "UNREACHABLE"
+    res = subprocess.run([*cmd[:-2], "--json"], capture_output=True, text=True, timeout=60, env=child_env())
+    docs = json.loads(res.stdout)
+    assert res.returncode == 0 and [d["url"] for d in docs] == [stack.daemon.url, other.url]
+    assert {j["job"] for j in docs[0]["status"]["jobs"]} == {"extract", "story"}
+    other.stop()

@@ -1,93 +1,69 @@
-"""The server tracker against a REAL SGLang server on CPU (.sglang-venv), through a real
-`hsmon daemon`: load while a client works, a frozen scheduler (SIGSTOP) read as hung, a killed
-server read as down and back up after a restart (without --enable-metrics), a URL that is not an
-SGLang server. One server for the module; SGLang's own health_generate timeout is shortened to 5 s
-through its SGLANG_HEALTH_CHECK_TIMEOUT. A missing .sglang-venv skips, or fails under
-HSMON_REQUIRE_SGLANG=1."""
+"""The server tracker against a REAL SGLang server on CPU (.sglang-venv, started through
+`hsmon sglang-serve` by tests/sglang_server.py), through a real `hsmon daemon`: load while a
+client works, a frozen scheduler (SIGSTOP) read as hung, a killed server read as down and back up
+after a restart (without --enable-metrics), a URL that is not an SGLang server. One server for the
+module; SGLang's own health_generate timeout is shortened to 5 s through its
+SGLANG_HEALTH_CHECK_TIMEOUT. A missing .sglang-venv skips, or fails under HSMON_REQUIRE_SGLANG=1
+(tests/sglang_server.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import psutil
 import pytest
-from daemon_helpers import REPO, TESTS, Daemon, Procs, child_env, free_port, wait_until
+from daemon_helpers import TESTS, Daemon, Procs, child_env, free_port, wait_until
+from sglang_server import EMBEDDED_MODEL, SGLangServer, start_sglang_server
 
-SGLANG_PYTHON = REPO / ".sglang-venv" / "bin" / "python"
 SERVER_TIMEOUT = 5  # SGLANG_HEALTH_CHECK_TIMEOUT given to the server
 HEALTH_INTERVAL = 2.0
 HEALTH_TIMEOUT = 5.0  # the daemon's --health-timeout
-READY_TIMEOUT = 240
+# Few running requests and a load log every decode step: the queue builds and SGLang refreshes its
+# running/queued gauges (it does so when it logs a batch).
+LOAD_ARGS = ("--max-running-requests", "2", "--decode-log-interval", "1")
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
 
-class StockServer:
-    """`python -m sglang.launch_server` on the embedded 8-layer target, in its own process group."""
+def scheduler_of(server: SGLangServer) -> psutil.Process:
+    """The `sglang::scheduler` process under the server (the one that runs forwards)."""
+    assert server.proc is not None
+    for child in psutil.Process(server.proc.pid).children(recursive=True):
+        if (child.cmdline() or [""])[0].startswith("sglang::scheduler"):
+            return child
+    raise AssertionError("no sglang::scheduler child")
 
-    def __init__(self, workdir: Path, port: int) -> None:
-        self.workdir, self.port = workdir, port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, metrics: bool = True) -> None:
-        self.starts += 1
-        log = self.workdir / f"sglang-{self.starts}.log"
-        model = str(REPO / "extractor" / "embedded")
-        argv = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", model,
-                "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
-                "--attention-backend", "torch_native", "--dtype", "float32", "--max-total-tokens", "4096",
-                "--disable-radix-cache", "--max-running-requests", "2", "--decode-log-interval", "1"]
-        if metrics:
-            argv.append("--enable-metrics")
-        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": str(TESTS / "sglang_stubs"),
-               "SGLANG_HEALTH_CHECK_TIMEOUT": str(SERVER_TIMEOUT), "OMP_NUM_THREADS": "1"}
-        with open(log, "wb") as fh:
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while "The server is fired up" not in log.read_text(errors="replace"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"SGLang did not start:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-
-    def scheduler(self) -> psutil.Process:
-        assert self.proc is not None
-        for child in psutil.Process(self.proc.pid).children(recursive=True):
-            if (child.cmdline() or [""])[0].startswith("sglang::scheduler"):
-                return child
-        raise AssertionError("no sglang::scheduler child")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            for child in psutil.Process(self.proc.pid).children(recursive=True):
-                child.resume()
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+def crash(server: SGLangServer) -> None:
+    """SIGKILL SGLang's processes and `hsmon sglang-serve` (SGLang runs in a session of its own
+    under it, so killing the wrapper's group alone would leave the server running)."""
+    assert server.proc is not None
+    groups = set()
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(server.proc.pid).children(recursive=True):
+            with contextlib.suppress(OSError):
+                groups.add(os.getpgid(child.pid))
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    server.kill()
 
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory):
-    if not SGLANG_PYTHON.exists():
-        if os.environ.get("HSMON_REQUIRE_SGLANG"):
-            raise AssertionError(f"{SGLANG_PYTHON} missing: run `make sglang-env`")
-        pytest.skip("no .sglang-venv (make sglang-env builds it)")
     tmp = tmp_path_factory.mktemp("server")
     procs = Procs()
-    server = StockServer(tmp, free_port())
+    server = None
+    before = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT")
+    os.environ["SGLANG_HEALTH_CHECK_TIMEOUT"] = str(SERVER_TIMEOUT)  # SGLang reads it at start
     try:
-        server.start()
+        server = start_sglang_server(EMBEDDED_MODEL, tmp, extra_args=(*LOAD_ARGS, "--enable-metrics"))
         other_port = free_port()  # a plain HTTP server: not SGLang
         procs.start([sys.executable, "-m", "http.server", str(other_port), "--bind", "127.0.0.1",
                      "--directory", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -100,7 +76,15 @@ def rig(tmp_path_factory):
                                      "--health-timeout", str(HEALTH_TIMEOUT)], env=child_env())
         yield {"server": server, "daemon": daemon, "client": client, "other": other}
     finally:
-        server.kill()
+        if before is None:
+            os.environ.pop("SGLANG_HEALTH_CHECK_TIMEOUT", None)
+        else:
+            os.environ["SGLANG_HEALTH_CHECK_TIMEOUT"] = before
+        if server is not None:
+            for child in psutil.Process().children(recursive=True):
+                if child.status() == psutil.STATUS_STOPPED:
+                    child.resume()
+            crash(server)
         procs.close()
 
 
@@ -142,7 +126,7 @@ def test_up_from_the_start_event_and_load_rises_while_the_client_works(rig):
 
 def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_stalls(rig):
     wait_server(rig, "up", 30)
-    scheduler = rig["server"].scheduler()
+    scheduler = scheduler_of(rig["server"])
     frozen = time.monotonic()
     scheduler.suspend()
     try:
@@ -166,13 +150,14 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
 def test_killed_server_reads_down_then_up_after_a_restart_without_metrics(rig):
     server = rig["server"]
     wait_server(rig, "up", 30)
-    server.kill()
+    crash(server)
     wait_server(rig, "down", 10)
     down = f"server {server.url} is down ("
     job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(down) and j, 20,
                      what="job stalled, the down server named")
     assert job["state"] == "stalled"
-    server.start(metrics=False)
+    server.extra_args = LOAD_ARGS  # the same server without --enable-metrics
+    server.start()
     srv = wait_server(rig, "up", 60)
     assert srv["connects_total"] == 2 and srv["liveness_endpoint"] == "/model_info"
     assert srv["metrics_enabled"] is False and srv["load"]["running"] is None
@@ -186,3 +171,32 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
     assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log
+
+
+def test_a_real_sglang_extraction_names_its_server_in_its_start_event(rig, tmp_path):
+    """`hsmon extract --backend sglang` (the real client) and a daemon given no --server: the server
+    comes from the extraction's own start event and is watched."""
+    from extract_helpers import make_dataset, start_extract, wait_for_event
+
+    server = rig["server"]
+    events = tmp_path / "extract.jsonl"
+    data = make_dataset(tmp_path / "rows.jsonl", rows=40, seed=3)
+    procs = Procs()
+    try:
+        args = ("--backend", "sglang", "--url", server.url, "--transport", "json", "--max-length", "60")
+        err = tmp_path / "extract.err"
+        with open(err, "w") as fh:
+            proc = start_extract(data, tmp_path / "out", EMBEDDED_MODEL, *args, events=events, stderr=fh)
+        procs.procs.append(proc)
+        try:
+            start = wait_for_event(events, lambda e: e["kind"] == "start", proc)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{err.read_text()[-2000:]}") from None
+        assert start["urls"] == [server.url]
+        daemon = Daemon(procs, tmp_path, ["--events", str(events), "--server-interval", "1",
+                                          "--health-interval", str(HEALTH_INTERVAL)], env=child_env())
+        watched = wait_until(lambda: daemon.job().get("servers"), 30, what="the start event's server")
+        assert [s["url"] for s in watched] == [server.url]
+        wait_until(lambda: daemon.job()["servers"][0]["state"] == "up", 30, what="its server up")
+    finally:
+        procs.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hsmon.trackers.server import parse_load, server_state
+from hsmon.trackers.server_rules import parse_load, server_state
 
 # SGLang 0.5.23 with --enable-metrics on CPU, captured with curl (tests/fixtures/sglang_recording/README)
 CAPTURE = Path(__file__).parent / "fixtures" / "sglang_recording" / "metrics.txt"

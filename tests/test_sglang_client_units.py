@@ -45,7 +45,7 @@ def test_backoff_doubles_with_jitter_and_caps():
     assert backoff_delay(100) <= 5.0
 
 
-def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up():
+def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up(capsys):
     events, stream = writer()
     progress = Progress()
     pool = ServerPool(["http://a", "http://b"], events, progress, threading.Event(), give_up_s=0.2)
@@ -63,7 +63,13 @@ def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up():
     assert sorted(pause[0]["urls"]) == ["http://a", "http://b"]
     pool.failed("http://a", "refused")  # still down: no second pause
     assert [e["kind"] for e in kinds(stream)].count("pause") == 1
+    # one line for the human on stderr per pause (issue 13): why, what it waits for, how often
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("hsmon extract: paused (server): no SGLang server answers (") and "refused" in line
+    assert "waiting for one to answer (gives up after 0.2s" in line
+    assert line.endswith("checking with backoff, at most every 5s")
     pool.succeeded("http://a")
+    assert capsys.readouterr().err.startswith("hsmon extract: resumed (server) after 0s: http://a answers")
     resume = [e for e in kinds(stream) if e["kind"] == "resume"]
     assert progress.paused is None and resume[0]["reason"] == "server" and resume[0]["url"] == "http://a"
     assert "retry" in [e["kind"] for e in kinds(stream)]
@@ -129,7 +135,7 @@ def test_dump_dir_orphans_are_kept_by_row_temporaries_removed(tmp_path: Path):
     assert sorted(p.name for p in d.iterdir()) == ["unrelated.txt"]  # only what is not ours stays
 
 
-def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path):
+def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, capsys):
     d = tmp_path / "dump"
     events, stream = writer()
     progress = Progress()
@@ -148,3 +154,9 @@ def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path):
     pause, resume = [e for e in kinds(stream) if e["kind"] in ("pause", "resume")]
     assert pause["reason"] == "shm" and pause["limit"] == "max_dump_bytes" and pause["dump_bytes"] == 500
     assert resume["reason"] == "shm" and resume["paused_seconds"] > 0
+    paused, resumed = capsys.readouterr().err.splitlines()  # one stderr line each (issue 13)
+    assert paused == (
+        f"hsmon extract: paused (shm): the dump directory {d} holds 500 B, over --max-dump-bytes 100 B; "
+        "waiting for the server's dump files to be consumed (stop with SIGTERM), checking every 0.02s"
+    )
+    assert resumed.startswith("hsmon extract: resumed (shm) after 0s: room again in ")

@@ -103,7 +103,7 @@ def test_write_dump_on_a_full_tmpfs_reports_enospc_and_leaves_nothing(tmp_path):
 
 
 @pytest.mark.sglang
-def test_sglang_loads_the_entry_point_refuses_an_untested_version_and_honours_the_override():
+def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_parallelism():
     # One process (importing sglang takes long): SGLang's own load_plugins() twice, first with a
     # version the plugin was not tested with, then again with the override set.
     code = (
@@ -125,6 +125,13 @@ def test_sglang_loads_the_entry_point_refuses_an_untested_version_and_honours_th
         "plugins._plugins_loaded = False\n"
         "plugins.load_plugins()\n"
         "print('PATCHED AFTER', sorted(HookRegistry._patched))\n"
+        "from sglang.srt.server_args import ServerArgs\n"
+        "ServerArgs(model_path='m', tp_size=2)\n"
+        "try:\n"
+        "    ServerArgs(model_path='m', pp_size=2).resolve_once()\n"
+        "    print('PP ACCEPTED')\n"
+        "except SystemExit as exc:\n"
+        "    print('PP', exc)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "HSMON_PLUGIN_ALLOW_UNTESTED"}
     env["PYTHONPATH"] = os.pathsep.join([str(serve.PLUGIN_ROOT), str(serve.CPU_STUBS)])
@@ -137,9 +144,10 @@ def test_sglang_loads_the_entry_point_refuses_an_untested_version_and_honours_th
     assert lines["EPS"] == "EPS [('hsmon_capture', 'hsmon_sglang_plugin:register', 'hsmon-sglang-plugin')]"
     assert "LOADED" not in lines and "SGLang 0.9.1 is untested (tested: 0.5.23)" in lines["REFUSED"]
     assert lines["PATCHED BEFORE"] == "PATCHED BEFORE []"
+    assert "--pp-size 2) is not supported" in lines["PP"]
     assert lines["PATCHED AFTER"] == "PATCHED AFTER " + str(sorted([
         "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
         "_append_prefill_hidden_states",
-        "sglang.srt.server_args.ServerArgs.__post_init__",
+        "sglang.srt.server_args.ServerArgs.resolve_once",
         "sglang.srt.utils.common.build_server_info",
     ]))

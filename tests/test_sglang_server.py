@@ -8,6 +8,7 @@ in four. Every tensor is compared with transformers' hidden states of the same m
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -172,3 +173,24 @@ def test_sglang_serve_refuses_bad_layers_with_one_line(tmp_path):
         "hsmon sglang-serve: --layers '2,8': capture points must be distinct and lie in 1..7 for this "
         "8-layer model (the last layer is always returned after the norm)"
     ]
+
+
+def test_sigterm_to_sglang_serve_stops_the_whole_server(server):
+    # Last in the module: it ends the module's server (the fixture's stop() is then a no-op).
+    import psutil
+
+    group = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == server.proc.pid]
+    assert len(group) >= 4  # sglang-serve, SGLang's main process, its scheduler and detokenizer
+    server.proc.send_signal(signal.SIGTERM)  # sglang-serve alone, as systemd or a shell would
+    status = server.proc.wait(timeout=60)
+    assert status in (0, 128 + signal.SIGTERM), server.tail()
+    assert "ready at" in server.tail(400)
+    _gone, alive = psutil.wait_procs(group, timeout=30)
+    assert alive == []
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None

@@ -232,58 +232,89 @@ def run(args: argparse.Namespace) -> int:
     return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
 
 
+class _Child:
+    """SGLang's main process and what it spawned (scheduler, detokenizer, ...).
+
+    SGLang stays in sglang-serve's process group, so whoever stops sglang-serve's group (a
+    terminal, systemd, a test) stops SGLang too. The descendants are remembered while the main
+    process lives: if it dies first they are orphaned and would otherwise hold the port.
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        import psutil
+
+        self.proc = subprocess.Popen(cmd, env=env)
+        self._psutil = psutil
+        self._known: dict[int, object] = {}
+
+    def remember(self) -> None:
+        with contextlib.suppress(self._psutil.Error):
+            for p in self._psutil.Process(self.proc.pid).children(recursive=True):
+                self._known.setdefault(p.pid, p)
+
+    def signal(self, signum: int) -> None:
+        # To the main process only: it shuts its scheduler and detokenizer down itself
+        # (signalling them all at once makes it report a crashed child first).
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signum)
+
+    def kill_all(self) -> None:
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        for p in self._known.values():
+            with contextlib.suppress(self._psutil.Error):
+                p.kill()  # psutil checks the process is still the one remembered (no pid reuse)
+
+    def stop(self, grace: float = 30) -> None:
+        self.signal(signal.SIGTERM)
+        self.wait_or_kill(grace)
+
+    def wait_or_kill(self, grace: float = 30) -> None:
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            self.proc.wait()
+
+
 def _serve(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    child = _Child(cmd, env)
+    proc = child.proc
     stop = {"signal": 0}
 
     def forward(signum: int, _frame: object) -> None:
         if stop["signal"]:  # a second signal: no more waiting
-            _kill_group(proc, signal.SIGKILL)
+            child.kill_all()
         stop["signal"] = signum
-        # To SGLang's main process only: it shuts its scheduler and detokenizer down itself
-        # (signalling the whole group makes it report a crashed child first).
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
+        child.signal(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         started = time.monotonic()
         announced = False
         while proc.poll() is None:
+            child.remember()
             if not announced and not stop["signal"] and _ready(url):
                 if not _plugin_loaded(url):
                     print("hsmon sglang-serve: the server runs but the capture plugin did not load; "
                           "see the server log above", file=sys.stderr, flush=True)
-                    _kill_group(proc, signal.SIGTERM)
-                    _wait_or_kill(proc, 30)
+                    child.stop()
                     return 1
                 print(f"hsmon sglang-serve: ready at {url}", flush=True)
                 announced = True
             if not announced and ready_timeout and time.monotonic() - started > ready_timeout:
                 print(f"hsmon sglang-serve: not ready after {ready_timeout:g} s; stopping it",
                       file=sys.stderr, flush=True)
-                _kill_group(proc, signal.SIGTERM)
-                _wait_or_kill(proc, 30)
+                child.stop()
                 return 1
             if stop["signal"]:
-                _wait_or_kill(proc, 30)
+                child.wait_or_kill()
                 break
             time.sleep(1.0)
         return _exit_status(proc.wait())
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        _kill_group(proc, signal.SIGKILL)  # whatever SGLang left behind in its group
-
-
-def _kill_group(proc: subprocess.Popen, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signum)
-
-
-def _wait_or_kill(proc: subprocess.Popen, seconds: float) -> None:
-    try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc, signal.SIGKILL)
-        proc.wait()
+        child.kill_all()  # whatever SGLang left behind

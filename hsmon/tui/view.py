@@ -291,6 +291,9 @@ class JobHistory:
     dump_files: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     training: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     events: list[dict[str, Any]] = field(default_factory=list)
+    # per server URL: queued requests and generated tokens/s (hsmon/tui/engine_view.py draws them)
+    server_queued: dict[str, deque[float]] = field(default_factory=dict)
+    server_tokens_per_s: dict[str, deque[float]] = field(default_factory=dict)
     _event_keys: set[tuple[Any, ...]] = field(default_factory=set)
     last_generated_ts: float | None = None
     last_step: Any = None
@@ -314,6 +317,13 @@ class JobHistory:
         self.bytes_per_s.append(float(progress.get("bytes_per_s") or 0.0))
         dump = job.get("dump") or {}
         self.dump_files.append(float(dump.get("files") or 0.0))
+        for srv in job.get("servers") or []:
+            load = srv.get("load") or {}
+            for series, key in (
+                (self.server_queued, "queued"), (self.server_tokens_per_s, "gen_tokens_per_s")
+            ):
+                points = series.setdefault(srv["url"], deque(maxlen=HISTORY_POINTS))
+                points.append(float(load.get(key) or 0.0))
         self._add_training(job)
         return True
 

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from extractor.backends.sglang.pool import Stopped
+from extractor.pauses import pause_line, resume_line
 from hsmon import events as ev
+from hsmon.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
 _RID = re.compile(r"^r(\d+)-[0-9a-f]+-\d+$")
@@ -38,6 +40,14 @@ def dir_bytes(path: Path) -> int:
                 if entry.is_file(follow_symlinks=False):
                     total += entry.stat(follow_symlinks=False).st_size
     return total
+
+
+def _why_text(path: Path, why: dict[str, Any]) -> str:
+    if why["limit"] == "max_dump_bytes":
+        return (f"the dump directory {path} holds {format_bytes(why['dump_bytes'])}, over --max-dump-bytes "
+                f"{format_bytes(why['max_dump_bytes'])}")
+    return (f"{format_bytes(why['free_bytes'])} free on the filesystem of {path}, under its reserve of "
+            f"{format_bytes(why['min_free_bytes'])}")
 
 
 class DumpDir:
@@ -87,8 +97,10 @@ class DumpDir:
                         with self.progress.lock:
                             if self.progress.paused == "shm":
                                 self.progress.paused = None
+                        paused_s = time.monotonic() - paused_at
                         self.events.emit(ev.RESUME, reason="shm", path=str(self.path),
-                                         paused_seconds=round(time.monotonic() - paused_at, 3))
+                                         paused_seconds=round(paused_s, 3))
+                        resume_line("shm", paused_s, f"room again in {self.path}")
                     return
                 if self._paused_at is None:
                     self._paused_at = time.monotonic()
@@ -96,6 +108,8 @@ class DumpDir:
                         if self.progress.paused is None:
                             self.progress.paused = "shm"
                     self.events.emit(ev.PAUSE, reason="shm", path=str(self.path), **why)
+                    pause_line("shm", _why_text(self.path, why),
+                               "the server's dump files to be consumed (stop with SIGTERM)", self.poll_s)
             if self.stop_event.wait(self.poll_s):
                 raise Stopped
 

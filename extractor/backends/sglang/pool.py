@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extractor.backends.base import BackendStopped
+from extractor.pauses import pause_line, resume_line
 from hsmon import events as ev
 
 
@@ -38,7 +39,10 @@ class _State:
     last_retry_event: float = 0.0
 
 
-def backoff_delay(attempt: int, base: float = 0.25, cap: float = 5.0,
+BACKOFF_CAP_S = 5.0
+
+
+def backoff_delay(attempt: int, base: float = 0.25, cap: float = BACKOFF_CAP_S,
                   rng: random.Random | None = None) -> float:
     """Exponential backoff with jitter: ``min(cap, base * 2**attempt)`` scaled by a random 0.5..1."""
     scale = (rng or random).uniform(0.5, 1.0)
@@ -82,8 +86,9 @@ class ServerPool:
             with self.progress.lock:
                 if self.progress.paused == "server":
                     self.progress.paused = None
-            self.events.emit(ev.RESUME, reason="server", url=url,
-                             paused_seconds=round(time.monotonic() - paused_at, 3))
+            paused_s = time.monotonic() - paused_at
+            self.events.emit(ev.RESUME, reason="server", url=url, paused_seconds=round(paused_s, 3))
+            resume_line("server", paused_s, f"{url} answers")
 
     def failed(self, url: str, error: str) -> None:
         """A retryable failure on ``url``; pauses when no server is up; GiveUp after ``give_up_s``."""
@@ -111,6 +116,9 @@ class ServerPool:
                 if self.progress.paused is None:
                     self.progress.paused = "server"
             self.events.emit(ev.PAUSE, reason="server", url=url, urls=down, error=error)
+            pause_line("server", f"no SGLang server answers ({', '.join(down)}; last: {error})",
+                       f"one to answer (gives up after {self.give_up_s:g}s without any)",
+                       f"with backoff, at most every {BACKOFF_CAP_S:g}s")
         if failing > self.give_up_s:
             raise GiveUp(f"no SGLang server answered for {failing:.0f} s (last: {url}: {error}); check the "
                          f"server(s), then run the same command to resume (--give-up-after sets this limit)")

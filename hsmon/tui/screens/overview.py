@@ -78,7 +78,7 @@ class OverviewScreen(Screen[None]):
                 self._app.selected = key
                 overview = tabs.get_pane(active).query_one(JobOverview)
                 overview.show(job, self._app.history(key), doc.get("generated_ts"),
-                              self._app.stale_note(key[0]))
+                              self._app.stale_note(key[0]), doc.get("gpus"))
                 break
 
     async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:

@@ -33,11 +33,13 @@ logger = logging.getLogger("hsmon_sglang_plugin")
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 APPEND_PREFILL = f"{_BRP}._append_prefill_hidden_states"
 SERVER_INFO = "sglang.srt.utils.common.build_server_info"
-SERVER_ARGS_INIT = "sglang.srt.server_args.ServerArgs.__post_init__"
+# ServerArgs is a msgspec Struct: its __post_init__ is bound when the class is made, so the check
+# hooks resolve_once, which every launcher calls before anything is started.
+SERVER_ARGS_RESOLVE = "sglang.srt.server_args.ServerArgs.resolve_once"
 
-# rid -> [(aux piece, last piece), ...]: chunked-prefill pieces of dump-mode requests still
-# prefilling, on the CPU (one scheduler process owns a request; this dict is per process).
-_pending: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+# rid -> (req, [(aux piece, last piece), ...]): chunked-prefill pieces of dump-mode requests
+# still prefilling, on the CPU (one scheduler process owns a request; this dict is per process).
+_pending: dict[str, tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]] = {}
 _process_facts: dict[str, Any] = {}
 
 
@@ -45,7 +47,7 @@ def install() -> None:
     """Register the hooks with SGLang's HookRegistry (called from ``register``)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(SERVER_ARGS_INIT, _refuse_pipeline_parallel, HookType.BEFORE)
+    HookRegistry.register(SERVER_ARGS_RESOLVE, _refuse_pipeline_parallel, HookType.BEFORE)
     HookRegistry.register(SERVER_INFO, _add_server_info, HookType.AFTER)
     HookRegistry.register(APPEND_PREFILL, _append_prefill_hidden_states, HookType.AROUND)
 
@@ -177,11 +179,23 @@ def _dump(options: dict, **kwargs: Any) -> int:
     # Copies on the CPU: a slice would keep the whole batch's tensor alive (and on the GPU).
     piece = (aux.to("cpu", copy=True), last.to("cpu", copy=True))
     if middle:
-        _pending.setdefault(rid, []).append(piece)
+        if rid not in _pending or _pending[rid][0] is not req:  # new, or the rid reused by a retry
+            _forget_abandoned()
+            _pending[rid] = (req, [])
+        _pending[rid][1].append(piece)
         return end
-    pieces = [*_pending.pop(rid, []), piece]
+    earlier = _pending.pop(rid, (req, []))
+    pieces = [*(earlier[1] if earlier[0] is req else []), piece]
     _set_marker(req, _write(req, options, pieces, facts))
     return end
+
+
+def _forget_abandoned() -> None:
+    """Drop the buffers of requests that ended without passing the hook again (an abort handled
+    elsewhere in the scheduler), so they cannot accumulate."""
+    for rid, (req, _pieces) in list(_pending.items()):
+        if req.finished() or req.is_retracted:
+            del _pending[rid]
 
 
 def _write(req: Any, options: dict, pieces: list, facts: dict) -> dict:
