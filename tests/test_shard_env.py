@@ -14,7 +14,8 @@ from extract_helpers import assert_same_output, events_of, extract_cmd, extract_
 from extractor.shard_env import ShardEnvError, resolve_shard
 from hsmon import layout
 
-SCHEDULER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+SCHEDULER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_ARRAY_TASK_ID",
+                  "SLURM_ARRAY_TASK_MIN",
                   "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_STEP",
                   "JOB_COMPLETION_INDEX", "HSMON_SHARD_COUNT")
 SLURM = {"SLURM_ARRAY_TASK_MIN": "10", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MAX": "11"}
@@ -53,6 +54,21 @@ def test_disagreement_is_a_clear_error(explicit: str | None, env: dict[str, str]
         resolve_shard(explicit, env)
     assert all(w in str(err.value) for w in words), str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("device, env, want", [
+    ("auto", {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8"}, "3"),
+    ("auto", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": "4,5"}, "5"),
+    ("auto", {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, None),  # one process per host: all its GPUs
+    ("cuda:2", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}, None),  # an explicit device wins
+    ("auto", {}, None),
+])
+def test_torchrun_ranks_of_one_host_get_one_gpu_each(
+    device: str, env: dict[str, str], want: str | None
+) -> None:
+    from extractor.shard_env import visible_device_for_rank
+
+    assert visible_device_for_rank(device, env) == want
 
 
 def _env(**scheduler: str) -> dict[str, str]:

@@ -79,6 +79,16 @@ def test_security_exposure(root: Path, name: str) -> None:
     assert exposure <= EXPOSURE_LIMITS[name]
 
 
+def test_the_daemon_unit_runs_a_command_hsmon_accepts(root: Path) -> None:
+    argv = shlex.split(unit(root, "hsmon-daemon.service")["Service"]["ExecStart"])
+    assert argv[:2] == [default_hsmon(), "daemon"]
+    module = importlib.import_module("hsmon.daemon")
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[2:])
+    assert args.config == "/etc/hsmon/hsmon.toml" and args.state_log.startswith("/var/lib/hsmon/")
+
+
 def test_units_carry_what_the_issue_asks(root: Path) -> None:
     daemon = unit(root, "hsmon-daemon.service")["Service"]
     assert daemon["User"] == "hsmon" and "--config /etc/hsmon/hsmon.toml" in daemon["ExecStart"]
