@@ -6,6 +6,7 @@ opens the whole event.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -74,32 +75,33 @@ class EventLines(ScrollView, can_focus=True):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._lines: list[Text] = []
+        self._count = 0
+        self._make: Callable[[int], Text] = lambda index: Text()
 
-    def set_lines(self, lines: list[Text], follow: bool) -> None:
-        """Show ``lines``; ``follow`` keeps the newest (last) in view."""
-        self._lines = lines
-        if self.virtual_size.height != len(lines):
-            self.virtual_size = Size(0, len(lines))
+    def set_lines(self, count: int, make: Callable[[int], Text], follow: bool) -> None:
+        """Show ``count`` lines, line i being ``make(i)`` (made when drawn: only the visible ones);
+        ``follow`` keeps the newest (last) in view."""
+        self._count, self._make = count, make
+        if self.virtual_size.height != count:
+            self.virtual_size = Size(0, count)
         if follow:  # once the new height is known
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
         self.refresh()
 
     @property
     def line_count(self) -> int:
-        return len(self._lines)
+        return self._count
 
     def line_text(self, index: int) -> str:
-        return self._lines[index].plain
+        return self._make(index).plain
 
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
         width = self.scrollable_content_region.width
         style = self.rich_style
-        if index >= len(self._lines):
+        if index >= self._count:
             return Strip.blank(width, style)
-        text = self._lines[index].copy()
-        text.stylize(text.style)  # Text.render leaves the base style to the console: make it a span
+        text = self._make(index)
         text.truncate(width, overflow="ellipsis")
         if index == self.highlighted:
             text.stylize("reverse")
@@ -112,13 +114,13 @@ class EventLines(ScrollView, can_focus=True):
         self.refresh()
 
     def action_move(self, step: int) -> None:
-        if self._lines:
-            start = len(self._lines) if self.highlighted is None else self.highlighted
-            self.highlighted = max(0, min(len(self._lines) - 1, start + step))
+        if self._count:
+            start = self._count if self.highlighted is None else self.highlighted
+            self.highlighted = max(0, min(self._count - 1, start + step))
 
     def action_move_to(self, index: int) -> None:
-        if self._lines:
-            self.highlighted = index % len(self._lines)
+        if self._count:
+            self.highlighted = index % self._count
 
     def action_page(self, pages: int) -> None:
         self.action_move(pages * max(1, self.scrollable_content_region.height - 1))
@@ -129,7 +131,7 @@ class EventLines(ScrollView, can_focus=True):
 
     def on_click(self, event: events.Click) -> None:
         index = self.scroll_offset.y + event.y
-        if 0 <= index < len(self._lines):
+        if 0 <= index < self._count:
             self.highlighted = index
             self.post_message(self.Selected(index))
 
@@ -195,14 +197,20 @@ class EventLog(Vertical):
         summaries = {key: self._summaries.get(key) or event_summary(event)
                      for key, event in zip(map(_event_key, chosen), chosen, strict=True)}
         self._summaries = summaries  # an event's summary is computed once; only its age moves
-        texts = [Text(f"{event_age(event, self._now):>7} {summaries[_event_key(event)]}",
-                      style=KIND_STYLES.get(str(event.get("kind")), "")) for event in chosen]
-        if not chosen:
-            what = "" if self.which in ("all", "+heartbeats") else self.which + " "
-            texts.append(Text(f"no {what}events yet", style="dim"))
+        now = self._now
+        what = "" if self.which in ("all", "+heartbeats") else self.which + " "
+
+        def make(index: int) -> Text:
+            if not chosen:
+                return Text(f"no {what}events yet", style="dim")
+            event = chosen[index]
+            text = Text(f"{event_age(event, now):>7} {summaries[_event_key(event)]}")
+            text.stylize(KIND_STYLES.get(str(event.get("kind")), ""))  # a span: render() drops a base style
+            return text
+
         keys = [_event_key(e) for e in chosen]
         highlight = keys.index(keep) if keep is not None and keep in keys else None
-        lines.set_lines(texts, follow=highlight is None)
+        lines.set_lines(max(1, len(chosen)), make, follow=highlight is None)
         lines.highlighted = highlight
 
     def current_event(self) -> dict[str, Any] | None:
