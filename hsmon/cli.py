@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
-    "make-target": ("extractor.embedded_target", "build (or rebuild) the embedded default target model"),
+    "make-target": ("extractor.make_target", "build the embedded target, or a preset (--preset smollm2)"),
 }
 
 

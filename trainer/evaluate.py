@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         required=True,
         metavar="FILE",
-        help='JSONL of prompts: {"input_ids": [...]} or {"text": "..."} per line',
+        help='JSONL of prompts: {"input_ids": [...]}, {"text": "..."} or {"messages": [...]} '
+        "(rendered with the target's chat template) per line",
     )
     parser.add_argument("--depth", type=int, default=7, help="measure draft depths 1..DEPTH (default 7)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
@@ -63,9 +64,18 @@ class DecodeResult:
 
 
 def read_prompts(
-    path: Path, tokenize: Callable[[str], list[int]] | None, limit: int | None, max_tokens: int
+    path: Path,
+    tokenize: Callable[[str], list[int]] | None,
+    limit: int | None,
+    max_tokens: int,
+    chat: Callable[[list[dict[str, str]]], list[int]] | None = None,
 ) -> list[list[int]]:
-    """Token-id prompts from a JSONL file; a bad line is a PromptError naming it."""
+    """Token-id prompts from a JSONL file; a bad line is a PromptError naming it.
+
+    A line is ``{"input_ids": [...]}``, ``{"text": "..."}``, or a conversation (``"messages"`` or
+    ``"conversations"``) that ``chat`` renders with the target's chat template and its generation
+    prompt, so the target answers it as the assistant.
+    """
     if not path.is_file():
         raise PromptError(f"{path}: no such prompts file; pass a JSONL file with input_ids or text per line")
     prompts = []
@@ -84,8 +94,21 @@ def read_prompts(
                     f"{path}:{number}: text prompt but the target has no tokenizer; give input_ids instead"
                 )
             ids = tokenize(row["text"])
+        elif isinstance(row, dict) and ("messages" in row or "conversations" in row):
+            from extractor.dataset import RowError, normalize_messages
+
+            key = "messages" if "messages" in row else "conversations"
+            if chat is None:
+                raise PromptError(f"{path}:{number}: a conversation but the target has no chat template")
+            try:
+                ids = chat(normalize_messages(row[key], key))
+            except RowError as exc:
+                raise PromptError(f"{path}:{number}: {exc}") from None
         else:
-            raise PromptError(f'{path}:{number}: expected {{"input_ids": [...]}} or {{"text": "..."}}')
+            raise PromptError(
+                f'{path}:{number}: expected {{"input_ids": [...]}}, {{"text": "..."}} '
+                'or {"messages": [...]}'
+            )
         if len(ids) >= 2:
             prompts.append(ids[-max_tokens:])
         if limit and len(prompts) >= limit:
@@ -269,15 +292,20 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         target_dir = resolve_target(args.target_model)
-        tokenize = None
+        tokenize = chat = None
         try:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(target_dir)
             tokenize = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+            if getattr(tokenizer, "chat_template", None):
+                chat = lambda msgs: list(  # noqa: E731
+                    tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=True)["input_ids"]
+                )
         except Exception:  # a target without a tokenizer: input_ids prompts still work
             tokenize = None
-        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens)
+        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens, chat)
         drafter_dir = Path(args.drafter)
         if not drafter_dir.is_dir():
             raise PromptError(
