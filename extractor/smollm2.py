@@ -237,8 +237,17 @@ def convert(
     return Path(out_dir)
 
 
-def ensure_smollm2(cache_dir: Path | None = None, *, threads: int | None = None, log: Any = None) -> Path:
-    """The converted model's directory, converting it first if needed (once, under a file lock)."""
+def ensure_smollm2(
+    cache_dir: Path | None = None,
+    *,
+    threads: int | None = None,
+    log: Any = None,
+    loaded: tuple[Any, Any] | None = None,
+) -> Path:
+    """The converted model's directory, converting it first if needed (once, under a file lock).
+
+    ``loaded``: the GGUF already read by `load_gguf` (from `find_gguf`'s file), used if converting.
+    """
     target = model_dir(cache_dir)
     if is_complete(target):
         return target
@@ -250,7 +259,7 @@ def ensure_smollm2(cache_dir: Path | None = None, *, threads: int | None = None,
         try:
             if not is_complete(target):
                 say(f"making the smollm2 preset (SmolLM2-135M-Instruct) in {target}")
-                convert(target, cache_dir=cache_dir, threads=threads, log=say)
+                convert(target, cache_dir=cache_dir, threads=threads, loaded=loaded, log=say)
         finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(lock, fcntl.LOCK_UN)

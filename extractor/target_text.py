@@ -14,7 +14,7 @@ import random
 import sysconfig
 import textwrap
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,17 +104,13 @@ def render_chat(messages: Sequence[dict[str, str]]) -> str:
     return "".join(f"{opening[m['role']]}{m['content']}{END}" for m in messages)
 
 
-def conversation_texts(paths: Sequence[Path], max_chars: int) -> list[str]:
-    """Chat-formatted training documents: a function's docstring asks, its source answers.
+def function_requests(paths: Sequence[Path], max_code_chars: int = 4000) -> Iterator[tuple[str, str, str]]:
+    """(function name, request, source) for each documented function of ``paths``, in order.
 
-    They teach the model the chat layout, so `{"conversations": ...}` rows get structured
-    predictions too.
+    The request is "Write a Python function `name`: <first paragraph of its docstring>", the form
+    the embedded target's chat documents take (and `make demo`'s rows and held-out prompts).
     """
-    texts: list[str] = []
-    total = 0
     for path in paths:
-        if total >= max_chars:
-            break
         try:
             source = path.read_text(encoding="utf-8")
             tree = ast.parse(source)
@@ -127,19 +123,26 @@ def conversation_texts(paths: Sequence[Path], max_chars: int) -> list[str]:
             doc = ast.get_docstring(node)
             # Slicing lines, not ast.get_source_segment: that one re-splits the file per call.
             code = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])).rstrip()
-            if not doc or not code or len(code) > 4000:
+            if not doc or not code or len(code) > max_code_chars:
                 continue
             request = doc.strip().split("\n\n")[0].strip()
-            text = render_chat(
-                [
-                    {"role": "user", "content": f"Write a Python function `{node.name}`: {request}"},
-                    {"role": "assistant", "content": code},
-                ]
-            )
-            texts.append(text)
-            total += len(text)
-            if total >= max_chars:
-                break
+            yield node.name, f"Write a Python function `{node.name}`: {request}", code
+
+
+def conversation_texts(paths: Sequence[Path], max_chars: int) -> list[str]:
+    """Chat-formatted training documents: a function's docstring asks, its source answers.
+
+    They teach the model the chat layout, so `{"conversations": ...}` rows get structured
+    predictions too.
+    """
+    texts: list[str] = []
+    total = 0
+    for _, request, code in function_requests(paths):
+        text = render_chat([{"role": "user", "content": request}, {"role": "assistant", "content": code}])
+        texts.append(text)
+        total += len(text)
+        if total >= max_chars:
+            break
     return texts
 
 

@@ -263,6 +263,7 @@ def evaluate(
         "prompts": len(prompts),
         "max_new_tokens": max_new,
         "outputs_match_greedy": True,
+        "greedy_outputs": reference,  # the target's own greedy tokens per prompt (what all variants equal)
     }
     for name, make in (("eagle3", eagle), ("ngram", ngram)):
         per_depth = {}

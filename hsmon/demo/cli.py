@@ -18,6 +18,7 @@ from pathlib import Path
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
 from hsmon.demo.pipeline import Pipeline
+from hsmon.demo.prepare import PROFILES
 from hsmon.demo.report import headless, summary
 
 
@@ -46,13 +47,19 @@ def main(argv: list[str] | None = None) -> int:
         "--train-seconds", type=float, default=60.0, help="time limit of the training's steps (default 60)"
     )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between status lines (headless)")
+    parser.add_argument(
+        "--model",
+        choices=sorted(PROFILES),
+        default="embedded",
+        help="target preset: embedded (default, fast) or smollm2 (SmolLM2-135M-Instruct; fewer rows)",
+    )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     base = Path(args.dir).resolve()
     if args.prepare:
         from hsmon.demo.prepare import prepare
 
-        print(json.dumps(prepare(base)))
+        print(json.dumps(prepare(base, args.model)))
         return 0
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: must be a positive number of seconds")
@@ -61,14 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
     base.mkdir(parents=True, exist_ok=True)
-    print("demo: preparing the target and the sample dataset (first run builds the target) ...", flush=True)
+    print(f"demo: preparing the {args.model} target and the sample dataset (a first run makes the target)",
+          flush=True)  # fmt: skip
+    preparing = time.monotonic()
     made = subprocess.run(
-        [sys.executable, "-m", "hsmon.demo", "--prepare", str(base)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "hsmon.demo", "--prepare", "--model", args.model, str(base)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     if made.returncode != 0:
         print("demo: preparing failed; see the messages above", file=sys.stderr)
         return 1
     setup = json.loads(made.stdout.strip().splitlines()[-1])
+    setup["prepare_seconds"] = time.monotonic() - preparing
+    print(f"demo: prepared in {setup['prepare_seconds']:.1f} s: {setup['model']}", flush=True)
     out, events = base / "extract", base / "events.jsonl"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(base / "drafter", ignore_errors=True)  # a fresh training, not a resumed one
