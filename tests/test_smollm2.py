@@ -25,7 +25,7 @@ ROWS = 40
 CHUNK = 10
 EXTRACT_OPTS = ("--chunk-size", str(CHUNK), "--threads", "1", "--batch-tokens", "2048")
 DRAFT_VOCAB = 512
-TRAIN_STEPS = 6
+TRAIN_STEPS = 4
 
 
 def hsmon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -72,7 +72,8 @@ def dataset(work) -> Path:
 @pytest.fixture(scope="module")
 def extracted(work, dataset, smollm2_dir) -> Path:  # noqa: F811
     out = work / "extract"
-    proc = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=work / "extract.jsonl")
+    events = work / "extract.jsonl"
+    proc = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -154,7 +155,7 @@ def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):
     assert proc.returncode == -signal.SIGKILL
     partial = layout.read_manifest(out)
     assert CHUNK <= len(partial.rows) < ROWS, "the kill came too late to leave work to resume"
-    resumed = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events)
+    resumed = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert events_of(events)[-1]["kind"] == "done"
     assert_same_output(out, extracted)
@@ -238,13 +239,13 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
     prompts = work / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in REFERENCE_PROMPTS))
     proc = hsmon("eval-drafter", "--drafter", str(exported), "--target-model", "smollm2",
-                 "--prompts", str(prompts), "--depth", "3", "--max-new-tokens", "16",
+                 "--prompts", str(prompts), "--depth", "2", "--max-new-tokens", "8",
                  "--threads", "1", "--json")  # fmt: skip
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["prompts"] == len(REFERENCE_PROMPTS) and result["outputs_match_greedy"] is True
     # ... and that greedy output is transformers' generate() on the GGUF model (which stops at EOS)
     for got, want in zip(result["greedy_outputs"], gguf_reference, strict=True):
-        assert len(got) == 16 and got[: len(want["greedy"])] == want["greedy"][:16]
+        assert len(got) == 8 and got[: len(want["greedy"])] == want["greedy"][:8]
     for name in ("eagle3", "ngram"):
         lengths = result["acceptance_length"][name]
-        assert set(lengths) == {"1", "2", "3"} and all(1.0 <= v <= 4.0 for v in lengths.values()), lengths
+        assert set(lengths) == {"1", "2"} and all(1.0 <= v <= 3.0 for v in lengths.values()), lengths

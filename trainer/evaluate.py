@@ -11,6 +11,7 @@ the same prompts as the baseline. Every variant produces exactly the target's gr
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -135,25 +136,53 @@ def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
 
 
 class Target:
-    """The target in-process: greedy next tokens and the capture-point features of a sequence."""
+    """The target in-process: greedy next tokens and the capture-point features of a sequence.
+
+    A KV cache keeps the longest prefix shared with the previous call (a verifying forward after a
+    rejected draft crops it back), so each round computes only the tokens it adds, as a serving
+    engine does: a 30-layer target then costs a few tokens a round instead of the whole sequence.
+    """
 
     def __init__(self, path: Path, capture_points: list[int]) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, DynamicCache
 
         self.torch = torch
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.points = capture_points
         self.forwards = 0
+        self._new_cache = lambda: DynamicCache(config=self.model.config)
+        # transformers >= 5.24 names the cache argument `cache` (`past_key_values` is deprecated there)
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache: Any = None
+        self._tokens: list[int] = []
+        self._greedy: Any = None
+        self._features: Any = None
 
     def run(self, tokens: list[int]) -> tuple[Any, Any]:
         """(greedy next token at every position [L], features [1, L, K*H])."""
         torch = self.torch
         self.forwards += 1
+        keep = 0
+        for a, b in zip(self._tokens, tokens[:-1], strict=False):  # the last token is always computed
+            if a != b:
+                break
+            keep += 1
+        if keep == 0 or self._cache is None:
+            keep, self._cache = 0, self._new_cache()
+        elif keep < len(self._tokens):
+            self._cache.crop(keep - len(self._tokens))  # negative: drop that many (transformers 4 and 5)
         with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([tokens]), output_hidden_states=True)
+            out = self.model(input_ids=torch.tensor([tokens[keep:]]), use_cache=True,
+                             output_hidden_states=True, **{self._cache_arg: self._cache})  # fmt: skip
         features = torch.cat([out.hidden_states[p] for p in self.points], dim=-1)
-        return out.logits[0].argmax(-1), features
+        greedy = out.logits[0].argmax(-1)
+        if keep:
+            features = torch.cat([self._features[:, :keep], features], dim=1)
+            greedy = torch.cat([self._greedy[:keep], greedy])
+        self._tokens, self._greedy, self._features = list(tokens), greedy, features
+        return greedy, features
 
 
 def speculative_decode(

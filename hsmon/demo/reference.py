@@ -90,8 +90,9 @@ def make_reference(out: Path, seconds: float, work: Path) -> dict[str, Any]:
     try:
         _run(["export-drafter", str(work / "drafter"), "--out", str(staging / "export")], log)
         export = staging / "export"
+        command = " ".join(["hsmon", *train]).replace(str(work), "WORK")
         info = {
-            "command": " ".join(["hsmon", *train]).replace(str(work), "WORK"),
+            "command": command.replace(setup["model"], "embedded"),
             "made_by": f"python -m hsmon.demo.reference --seconds {seconds:g}",
             "target": "embedded",
             "target_fingerprint": target_fingerprint(Path(setup["model"])),
@@ -105,6 +106,9 @@ def make_reference(out: Path, seconds: float, work: Path) -> dict[str, Any]:
             "made": time.strftime("%Y-%m-%d", time.gmtime()),
         }
         (export / INFO).write_text(json.dumps(info, indent=1) + "\n")
+        export.chmod(0o755)
+        for item in export.iterdir():
+            item.chmod(0o644)  # package data, readable like the rest of the checkout
         if out.exists():
             shutil.rmtree(out)
         os.replace(export, out)
