@@ -27,11 +27,15 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check .
 
-# Debian packages the tests use: a real Prometheus (Debian's 2.42) scrapes the daemon, and the
-# TUI's end-to-end tests drive the real dashboard in tmux. Idempotent; CI runs as root.
-SYSDEPS := prometheus tmux
+# Debian packages the tests use, as command:package: a real Prometheus (Debian's 2.42) scrapes the
+# daemon and promtool tests the alert rules; amtool checks the Alertmanager example; systemd-analyze
+# verifies the units and scores their hardening; the TUI's end-to-end tests drive the real dashboard
+# in tmux. Idempotent; CI runs as root.
+SYSDEPS := prometheus:prometheus promtool:prometheus amtool:prometheus-alertmanager \
+	systemd-analyze:systemd tmux:tmux
 sysdeps:
-	@missing=""; for p in $(SYSDEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for cp in $(SYSDEPS); do command -v $${cp%%:*} >/dev/null 2>&1 || \
+	  case " $$missing " in *" $${cp#*:} "*) ;; *) missing="$$missing $${cp#*:}";; esac; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \

@@ -14,7 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (rows_a-b/data_i.ckpt)")
     parser.add_argument("--model", metavar="DIR", help="Hugging Face causal-LM directory "
                         "(default: the embedded target, built on first use)")
-    parser.add_argument("--backend", default="hf", choices=["hf"], help="where hidden states come from")
+    parser.add_argument("--backend", default="hf", choices=["hf", "sglang"],
+                        help="where hidden states come from: hf (transformers in-process) or sglang "
+                        "(SGLang servers, see --url)")
     parser.add_argument("--events", metavar="FILE", help="append progress events (JSON Lines) here "
                         "instead of stdout")
     parser.add_argument("--job", metavar="NAME", help="job id in the events "
@@ -36,16 +38,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
                         help="pause before a write would leave less free disk than this "
                         f"(default {DEFAULT_MIN_FREE})")
-    parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each)")
+    parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each); "
+                        "default from torchrun, a Slurm array or a Kubernetes Indexed Job (docs/extract.md)")
     parser.add_argument("--dry-run", action="store_true", help="print rows, tokens, bytes and whether they "
                         "fit, then exit (1 when they do not fit)")
     parser.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval")
     parser.add_argument("--disk-poll", type=float, default=2.0, metavar="SECONDS",
                         help="how often a disk pause checks for space")
+    from extractor.backends.sglang.options import add_arguments as add_sglang_arguments
+
+    add_sglang_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon extract`."""
+    import os
+    import sys
+
+    from extractor.shard_env import ShardEnvError, resolve_shard
+
+    try:
+        args.shard = resolve_shard(args.shard, os.environ)
+    except ShardEnvError as exc:
+        print(f"hsmon extract: {exc}", file=sys.stderr)
+        return 2
     from extractor.run import main
 
     return main(args)

@@ -12,7 +12,7 @@ import argparse
 import hashlib
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,7 @@ class Prepared:
     bytes_needed: int
     bytes_free: int
     job: str
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -127,10 +128,12 @@ def prepare(args: argparse.Namespace) -> Prepared:
     model_dir = resolve_model(args.model)
     config = AutoConfig.from_pretrained(str(model_dir))
     num_layers, hidden, vocab, max_pos = model_facts(config)
+    sglang = args.backend == "sglang"
     try:
         layers = parse_layers(args.layers, num_layers)
-        device = resolve_device(args.device)
-        dtype = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")
+        device = "sglang" if sglang else resolve_device(args.device)
+        dtype = (sglang_dtype(args.dtype, config) if sglang
+                 else str(resolve_dtype(args.dtype, device)).removeprefix("torch."))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     max_length = args.max_length or max_pos
@@ -165,10 +168,31 @@ def prepare(args: argparse.Namespace) -> Prepared:
     free = shutil.disk_usage(probe).free
     job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
                                                          if shard.count > 1 else "")
-    return Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
+    prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
                     num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path, done,
                     sum(lengths[r] for r in done), sum(int(manifest.rows[r].get("bytes", 0)) for r in done),
                     manifest, needed, free, job)
+    if sglang:
+        from extractor.backends.base import ModelInfo
+        from extractor.backends.sglang import options
+
+        opts = options.build(args, job, max((lengths[r] for r in valid - done), default=1))
+        prep.backend_options = {"options": opts,
+                                "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
+        settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
+    return prep
+
+
+def sglang_dtype(dtype: str, config: Any) -> str:
+    """--dtype for the sglang backend: what the server computes in; auto = the model config's."""
+    from extractor.backends.hf import DTYPES
+    from extractor.backends.sglang.options import config_dtype
+
+    if dtype == "auto":
+        return config_dtype(config)
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16")
+    return str(DTYPES[dtype]).removeprefix("torch.")
 
 
 def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any]) -> None:

@@ -97,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
 
 def extract(prep: Prepared, args: argparse.Namespace) -> int:
     from extractor.backends import create_backend
+    from extractor.backends.base import BackendStopped, RunContext
     from extractor.writer import ChunkBook, Progress, RowItem, RowWriter
 
     scan = prep.scan
@@ -125,8 +126,14 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                         chunks_done=chunks_recorded)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
-        backend = create_backend(args.backend, str(prep.model_dir), capture_points=prep.layers,
-                                 device=prep.device, dtype=prep.dtype)
+        backend = create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
+                                 capture_points=prep.layers, device=prep.device, dtype=prep.dtype,
+                                 **prep.backend_options)
+    except UsageError as exc:  # a server that cannot serve this run (backend sglang's preflight)
+        log(str(exc))
+        events.emit(ev.ERROR, message=str(exc))
+        restore_handlers(previous)
+        return 2
     except Exception as exc:
         events.emit(ev.ERROR, message=f"cannot load the model: {exc}")
         log(f"cannot load the model {prep.model_dir}: {exc}")
@@ -139,7 +146,8 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                 out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend.name,
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
-                bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects))
+                bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects),
+                **backend.describe())
     started = time.monotonic()
 
     line = ProgressLine(progress)
@@ -148,13 +156,16 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     try:
         # through the writer, so that a disk already full at start pauses instead of failing
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
-                        "rows_done": len(prep.done), "job": prep.job}])
+                        "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
+                        "rows_total": len(rows), "tokens_total": scan.tokens, "chunks_total": len(expected),
+                        "rejects": len(rejects), "bytes_needed": prep.bytes_needed}])
         record_rejects(prep, rejects, book, events, writer)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
         restore_handlers(previous)
         backend.close()
         if stop_event.is_set():
+            record_ending(prep, writer, "stopped", progress.snapshot(), 0.0)
             events.emit(ev.STOPPED, reason="signal", seconds=0.0, **progress.snapshot())
             events.close()
             return 0
@@ -179,11 +190,13 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             for row, pos in zip(got, batch, strict=True):
                 if len(row.input_ids) != lengths[pos]:
                     raise RuntimeError(f"dataset {prep.data} changed during the run (row {row.index})")
-            states = backend.extract([r.input_ids for r in got])
+            states = backend.extract([r.input_ids for r in got], rows=indices)
             items = [RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
                      for r, s in zip(got, states, strict=True) if r.index not in prep.done]
             if not writer.submit(items):
                 break
+    except BackendStopped:
+        pass  # a stop requested while the backend waited (server down, dump dir full)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     writer.finish()
@@ -205,15 +218,45 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             if not stop_event.is_set():
                 events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
                 return 1
+            record_ending(prep, writer, "stopped", snap, seconds)
             events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
             log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
             return 0
+        record_ending(prep, writer, "done", snap, seconds)
         events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
         log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
             f"{format_bytes(snap['bytes_done'])} in {prep.out} ({len(rejects)} rejected)")
         return 0
     finally:
         events.close()
+
+
+def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], seconds: float) -> None:
+    """Append the run's ``done`` or ``stopped`` record to the manifest (fsynced), so that a monitor
+    reading only the output directory knows the run ended on purpose.
+
+    A direct append: the disk reserve is for rows, not for these 200 bytes. Only a truly full
+    disk refuses it; then a ``done`` waits for room like any write (paused), and a ``stopped``
+    (a person wants the process gone) is left out with a line saying so.
+    """
+    record = {"type": kind, "ts": time.time(), "rows": snap["rows_done"], "tokens": snap["tokens_done"],
+              "bytes": snap["bytes_done"], "chunks": snap["chunks_done"], "rejects": snap["rejects"],
+              "seconds": seconds}
+    if kind == "stopped":
+        record["reason"] = "signal"
+    try:
+        layout.append_jsonl(prep.manifest_path, [record])
+        return
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if kind == "done":
+        try:
+            writer.append([record])  # waits (paused) for room; a stop meanwhile abandons it
+            return
+        except Exception as exc:  # Abandoned, or the disk error again
+            why = f"{type(exc).__name__}: {exc}"
+    log(f"could not record the {kind} run in {prep.manifest_path} ({why}); "
+        "the output directory will not show how the run ended")
 
 
 def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter,

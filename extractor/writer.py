@@ -30,8 +30,10 @@ from typing import Any
 
 import torch
 
+from extractor.pauses import pause_line, resume_line
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.units import format_bytes
 
 # Room kept for manifest growth and filesystem rounding on top of a file's own size.
 WRITE_MARGIN_BYTES = 64 * 1024
@@ -306,8 +308,10 @@ class RowWriter(threading.Thread):
                 if self.progress.paused:
                     with self.progress.lock:
                         self.progress.paused = None
+                    paused_s = time.monotonic() - self._pause_started
                     self.events.emit(ev.RESUME, reason="disk", free_bytes=free,
-                                     paused_seconds=round(time.monotonic() - self._pause_started, 3))
+                                     paused_seconds=round(paused_s, 3))
+                    resume_line("disk", paused_s, f"{format_bytes(free)} free on {self.out_dir}")
                 return
             if not self.progress.paused:
                 with self.progress.lock:
@@ -315,6 +319,11 @@ class RowWriter(threading.Thread):
                 self._pause_started = time.monotonic()
                 self.events.emit(ev.PAUSE, reason="disk", free_bytes=free, need_bytes=need,
                                  min_free_bytes=self.min_free, path=str(self.out_dir))
+                pause_line("disk", f"{format_bytes(free)} free on {self.out_dir}, the next write needs "
+                           f"{format_bytes(need)} above the --min-free reserve of "
+                           f"{format_bytes(self.min_free)}",
+                           f"{format_bytes(need + self.min_free - free)} more free space (stop with SIGTERM)",
+                           self.poll_seconds)
             if self.stop_event.is_set():
                 raise Abandoned
             time.sleep(self.poll_seconds)

@@ -16,12 +16,16 @@ from hsmon import __version__
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
+    "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
+    "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
     "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
+    "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
+    "install-units": ("hsmon.install_units", "install the systemd units (daemon, extract@, train@, sglang@)"),
     "make-target": ("extractor.make_target", "build the embedded target, or a preset (--preset smollm2)"),
 }
 

@@ -19,6 +19,9 @@ stall_after = 300
 [[job.process]]          # more processes of the same job, each with a role
 role = "server"
 match = "sglang.launch_server"
+
+[[job.server]]           # inference servers the job talks to (hsmon/trackers/server.py)
+url = "http://127.0.0.1:30000"
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ DEFAULT_STALL_AFTER = 300.0
 DEFAULT_SCAN_INTERVAL = 2.0
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9108
+
+
+DEFAULT_SERVER_INTERVAL = 5.0
+DEFAULT_HEALTH_INTERVAL = 15.0
+DEFAULT_HEALTH_TIMEOUT = 25.0  # SGLang's own health_generate timeout is 20 s
 
 
 class ConfigError(ValueError):
@@ -59,6 +67,33 @@ class ProcessSpec:
 
 
 @dataclass
+class ServerSpec:
+    """An inference server a job talks to, and how often to look at it."""
+
+    url: str
+    interval: float = DEFAULT_SERVER_INTERVAL  # liveness and load (/metrics, /model_info)
+    health_interval: float = DEFAULT_HEALTH_INTERVAL  # a real forward (/health_generate)
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+    busy_after: float = 5.0  # a health_generate slower than this: busy
+
+    def checked(self, job: str) -> ServerSpec:
+        """Validated (and normalised) self, for specs built outside a JobConfig."""
+        self.validate(job)
+        return self
+
+    def validate(self, job: str) -> None:
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", self.url or ""):
+            raise ConfigError(
+                f"job {job}: server URL {self.url!r} is not valid: give http://HOST:PORT of the server"
+            )
+        self.url = self.url.rstrip("/")
+        for key in ("interval", "health_interval", "health_timeout", "busy_after"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"job {job}: server {self.url}: {key} must be a positive number of seconds")
+
+
+@dataclass
 class JobConfig:
     """What one job is and where to look at it. Every path is optional."""
 
@@ -72,6 +107,11 @@ class JobConfig:
     match: str | None = None
     role: str | None = None
     processes: list[ProcessSpec] = field(default_factory=list)
+    servers: list[ServerSpec] = field(default_factory=list)
+    # how often to look at servers given by flags or named by the start event
+    server_interval: float = DEFAULT_SERVER_INTERVAL
+    health_interval: float = DEFAULT_HEALTH_INTERVAL
+    health_timeout: float = DEFAULT_HEALTH_TIMEOUT
     stall_after: float = DEFAULT_STALL_AFTER
     shm_dir: str = "/dev/shm"
     rows_total: int | None = None
@@ -83,6 +123,11 @@ class JobConfig:
     @property
     def default_role(self) -> str:
         return self.role or {"train": "trainer"}.get(self.kind, "extractor")
+
+    def server_spec(self, url: str) -> ServerSpec:
+        """A server of this job looked at with the job's intervals (validated)."""
+        spec = ServerSpec(url, self.server_interval, self.health_interval, self.health_timeout)
+        return spec.checked(self.name)
 
     def process_specs(self) -> list[ProcessSpec]:
         """The main process (pid/pidfile/match) followed by the extra ones."""
@@ -115,6 +160,15 @@ class JobConfig:
                     ) from None
         if not self.stall_after or self.stall_after <= 0:
             raise ConfigError(f"job {self.name}: stall_after must be a positive number of seconds")
+        for key in ("server_interval", "health_interval", "health_timeout"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"job {self.name}: {key} must be a positive number of seconds")
+        for server in self.servers:
+            server.validate(self.name)
+        urls = [s.url for s in self.servers]
+        if len(set(urls)) != len(urls):
+            raise ConfigError(f"job {self.name}: server URLs must be unique (got {urls})")
 
 
 @dataclass
@@ -143,7 +197,11 @@ _JOB_KEYS = {
     "shm_dir",
     "rows_total",
     "needed_bytes",
+    "server_interval",
+    "health_interval",
+    "health_timeout",
 }
+_SERVER_KEYS = {"url", "interval", "health_interval", "health_timeout", "busy_after"}
 DAEMON_KEYS = {
     "host",
     "port",
@@ -156,11 +214,11 @@ DAEMON_KEYS = {
 
 
 def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig:
-    unknown = set(table) - _JOB_KEYS - {"process"}
+    unknown = set(table) - _JOB_KEYS - {"process", "server"}
     if unknown:
         raise ConfigError(
             f"{source}: [[job]] #{index + 1} has unknown keys {sorted(unknown)}; "
-            f"known: {sorted(_JOB_KEYS | {'process'})}"
+            f"known: {sorted(_JOB_KEYS | {'process', 'server'})}"
         )
     kwargs = {k: v for k, v in table.items() if k in _JOB_KEYS}
     kwargs.setdefault("name", f"job{index + 1}")
@@ -170,8 +228,22 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
         if bad:
             raise ConfigError(f"{source}: [[job.process]] has unknown keys {sorted(bad)}")
         processes.append(ProcessSpec(**proc))
+    servers = []
+    for server in table.get("server", []):
+        bad = set(server) - _SERVER_KEYS
+        if bad or "url" not in server:
+            raise ConfigError(
+                f"{source}: [[job.server]] needs url and takes only {sorted(_SERVER_KEYS)} "
+                f"(got {sorted(server)})"
+            )
+        defaults = {
+            "interval": table.get("server_interval", DEFAULT_SERVER_INTERVAL),
+            "health_interval": table.get("health_interval", DEFAULT_HEALTH_INTERVAL),
+            "health_timeout": table.get("health_timeout", DEFAULT_HEALTH_TIMEOUT),
+        }
+        servers.append(ServerSpec(**{**defaults, **server}))
     try:
-        return JobConfig(processes=processes, **kwargs)
+        return JobConfig(processes=processes, servers=servers, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"{source}: job #{index + 1}: {exc}") from None
 
@@ -228,12 +300,51 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows-total", type=int, metavar="N", help="rows the job will write, if no events say"
     )
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an inference server the job talks to (repeatable; an `hsmon extract --backend sglang` "
+        "job's start event names its own)",
+    )
+    parser.add_argument(
+        "--server-interval",
+        type=float,
+        default=DEFAULT_SERVER_INTERVAL,
+        metavar="SECONDS",
+        help=f"liveness and load of each server (default {DEFAULT_SERVER_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--health-interval",
+        type=float,
+        default=DEFAULT_HEALTH_INTERVAL,
+        metavar="SECONDS",
+        help=f"a real forward (/health_generate) per server (default {DEFAULT_HEALTH_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--health-timeout",
+        type=float,
+        default=DEFAULT_HEALTH_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a forward not back after this: the server is hung (default {DEFAULT_HEALTH_TIMEOUT:g})",
+    )
 
 
 def job_from_args(args: argparse.Namespace) -> JobConfig | None:
     """A JobConfig from flags, or None when no path or process option was given."""
-    if not any(getattr(args, k, None) for k in ("dump_dir", "out", "events", "pid", "pidfile", "match")):
+    keys = ("dump_dir", "out", "events", "pid", "pidfile", "match", "server")
+    if not any(getattr(args, k, None) for k in keys):
         return None
+    intervals = {
+        "server_interval": getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
+        "health_interval": getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
+        "health_timeout": getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
+    }
+    servers = [
+        ServerSpec(url, *(intervals[k] for k in ("server_interval", "health_interval", "health_timeout")))
+        for url in getattr(args, "server", None) or []
+    ]
     return JobConfig(
         name=args.job or _job_id_from_events(args.events) or "job",
         kind=args.kind,
@@ -244,6 +355,8 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
         pidfile=_abs(args.pidfile),
         match=args.match,
         role=args.role,
+        servers=servers,
+        **intervals,
         stall_after=args.stall_after,
         rows_total=args.rows_total,
     )

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from hsmon import __version__
 from hsmon.state import STATES
+from hsmon.trackers.server_rules import SERVER_STATES
 
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
 
@@ -64,6 +65,7 @@ class MonitorCollector(Collector):
         hints = _g("hsmon_job_hints", "hints the job carries now, by severity", ("job", "severity"))
         stall = _g("hsmon_job_stall_after_seconds", "the job's stall-after setting")
         last_work = _g("hsmon_job_last_work_timestamp_seconds", "when dump files or output last moved")
+        kind = _g("hsmon_job_info", "always 1; the job's kind (extract, train, external)", ("job", "kind"))
         transitions = self.monitor.transitions()
         for job in jobs:
             name = job["job"]
@@ -75,7 +77,8 @@ class MonitorCollector(Collector):
                 hints.add_metric([name, sev], sum(1 for h in job.get("hints", []) if h["severity"] == sev))
             _add(stall, [name], job.get("stall_after_s"))
             _add(last_work, [name], job.get("last_work_ts"))
-        yield from (state, since, trans, hints, stall, last_work)
+            kind.add_metric([name, job.get("kind") or "external"], 1.0)
+        yield from (state, since, trans, hints, stall, last_work, kind)
 
         yield from self._progress(jobs)
         yield from self._dump(jobs)
@@ -83,6 +86,8 @@ class MonitorCollector(Collector):
         yield from self._disk(jobs)
         yield from self._processes(jobs)
         yield from self._events(jobs)
+        yield from self._servers(jobs)
+        yield from self._gpus(doc.get("gpus") or {}, jobs)
         yield from self._extra()
 
     def _progress(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
@@ -234,6 +239,77 @@ class MonitorCollector(Collector):
             _add(bad, [job["job"]], e.get("bad_lines"))
             _add(last, [job["job"]], e.get("last_event_ts"))
         yield from (lines, bad, last)
+
+    def _servers(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        labels = ("job", "server")
+        up = _g("hsmon_server_up", "1 when the server's HTTP front answers", labels)
+        state = _g(
+            "hsmon_server_state", "1 for the server's state (up busy hung down unknown)", (*labels, "state")
+        )
+        latency = _g(
+            "hsmon_server_health_generate_seconds", "how long the last /health_generate took", labels
+        )
+        failures = _c(
+            "hsmon_server_health_generate_failures_total", "/health_generate that failed or timed out", labels
+        )
+        forward = _g(
+            "hsmon_server_last_forward_timestamp_seconds",
+            "when a forward last completed on the server",
+            labels,
+        )
+        info = InfoMetricFamily("hsmon_server", "the server's model and version", labels=list(labels))
+        loads = {
+            "running": _g("hsmon_server_running_requests", "requests the server is running", labels),
+            "queued": _g("hsmon_server_queued_requests", "requests waiting in the server's queue", labels),
+            "token_usage": _g("hsmon_server_token_usage_ratio", "KV cache in use (0-1)", labels),
+            "gen_tokens_per_s": _g(
+                "hsmon_server_generation_tokens_per_second", "tokens generated per second", labels
+            ),
+            "prompt_tokens_per_s": _g(
+                "hsmon_server_prompt_tokens_per_second", "prompt tokens processed per second", labels
+            ),
+        }
+        for job in jobs:
+            for srv in job.get("servers") or []:
+                label = [job["job"], srv["url"]]
+                up.add_metric(label, 1.0 if srv.get("reachable") else 0.0)
+                for s in SERVER_STATES:
+                    state.add_metric([*label, s], 1.0 if srv.get("state") == s else 0.0)
+                health = srv.get("health") or {}
+                _add(latency, label, health.get("latency_s"))
+                _add(failures, label, health.get("failures_total"))
+                _add(forward, label, srv.get("last_forward_ts"))
+                if srv.get("model") or (srv.get("info") or {}).get("version"):
+                    info.add_metric(
+                        label,
+                        {
+                            "model": str(srv.get("model") or ""),
+                            "version": str((srv.get("info") or {}).get("version") or ""),
+                        },
+                    )
+                for key, fam in loads.items():
+                    _add(fam, label, (srv.get("load") or {}).get(key))
+        yield from (up, state, latency, failures, forward, info, *loads.values())
+
+    def _gpus(self, gpus: dict[str, Any], jobs: list[dict[str, Any]]) -> Iterator[Any]:
+        available = _g("hsmon_gpu_available", "1 when NVML answers (0: no driver or no nvidia-ml-py)", ())
+        available.add_metric([], 1.0 if gpus.get("available") else 0.0)
+        labels = ("gpu",)
+        fams = {
+            "utilization": _g("hsmon_gpu_utilization_ratio", "GPU utilization (0-1)", labels),
+            "memory_used_bytes": _g("hsmon_gpu_memory_used_bytes", "GPU memory in use", labels),
+            "memory_total_bytes": _g("hsmon_gpu_memory_total_bytes", "GPU memory in all", labels),
+            "power_watts": _g("hsmon_gpu_power_watts", "GPU power draw", labels),
+            "temperature_celsius": _g("hsmon_gpu_temperature_celsius", "GPU temperature", labels),
+        }
+        for dev in gpus.get("devices") or []:
+            for key, fam in fams.items():
+                _add(fam, [str(dev["index"])], dev.get(key))
+        used = _g("hsmon_job_gpu", "1 for each GPU on which the job's processes hold memory", ("job", "gpu"))
+        for job in jobs:
+            for index in (job.get("gpu") or {}).get("indices") or []:
+                used.add_metric([job["job"], str(index)], 1.0)
+        yield from (available, *fams.values(), used)
 
     def _extra(self) -> Iterator[Any]:
         if self.extra is None:

@@ -6,13 +6,15 @@ The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
 from typing import Any
 
 from hsmon import events as ev
-from hsmon.config import JobConfig, ProcessSpec
+from hsmon.config import ConfigError, JobConfig, ProcessSpec
+from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -20,6 +22,9 @@ from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server import ServerTracker
+
+log = logging.getLogger("hsmon.monitor")
 
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
@@ -37,6 +42,10 @@ class JobRuntime:
         self.progress = ProgressTracker(cfg.events) if cfg.events else None
         self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
         self._pid_from_events = not self.processes
+        self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
+        self._event_urls: list[str] = []
+        self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
+        self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.state: str | None = None
         self.state_since_ts = now
         self.reason = ""
@@ -49,6 +58,9 @@ class JobRuntime:
         self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
         self._out_bytes_rate = RateWindow(60.0)
+        self._out_rows_rate = RateWindow(60.0)
+        self.ending = EndingWatch()
+        self._runner_alive = False
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
@@ -66,6 +78,56 @@ class JobRuntime:
             elif self.processes[0].spec.pid != self.progress.pid:
                 self.processes[0].set_pid(self.progress.pid)
         return [p.poll() for p in self.processes]
+
+    def poll_servers(self, now: float) -> None:
+        """Start the server trackers; without configured servers, follow the start event's URLs."""
+        if not self.cfg.servers and self.progress is not None:
+            urls = self.progress.server_urls
+            if urls != self._event_urls:
+                self._event_urls = urls
+                specs = []
+                for url in dict.fromkeys(urls):
+                    try:
+                        specs.append(self.cfg.server_spec(url))
+                    except ConfigError:
+                        log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
+                self.close()
+                self.servers = [ServerTracker(spec, now) for spec in specs]
+        for tracker in self.servers:
+            if not tracker.started:
+                tracker.start()
+
+    def close(self) -> None:
+        """Stop the server trackers' threads."""
+        for tracker in self.servers:
+            tracker.stop()
+
+    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+        """The GPUs on which the job's processes (or their children) hold memory, and since when
+        all of them idle."""
+        from hsmon.trackers.gpu import gpus_of, idle_since
+
+        if self.gpu is None or not self.gpu.devices:
+            return [], None
+        pids: set[int] = set()
+        mono = time.monotonic()
+        for proc in procs:
+            pid = proc["pid"]
+            if not proc["alive"] or pid is None:
+                continue
+            cached = self._gpu_pids.get(pid)
+            if cached is None or mono - cached[0] > 30:  # a server's workers start once
+                import psutil
+
+                try:
+                    kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+                except psutil.Error:
+                    kids = set()
+                cached = self._gpu_pids[pid] = (mono, kids)
+            pids |= {pid, *cached[1]}
+        devices = self.gpu.devices
+        indices = gpus_of(devices, pids)
+        return indices, idle_since(devices, indices)
 
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
@@ -128,7 +190,14 @@ class JobRuntime:
         """Poll everything due, decide the state, and rebuild the cached document."""
         if self.progress is not None:
             self.progress.poll()
+        self.poll_servers(now)
         procs = self.poll_processes()
+        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        self._runner_alive = gone and self.ending.runner_alive(self.progress)
+        if gone and self.progress is not None:
+            # read again after the process (and hsmon run) checks: an ending written before they
+            # exited is seen now, so a clean exit never reads as dead for one tick
+            self.progress.poll()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
         if self.output is not None and scan_output:
@@ -145,12 +214,18 @@ class JobRuntime:
             or self.cfg.rows_total
             or (self.output.rows_total_hint if self.output else None)
         )
-        eta = prog["progress"]["eta_s"] if prog else None
+        if out is not None:
+            self._out_rows_rate.add(now, out["rows"] or 0)
+        progress = merge_output_progress(
+            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+        )
+        eta = progress["eta_s"] if progress else None
         disks = self._disks(now, dump, out, rows_total, eta)
         snap = self._snapshot(now, procs, dump, out, disks)
+        snap.rows_total = rows_total
+        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
         self.decision = decide(snap)
 
-        progress = prog["progress"] if prog else _progress_from_output(out, rows_total)
         if prog and out and out.get("layout") == "hsmon":
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
@@ -178,6 +253,8 @@ class JobRuntime:
                 key=lambda e: e.get("ts") or 0,
             )[-20:],
             "training": prog["training"] if prog else None,
+            "servers": [t.snapshot(now) for t in self.servers],
+            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
         }
 
     def _disks(
@@ -242,7 +319,12 @@ class JobRuntime:
         out_disk = next((d for d in disks if d["role"] == "output"), None)
         shm_disk = next((d for d in disks if d["role"] == "shm"), None)
         pr = self.progress
+        exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
+        gpu_indices, gpu_idle = self._gpu_facts(procs)
         return Snapshot(
+            runner_alive=self._runner_alive,
+            exit_log=exit_log,
+            exit_log_tail=exit_tail,
             now=now,
             stall_after=self.cfg.stall_after,
             watch_start_ts=watch_ref,
@@ -266,6 +348,13 @@ class JobRuntime:
             shm_fits=shm_disk["fits"] if shm_disk else None,
             shm_message=_disk_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            servers=[t.facts(now) for t in self.servers],
+            gpu_indices=gpu_indices,
+            gpu_idle_since_ts=gpu_idle,
+            events_start_ts=pr.start_ts if pr else None,
+            output_ending=out.get("ending") if out else None,
+            output_ending_ts=out.get("ending_ts") if out else None,
+            output_run_seconds=out.get("run_seconds") if out else None,
         )
 
     def apply_decision(self, now: float) -> str | None:
@@ -310,24 +399,3 @@ def _disk_message(entry: dict[str, Any] | None) -> str | None:
         f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
         f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
     )
-
-
-def _progress_from_output(out: dict[str, Any] | None, rows_total: int | None) -> dict[str, Any] | None:
-    """Without events, the output directory is the progress we can see."""
-    if out is None:
-        return None
-    return {
-        "rows_done": out["rows"],
-        "rows_total": rows_total,
-        "tokens_done": out["tokens"],
-        "tokens_total": None,
-        "chunks_done": out["chunks_complete"],
-        "chunks_total": None,
-        "rejects": out.get("rejects"),
-        "rows_per_s": None,
-        "tokens_per_s": None,
-        "bytes_per_s": None,
-        "elapsed_s": None,
-        "eta_s": None,
-        "last_progress_ts": None,
-    }

@@ -7,8 +7,15 @@
     OUT/rejects.shard-I-of-N.jsonl     the same, per shard
 
 Manifest records (one JSON object per line, ``type`` says which):
-    {"type": "run", "settings": {...}, "pid": .., "started": ts, "rows_done": n}
-                                                            once per (re)start of a run
+    {"type": "run", "settings": {...}, "pid": .., "started": ts, "rows_done": n, "tokens_done": n,
+     "rows_total": n, "tokens_total": n, "chunks_total": n, "rejects": n, "bytes_needed": b}
+                                                            once per (re)start of a run; the
+                                                            ``*_total`` fields are the shard's
+                                                            plan (what --dry-run computes)
+    {"type": "done", "ts": ts, "rows": n, "tokens": n, "bytes": b, "chunks": n, "rejects": n,
+     "seconds": s}                                          the run wrote every planned row
+    {"type": "stopped", "ts": ts, "reason": "signal", "rows": n, ... as done}
+                                                            the run stopped on request (SIGTERM)
     {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex,
      "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite]}}
     {"type": "reject", "row": i, "reason": "..."}
@@ -22,6 +29,10 @@ only; ``tokens``/``sum_l2`` over tokens whose whole vector is finite) let a chun
 be finished without reading files again. A chunk record is written once every row of the
 chunk is done or rejected; ``rows_a-b`` is named by the chunk size, so the last chunk's ``b``
 may lie past the dataset's end.
+
+A ``done`` or ``stopped`` record ends the run whose ``run`` record comes last before it: a run
+record after it (a resume) makes the manifest unfinished again. Manifests written before these
+records existed have no plan and no ending; readers treat both as unknown.
 
 Files are written under a hidden temporary name (``.data_i.ckpt.tmp-PID``), flushed, fsynced
 and renamed; a row is done only once its ``row`` record is in the manifest. A trailing partial
@@ -266,3 +277,71 @@ def complete_row_files(out_dir: str | os.PathLike[str]) -> list[Path]:
         if chunk.is_dir() and parse_chunk_dir_name(chunk.name):
             files += [f for f in chunk.iterdir() if parse_row_file_name(f.name) is not None]
     return sorted(files, key=lambda f: parse_row_file_name(f.name) or 0)
+
+
+ENDING_TYPES = ("done", "stopped")
+PLAN_KEYS = ("rows_total", "tokens_total", "chunks_total")
+
+
+@dataclass
+class RunLog:
+    """How one manifest's latest run stands: its ``run`` record (with the plan) and its ending."""
+
+    run: dict[str, Any] | None = None
+    ending: dict[str, Any] | None = None  # a done/stopped record after the last run record
+
+    def add(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "run":
+            self.run, self.ending = record, None
+        elif kind in ENDING_TYPES and self.run is not None:
+            self.ending = record
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        shard = ((self.run or {}).get("settings") or {}).get("shard") or [0, 1]
+        try:
+            return int(shard[0]), int(shard[1])
+        except (TypeError, ValueError, IndexError):
+            return 0, 1
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def summarize_runs(logs: Iterable[RunLog]) -> dict[str, Any]:
+    """The plan and the ending of a directory's manifests (one per shard), as plain figures.
+
+    ``rows_total``/``tokens_total``/``chunks_total``: the sum of every shard's plan, None when a
+    manifest carries none (written before plans existed). ``ending``: "done" when every manifest's
+    latest run wrote a ``done`` record, "stopped" when each ended and one of them stopped, else
+    None (running, killed, or an older manifest). ``ending_ts``: the last ending's time;
+    ``run_seconds``: the longest ending run's ``seconds``; ``shards_missing``: shards that the
+    manifests' shard count names but this directory has no manifest of.
+    """
+    logs = [log for log in logs if log.run is not None]
+    totals: dict[str, int | None] = dict.fromkeys(PLAN_KEYS, None)
+    for key in PLAN_KEYS:
+        values = [_int((log.run or {}).get(key)) for log in logs]
+        if values and None not in values:
+            totals[key] = sum(v for v in values if v is not None)
+    endings = [log.ending for log in logs]
+    ended = [e for e in endings if e is not None]
+    ending = None
+    if logs and len(ended) == len(logs):
+        ending = "done" if all(e.get("type") == "done" for e in ended) else "stopped"
+
+    def latest(key: str) -> float | None:
+        values = [float(e[key]) for e in ended if isinstance(e.get(key), (int, float))]
+        return max(values) if ending and values else None
+
+    seen = {log.shard for log in logs}
+    count = max((c for _, c in seen), default=1)
+    return {
+        **totals,
+        "ending": ending,
+        "ending_ts": latest("ts"),
+        "run_seconds": latest("seconds"),
+        "shards_missing": max(0, count - len({i for i, c in seen if c == count})) if logs else 0,
+    }

@@ -57,6 +57,7 @@ class Monitor:
         use_watchdog: bool = True,
         source: str = "daemon",
         event_log: Callable[[dict[str, Any]], None] | None = None,
+        gpu: Any = None,
     ) -> None:
         self.scan_interval = scan_interval
         self.tick_interval = min(tick_interval, scan_interval)
@@ -79,6 +80,10 @@ class Monitor:
         self.scans_total = 0
         self.ticks_total = 0
         self.tick_seconds_last = 0.0
+        from hsmon.trackers.gpu import GpuTracker
+
+        # NVML is loaded lazily at the first tick; ``gpu`` may be a GpuTracker (a recording in tests)
+        self.gpu = gpu if gpu is not None else GpuTracker()
         for cfg in jobs or []:
             self.add_job(cfg)
 
@@ -89,6 +94,7 @@ class Monitor:
             if cfg.name in self._jobs:
                 raise ValueError(f"a job named {cfg.name!r} is already watched; pick another name")
             runtime = JobRuntime(cfg, time.time())
+            runtime.gpu = self.gpu
             self._jobs[cfg.name] = runtime
         if self._thread is not None:
             self._wake.set()
@@ -96,6 +102,8 @@ class Monitor:
     def remove_job(self, name: str) -> bool:
         with self._lock:
             runtime = self._jobs.pop(name, None)
+        if runtime is not None:
+            runtime.close()
         if runtime is not None and runtime.watch is not None and self._observer is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._observer.unschedule(runtime.watch)
@@ -147,6 +155,10 @@ class Monitor:
         self._thread.start()
 
     def stop(self) -> None:
+        with self._lock:
+            runtimes = list(self._jobs.values())
+        for runtime in runtimes:
+            runtime.close()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -192,6 +204,8 @@ class Monitor:
                 self.scans_total += 1
             with self._lock:
                 runtimes = list(self._jobs.values())
+            if self.gpu.due(time.time()):
+                self.gpu.poll(time.time())
             for runtime in runtimes:
                 now = time.time()
                 # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
@@ -282,6 +296,8 @@ class Monitor:
             )
             if runtime.dump is not None:
                 doc["dump"] = runtime.dump.snapshot(now)
+            if runtime.servers:  # their threads move between ticks: a hung server shows at once
+                doc["servers"] = [t.snapshot(now) for t in runtime.servers]
             docs.append(doc)
         return docs
 
@@ -301,6 +317,7 @@ class Monitor:
                 "tick_seconds_last": self.tick_seconds_last,
             },
             "jobs": self.job_documents(),
+            "gpus": self.gpu.snapshot(),
         }
 
     def transitions(self) -> dict[str, dict[str, int]]:

@@ -1,8 +1,10 @@
-"""Webhook notifications on transitions to stalled, dead, paused and done.
+"""Webhook notifications on transitions to stalled, dead, paused, exited and done.
 
 Generic JSON by default; a Slack-compatible body (``{"text": ...}``) with format "slack".
 De-duplicated: one message per (job, state), repeated every ``repeat_s`` while the job stays
-there. Delivery runs on its own thread; a failure is logged and counted, never fatal.
+there, except the end states ``done`` and ``exited``: said once, on the transition, never
+repeated (a finished job needs no hourly reminder). Delivery runs on its own
+thread; a failure is logged and counted, never fatal.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from hsmon.state import ALERT_STATES
 
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
+SEVERITY = {
+    "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info"
+}
+ONCE_STATES = frozenset({"exited", "done"})  # announced on the transition, never repeated
 
 
 def build_body(doc: dict[str, Any], previous: str | None, fmt: str) -> dict[str, Any]:
     """The webhook payload for a job document (pure)."""
     hints = [h["message"] for h in doc.get("hints", []) if h.get("severity") in ("warning", "critical")]
     if fmt == "slack":
-        icon = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:"}.get(
-            doc["state"], ":warning:"
-        )
+        icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:"}
+        icon = icons.get(doc["state"], ":warning:")
         text = f"{icon} hsmon: job *{doc['job']}* is *{doc['state']}*: {doc.get('reason', '')}"
         if hints:
             text += "\n" + "\n".join(f"• {h}" for h in hints[:5])
@@ -38,6 +43,7 @@ def build_body(doc: dict[str, Any], previous: str | None, fmt: str) -> dict[str,
         "job": doc["job"],
         "kind": doc.get("kind"),
         "state": doc["state"],
+        "severity": SEVERITY.get(doc["state"], "info"),
         "previous": previous,
         "reason": doc.get("reason"),
         "since_ts": doc.get("state_since_ts"),
@@ -69,6 +75,8 @@ class Notifier:
         state = doc.get("state")
         if state not in ALERT_STATES:
             return
+        if state in ONCE_STATES and previous is None:
+            return  # still there: a warning is said once
         key = (doc["job"], state)
         now = time.monotonic()
         last = self._last_sent.get(key)

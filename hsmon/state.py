@@ -6,9 +6,15 @@ States (contract of issue 3):
     silent    work is visible (dump files, output growth, CPU time, I/O) but no progress events:
               the story's empty log, not an alert
     stalled   alive, and no signal has moved for ``stall_after`` seconds
-    dead      the process is gone without a ``done``/``stopped`` event
+    quiet     nothing moved for ``stall_after`` seconds, but no process and no events are watched:
+              finished and stalled look alike (a warning, never critical, never notified)
+    dead      the process is gone without a ``done``/``stopped`` event, or (a process that writes
+              no events) its log ends with a traceback or a failure line
+    exited    a process that writes no events ended with no sign of success or failure: a
+              warning, never critical
     paused    the job said so (``pause`` event: disk, shm, server)
-    done      the job said it finished (``done``, or ``stopped`` on request)
+    done      the job said it finished (``done``, or ``stopped`` on request), in its events or
+              in its output's manifest (a ``done``/``stopped`` record after the last ``run``)
 
 No I/O, no clock, no threads here: the caller measures, this decides.
 """
@@ -17,8 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done")
-ALERT_STATES = frozenset({"stalled", "dead", "paused", "done"})
+from hsmon import logtail
+from hsmon.units import format_duration
+
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
+ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,17 @@ class ProcessFacts:
 
 
 @dataclass
+class ServerFacts:
+    """One inference server the job talks to (hsmon/trackers/server.py measures it)."""
+
+    url: str
+    state: str  # up | busy | hung | down | unknown
+    detail: str = ""
+    last_forward_ts: float | None = None  # a forward last completed (None: never seen)
+    watch_start_ts: float | None = None  # watched since
+
+
+@dataclass
 class Snapshot:
     """Everything the decision needs, measured by the monitor at ``now``."""
 
@@ -57,6 +77,7 @@ class Snapshot:
     started: bool = False  # a start event was seen
     terminal_kind: str | None = None  # done | stopped (after the last start)
     terminal_ts: float | None = None
+    events_start_ts: float | None = None  # the last start event's time
     paused_reason: str | None = None
     last_progress_ts: float | None = None  # last event that moved a counter
     last_error: str | None = None
@@ -70,6 +91,20 @@ class Snapshot:
     shm_fits: bool | None = None
     shm_message: str | None = None
     dump_oldest_age_s: float | None = None
+    # How a process ended (a process gone; see ``_ended_without_word``):
+    runner_alive: bool = False  # `hsmon run` started it and is still recording how it ended
+    exit_log: str | None = None  # where its stdout/stderr went (regular files), or hsmon run's log
+    exit_log_tail: list[str] | None = None  # the last lines of that log, read once after it was gone
+    rows_done: int | None = None  # rows written (events or output directory, the larger)
+    rows_total: int | None = None  # rows expected (events, --rows-total/config, the output's plan)
+    # From the output directory's manifests (hsmon layout; None where the layout carries no plan):
+    output_ending: str | None = None  # done | stopped: every manifest's latest run ended so
+    output_ending_ts: float | None = None
+    output_run_seconds: float | None = None
+    # The engine (hsmon/trackers/server.py, gpu.py):
+    servers: list[ServerFacts] = field(default_factory=list)
+    gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
+    gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
 
 
 @dataclass
@@ -147,6 +182,109 @@ def hints_for(snap: Snapshot) -> list[Hint]:
     return hints
 
 
+def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decision:
+    """A process that writes no events (watched by --pid/--pidfile/--match) ended. Its exit status
+    cannot be read by a process that did not start it: its log's ending, then the rows it wrote
+    against the expected total, say how it ended; without either, ``exited`` (a warning)."""
+    lines = snap.exit_log_tail or []
+    failure = logtail.failure_line(lines)
+    if failure is not None:
+        hints.append(
+            Hint(
+                "dead",
+                "critical",
+                f"{what} ended and its log {snap.exit_log} ends with: {failure}. Check the log, fix "
+                "the cause, then rerun.",
+            )
+        )
+        return Decision("dead", f"{what} failed: {failure}", hints)
+    done, total = snap.rows_done, snap.rows_total
+    if total and done is not None and done >= total:
+        return Decision(
+            "done", f"{what} exited after writing {done} of {total} expected rows", hints
+        )
+    if snap.exit_log_tail is not None:
+        last = logtail.last_line(lines)
+        said = f"its log {snap.exit_log} ends without an error" + (
+            f" (last line: {last[:120]!r})" if last else " (empty)"
+        )
+    else:
+        said = "its stdout/stderr went to no file hsmon could read"
+    if total:
+        rows = f"{done or 0} of {total} expected rows written"
+    elif done:
+        rows = f"{done} rows written, no expected total known"
+    else:
+        rows = "no rows seen"
+    hints.append(
+        Hint(
+            "exited",
+            "warning",
+            f"{what} ended with no sign of success or failure: {said}; {rows}. Check its log and "
+            "output. Next time start it with `hsmon run` (exit code and traceback recorded) or give "
+            "--rows-total N, so that its ending is known.",
+        )
+    )
+    return Decision("exited", f"{what} ended with no sign of success or failure ({rows})", hints)
+
+
+def _no_forward(snap: Snapshot, server: ServerFacts) -> str:
+    since = server.last_forward_ts or server.watch_start_ts or snap.watch_start_ts
+    return f"no forward completed in {_fmt(max(0.0, snap.now - since))}"
+
+
+def engine_hints(snap: Snapshot) -> list[Hint]:
+    """Advice about the job's servers and GPUs (a job that ended or died needs none)."""
+    hints: list[Hint] = []
+    for server in snap.servers:
+        if server.state == "hung":
+            hints.append(
+                Hint(
+                    "server-hung",
+                    "critical",
+                    f"server {server.url} is hung: {_no_forward(snap, server)} ({server.detail}). "
+                    "Its scheduler is stuck (a collective, a dead GPU, a frozen process): look with "
+                    "`py-spy dump` on its scheduler processes and nvidia-smi, then restart the server; "
+                    "the client resumes where it stopped.",
+                )
+            )
+        elif server.state == "down":
+            hints.append(
+                Hint(
+                    "server-down",
+                    "warning",
+                    f"server {server.url} is down ({server.detail}): the client cannot progress "
+                    "until it is back.",
+                )
+            )
+    alive = any(p.alive and p.status != "zombie" for p in snap.processes)
+    if snap.gpu_indices and snap.gpu_idle_since_ts is not None and alive:
+        idle = max(0.0, snap.now - snap.gpu_idle_since_ts)
+        if idle > snap.stall_after:
+            gpus = ", ".join(str(i) for i in snap.gpu_indices)
+            hints.append(
+                Hint(
+                    "gpu-idle",
+                    "warning",
+                    f"GPU {gpus} of the job's processes at 0 % utilization for {_fmt(idle)} "
+                    f"(stall-after {_fmt(snap.stall_after)}) while they are alive: a hung collective "
+                    "(NCCL) or a stuck scheduler? `py-spy dump` the processes to see where they wait.",
+                )
+            )
+    return hints
+
+
+def _server_blame(snap: Snapshot) -> str | None:
+    """The reason a stalled or paused client waits, when one of its servers explains it."""
+    for state in ("hung", "down"):
+        for server in snap.servers:
+            if server.state == state:
+                if state == "hung":
+                    return f"server {server.url} is hung: {_no_forward(snap, server)}"
+                return f"server {server.url} is down ({server.detail})"
+    return None
+
+
 def decide(snap: Snapshot) -> Decision:
     """The job's state, a one-line reason, and hints."""
     hints = hints_for(snap)
@@ -156,18 +294,26 @@ def decide(snap: Snapshot) -> Decision:
         if snap.terminal_kind == "done":
             return Decision("done", "the job reported done", hints)
         return Decision("done", f"the job stopped on request ({snap.terminal_kind} event)", hints)
+    ending = _output_ending(snap)
+    if ending is not None:
+        return Decision("done", ending, hints)
 
     main = snap.processes[0] if snap.processes else None
-    if snap.process_watched and main is not None and not (main.alive and main.status != "zombie"):
+    gone = main is not None and not (main.alive and main.status != "zombie")
+    # a process started by `hsmon run` is not judged while hsmon run is still recording its end
+    if snap.process_watched and main is not None and gone and not snap.runner_alive:
         if main.seen_alive or snap.evidence_of_job:
             what = f"{main.role} PID {main.pid}" if main.pid else f"the {main.role} process"
+            if not snap.started and not snap.last_error:
+                return _ended_without_word(snap, what, hints)
             status = "is a zombie" if main.status == "zombie" else "is gone"
             detail = f" (last error: {snap.last_error})" if snap.last_error else ""
+            log = f" ({snap.exit_log})" if snap.exit_log else ""
             hints.append(
                 Hint(
                     "dead",
                     "critical",
-                    f"{what} {status} without a 'done' event{detail}: check its log, then "
+                    f"{what} {status} without a 'done' event{detail}: check its log{log}, then "
                     "rerun the same command to resume.",
                 )
             )
@@ -176,8 +322,11 @@ def decide(snap: Snapshot) -> Decision:
             "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
         )
 
+    hints += engine_hints(snap)
+    blame = _server_blame(snap)
     if snap.paused_reason is not None:
-        return Decision("paused", f"the job paused itself (reason: {snap.paused_reason})", hints)
+        why = f"the job paused itself (reason: {snap.paused_reason})"
+        return Decision("paused", f"{why}; {blame}" if blame else why, hints)
 
     progress_age = _age(now, snap.last_progress_ts)
     work_age = _age(now, snap.last_work_ts)
@@ -215,12 +364,58 @@ def decide(snap: Snapshot) -> Decision:
         default=snap.watch_start_ts,
     )
     quiet = max(0.0, now - last)
-    hints.append(
-        Hint(
-            "stalled",
-            "critical",
-            f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
-            f"(stall-after {_fmt(stall)})",
-        )
+    if not snap.process_watched and not snap.events_watched and not blame:
+        hints.append(Hint("quiet", "warning", _quiet_message(snap, quiet)))
+        return Decision("quiet", f"no change for {_fmt(quiet)}; no process or events watched", hints)
+    nothing = (
+        f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
+        f"(stall-after {_fmt(stall)})"
     )
+    hints.append(Hint("stalled", "critical", f"{nothing}: {blame}" if blame else nothing))
+    if blame:
+        return Decision("stalled", blame, hints)
     return Decision("stalled", f"no signal moved for {_fmt(quiet)}", hints)
+
+
+def _counts(snap: Snapshot) -> str:
+    if snap.rows_done is None:
+        return ""
+    total = f" / {snap.rows_total}" if snap.rows_total is not None else ""
+    return f"{snap.rows_done}{total} rows"
+
+
+def _output_ending(snap: Snapshot) -> str | None:
+    """The reason for ``done`` when the output's manifests say the run ended, else None.
+
+    A start event newer than the manifest's ending is a new run (e.g. paused for disk before its
+    ``run`` record): its events decide.
+    """
+    if snap.output_ending is None:
+        return None
+    if snap.events_start_ts is not None and snap.events_start_ts > (snap.output_ending_ts or 0.0):
+        return None
+    when = ""
+    if snap.output_ending_ts is not None:
+        when = f" {_fmt(max(0.0, snap.now - snap.output_ending_ts))} ago"
+    facts = [_counts(snap)] if snap.rows_done is not None else []
+    if snap.output_run_seconds is not None:
+        facts.append(f"took {format_duration(snap.output_run_seconds)}")
+    detail = f" ({', '.join(facts)})" if facts else ""
+    said = "the output's manifest says the run"
+    if snap.output_ending == "done":
+        return f"{said} finished{when}{detail}"
+    return f"{said} stopped on request{when}{detail}: run the same command to resume"
+
+
+def _quiet_message(snap: Snapshot, quiet: float) -> str:
+    """What is known about a quiet directory that no process or events file accounts for."""
+    if snap.rows_total is not None and snap.rows_done is not None and snap.rows_done < snap.rows_total:
+        return (
+            f"{_counts(snap)} written and no change for {_fmt(quiet)}, so the job did not finish: it "
+            "was killed or is stuck, and with no process watched the two look alike: resume it (for "
+            "hsmon extract, rerun the same command), or add --pid, --match or --events"
+        )
+    return (
+        f"no change for {_fmt(quiet)}; no process watched, so finished and stalled look alike: "
+        "add --pid, --match or --events"
+    )

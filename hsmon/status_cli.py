@@ -20,7 +20,8 @@ DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help=f"a running daemon (e.g. {DEFAULT_URL}); default without path options")
+    parser.add_argument("--url", action="append", help=f"a running daemon (e.g. {DEFAULT_URL}); default "
+                        "without path options. Several (one per host): their jobs in one table")
     parser.add_argument("--config", metavar="FILE", help="hsmon.toml: read every job in it without a daemon")
     cfgmod.add_job_arguments(parser)
     parser.add_argument(
@@ -54,10 +55,13 @@ def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> dict[str, Any]:
     from hsmon.monitor import Monitor
 
     monitor = Monitor(jobs, use_watchdog=False, source="inprocess", scan_interval=max(sample_s, 0.01))
-    monitor.tick(force_scan=True)
-    time.sleep(max(0.0, sample_s))
-    monitor.tick(force_scan=True)
-    return monitor.status_document()
+    try:
+        monitor.tick(force_scan=True)
+        time.sleep(max(0.0, sample_s))
+        monitor.tick(force_scan=True)
+        return monitor.status_document()
+    finally:
+        monitor.stop()  # the server trackers' threads
 
 
 def _pct(done: Any, total: Any) -> str:
@@ -93,6 +97,47 @@ def _dump_rates(dump: dict[str, Any]) -> str:
     return f" ({created:.1f}/s in, {consumed:.1f}/s out)"
 
 
+def _server_summary(srv: dict[str, Any]) -> str:
+    """'UP: model v0.5.23; health 1.0 s; running 2, queued 5, 310 tok/s' (figures only when known)."""
+    parts = [f"{str(srv.get('state')).upper()}: {srv.get('detail') or ''}"]
+    info = srv.get("info") or {}
+    if srv.get("model"):
+        parts.append(f"{srv['model']}" + (f" v{info['version']}" if info.get("version") else ""))
+    load = srv.get("load") or {}
+    figures = [
+        f"{name} {load[key]:.0f}" for key, name in (("running", "running"), ("queued", "queued"))
+        if load.get(key) is not None
+    ]
+    if load.get("token_usage") is not None:
+        figures.append(f"KV {100 * load['token_usage']:.0f} %")
+    if load.get("gen_tokens_per_s") is not None:
+        figures.append(f"{load['gen_tokens_per_s']:.0f} tok/s")
+    if figures:
+        parts.append(", ".join(figures))
+    elif srv.get("metrics_enabled") is False:
+        parts.append("no load figures (start it with --enable-metrics)")
+    return "; ".join(parts)
+
+
+def _gpu_lines(gpus: dict[str, Any] | None) -> list[str]:
+    if not gpus:
+        return []
+    if not gpus.get("available"):
+        return [f"gpus: {gpus.get('reason') or 'not watched'}"]
+    lines = ["gpus:"]
+    for d in gpus.get("devices") or []:
+        util = "-" if d.get("utilization") is None else f"{100 * d['utilization']:.0f} %"
+        power = "" if d.get("power_watts") is None else f", {d['power_watts']:.0f} W"
+        temp = "" if d.get("temperature_celsius") is None else f", {d['temperature_celsius']} C"
+        pids = ", ".join(str(p["pid"]) for p in d.get("processes") or []) or "none"
+        lines.append(
+            f"  gpu {d['index']}  {d.get('name') or ''}: util {util}, memory "
+            f"{format_bytes(d.get('memory_used_bytes'))} / {format_bytes(d.get('memory_total_bytes'))}"
+            f"{power}{temp}; PIDs {pids}"
+        )
+    return lines
+
+
 def render(doc: dict[str, Any]) -> str:
     """A readable table of every job."""
     lines = []
@@ -122,9 +167,14 @@ def render(doc: dict[str, Any]) -> str:
                         + (f" / {prog['tokens_total']}" if prog.get("tokens_total") else ""),
                     )
                 )
+            if prog.get("chunks_done") is not None and prog.get("chunks_total"):
+                rows.append(("chunks", f"{prog['chunks_done']} / {prog['chunks_total']}"))
             rate = prog.get("rows_per_s")
             if rate:
                 rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))
+            if prog.get("elapsed_s") is not None:
+                took = "took" if job.get("state") == "done" else "elapsed"
+                rows.append((took, format_duration(prog["elapsed_s"])))
         dump = job.get("dump")
         if dump:
             state = _directory_state(dump, _dump_summary)
@@ -170,6 +220,8 @@ def render(doc: dict[str, Any]) -> str:
                     f"{ev.get('last_kind') or '-'} {last}",
                 )
             )
+        for srv in job.get("servers") or []:
+            rows.append((f"server {srv['url']}", _server_summary(srv)))
         tr = job.get("training")
         if tr:
             rows.append(
@@ -186,10 +238,40 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("")
     if not doc["jobs"]:
         lines.append("no jobs watched")
+    lines += _gpu_lines(doc.get("gpus"))
     return "\n".join(lines).rstrip() + "\n"
 
 
+def run_many(urls: list[str], as_json: bool) -> int:
+    """Several daemons: one table (or a JSON list of {url, status, error}); exit 1 when a job is
+    stalled or dead or a daemon does not answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hsmon.status_table import render_many
+
+    def one(url: str) -> tuple[str, dict[str, Any] | None, str | None]:
+        try:
+            return url, fetch(url), None
+        except RuntimeError as exc:
+            return url, None, str(exc).split(";")[0]
+
+    with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
+        results = list(pool.map(one, urls))
+    if as_json:
+        print(json.dumps([{"url": u, "status": d, "error": e} for u, d, e in results], indent=2,
+                         allow_nan=False, default=str))
+    else:
+        sys.stdout.write(render_many(results))
+    bad = any(d is None or any(j.get("state") in ("stalled", "dead") for j in d["jobs"])
+              for _, d, _ in results)
+    return 1 if bad else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    urls = args.url or []
+    if len(urls) > 1 and not (args.config or cfgmod.job_from_args(args)):
+        return run_many(urls, args.json)
+    args.url = urls[0] if urls else None
     try:
         job = cfgmod.job_from_args(args)
         jobs = cfgmod.load_toml(args.config).jobs if args.config else []

@@ -129,14 +129,34 @@ def run_extract(
     )
 
 
-def start_extract(data: Path, out: Path, model: Path, *extra: str, events: Path) -> subprocess.Popen[str]:
+def start_extract(
+    data: Path, out: Path, model: Path, *extra: str, events: Path, stderr: Any = subprocess.PIPE
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         extract_cmd(data, out, model, *extra, events=events),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=extract_env(),
     )
+
+
+def hsmon_status(*args: str) -> tuple[int, dict[str, Any]]:
+    """`hsmon status ARGS --json` as a real subprocess: (exit status, the status document's one job)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", "status", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=extract_env(),
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    (job,) = json.loads(proc.stdout)["jobs"]
+    return proc.returncode, job
+
+
+def critical_hints(job: dict[str, Any]) -> list[str]:
+    return [h["message"] for h in job["hints"] if h["severity"] == "critical"]
 
 
 def events_of(path: Path) -> list[dict[str, Any]]:

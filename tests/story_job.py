@@ -2,9 +2,9 @@
 dump file per request into DUMP, the script packs each into OUT/rows_a-b/data_i.ckpt and deletes
 the dump file, printing a line per row to stdout (block-buffered when stdout is a file and
 python runs without -u). With --events it also writes hsmon progress events; with --manifest it
-keeps an hsmon manifest.
+keeps an hsmon manifest (with --plan, starting with a ``run`` record that plans --rows rows).
 
-    python tests/story_job.py DUMP OUT [--rows N] [--delay S] [--events FILE] [--manifest]
+    python tests/story_job.py DUMP OUT [--rows N] [--delay S] [--events FILE] [--manifest [--plan]]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--chunk-size", type=int, default=20)
     parser.add_argument("--events")
     parser.add_argument("--manifest", action="store_true")
+    parser.add_argument("--plan", action="store_true", help="with --manifest: a run record with rows_total")
     parser.add_argument("--job", default="story")
     args = parser.parse_args()
     os.makedirs(args.dump, exist_ok=True)
@@ -37,6 +38,11 @@ def main() -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     done = layout.read_manifest(args.out).rows if args.manifest else {}
+    if args.manifest and args.plan:
+        layout.append_jsonl(
+            os.path.join(args.out, layout.MANIFEST_NAME),
+            [{"type": "run", "pid": os.getpid(), "started": time.time(), "rows_total": args.rows or None}],
+        )
     if writer:
         writer.emit(ev.START, rows_total=args.rows or None, pid=os.getpid(), out=args.out)
     row = 0

@@ -20,8 +20,10 @@ import torch
 from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     TIMEOUT,
     assert_same_output,
+    critical_hints,
     events_of,
     extract_env,
+    hsmon_status,
     load_output,
     make_dataset,
     run_extract,
@@ -31,6 +33,8 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
 )
 
 from hsmon import layout
+from hsmon.config import JobConfig
+from hsmon.status_cli import measure
 
 pytestmark = pytest.mark.slow
 
@@ -135,9 +139,19 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
     assert kills >= 4, f"seed {seed}: most runs ended before their kill"
     partial = layout.read_manifest(out)
     assert len(partial.rows) < len(layout.read_manifest(ref_out).rows), "nothing left to resume"
+    # issue 13: no process, no events, a plan not reached and no end record: a warning, never done
+    # nor stalled (the monitor cannot tell a killed run from a stuck one without a process)
+    rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "1.5")
+    assert rc == 0 and job["state"] == "quiet", job
+    assert job["output"]["ending"] is None and job["progress"]["rows_done"] == len(partial.rows)
+    quiet = next(h for h in job["hints"] if h["id"] == "quiet")
+    assert quiet["severity"] == "warning" and "rerun the same command" in quiet["message"]
+    assert not critical_hints(job)
     final = run_extract(dataset, out, tiny_model, *OPTS, events=events)
     assert final.returncode == 0, final.stderr
     assert events_of(events)[-1]["kind"] == "done"
+    rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "0.2")
+    assert rc == 0 and job["state"] == "done" and job["output"]["ending"] == "done", job
     assert_same_output(out, ref_out)
     assert (out / "rejects.jsonl").read_text() == (ref_out / "rejects.jsonl").read_text(), f"seed {seed}"
 
@@ -158,8 +172,26 @@ def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model
     assert len(layout.read_manifest(out).rows) == last["rows_done"]
     chunks_before = len(layout.read_manifest(out).chunks)
     assert not [p for p in out.glob("rows_*/.*")], "temporary files left behind"
-    again = run_extract(dataset, out, tiny_model, *OPTS, events=events)
-    assert again.returncode == 0, again.stderr
+    # issue 13: the manifest says how it ended, so the output directory alone reads "stopped"
+    rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "0.2")
+    assert rc == 0 and job["state"] == "done" and job["output"]["ending"] == "stopped", job
+    assert "stopped on request" in job["reason"], job["reason"]
+    assert f"{last['rows_done']} / {last['rows_total']} rows" in job["reason"], job["reason"]
+    again = start_extract(dataset, out, tiny_model, *OPTS, events=events)
+    try:
+        pid = again.pid
+        wait_for_event(events, lambda e: e["kind"] == "rows" and e["rows_done"] > last["rows_done"], again)
+        mid = measure([JobConfig(name="resumed", out_dir=str(out), stall_after=60)], 0.0)["jobs"][0]
+        if again.poll() is None:  # a resumed run that has not finished is not done
+            assert mid["state"] != "done" and mid["output"]["ending"] is None, (pid, mid)
+        assert again.wait(TIMEOUT) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+    rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "0.2")
+    assert rc == 0 and job["state"] == "done" and job["output"]["ending"] == "done", job
+    assert job["progress"]["rows_done"] == job["progress"]["rows_total"] == last["rows_total"]
     resumed = [e for e in events_of(events) if e["kind"] == "start"][-1]
     assert resumed["resumed"] and resumed["rows_done"] == last["rows_done"]
     assert resumed["chunks_done"] == chunks_before < resumed["chunks_total"]
@@ -321,6 +353,18 @@ def test_a_second_process_sees_each_event_as_it_happens(workdir, dataset, tiny_m
     assert sum(1 for s in rows if s["seen"] < done_ts) >= len(rows) // 2
 
 
+def wait_until_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
+    """The first line of a file that starts with ``prefix`` (waits for it to be written)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [x for x in path.read_text().splitlines() if x.startswith(prefix)]
+        if lines:
+            assert len(lines) == 1, lines  # one line per pause, not one per check
+            return lines[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no line starting {prefix!r} in {path}: {path.read_text()[-2000:]}")
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     if os.geteuid() != 0 or shutil.which("mount") is None:
@@ -350,10 +394,17 @@ def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_mode
     ballast.write_bytes(b"\0" * (4 * 1024 * 1024 - need // 2 - 256_000 - 128 * 1024))
     events = tmp_path / "events.jsonl"
     out = small_disk / "out"
-    proc = start_extract(data, out, tiny_model, "--chunk-size", "8", "--min-free", "256k", events=events)
+    stderr_path = tmp_path / "stderr.log"  # a file, not a terminal: the pause lines must still be there
+    stderr = open(stderr_path, "w")  # noqa: SIM115
+    proc = start_extract(data, out, tiny_model, "--chunk-size", "8", "--min-free", "256k", events=events,
+                         stderr=stderr)
+    stderr.close()
     try:
         pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
         assert pause["reason"] == "disk" and pause["free_bytes"] - pause["need_bytes"] < 256_000
+        line = wait_until_line(stderr_path, "hsmon extract: paused (disk): ")
+        assert f"free on {out}" in line and "reserve of 256.0 kB" in line, line
+        assert "waiting for " in line and "more free space" in line and "checking every 0.2s" in line, line
         done_at_pause = len(layout.read_manifest(out).rows)
         time.sleep(1.5)
         assert proc.poll() is None, "the run ended instead of waiting for space"
@@ -362,6 +413,7 @@ def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_mode
         ballast.unlink()
         resume = wait_for_event(events, lambda e: e["kind"] == "resume", proc)
         assert resume["reason"] == "disk" and resume["paused_seconds"] >= 1.5
+        assert "free on" in wait_until_line(stderr_path, "hsmon extract: resumed (disk) after ")
         assert proc.wait(TIMEOUT) == 0
     finally:
         if proc.poll() is None:

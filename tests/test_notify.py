@@ -60,3 +60,32 @@ def test_slack_body_and_bad_options():
         Notifier("http://x/", fmt="xml")
     with pytest.raises(ValueError, match="not an http"):
         Notifier("ftp://x/")
+
+
+def test_exited_and_done_are_said_once_and_never_repeated():
+    hook = WebhookReceiver()
+    notifier = Notifier(hook.url, repeat_s=0.2)
+    try:
+        notifier(doc("exited"), "silent")
+        wait_until(lambda: len(hook.bodies) == 1, 5)
+        time.sleep(0.3)
+        for _ in range(3):
+            notifier(doc("exited"), None)  # stays exited, past the repeat interval
+            time.sleep(0.1)
+        notifier(doc("done"), "running")
+        wait_until(lambda: len(hook.bodies) == 2, 5)
+        time.sleep(0.3)
+        for _ in range(3):
+            notifier(doc("done"), None)  # stays done, past the repeat interval
+            time.sleep(0.1)
+        notifier(doc("stalled"), "running")  # a critical state still repeats as before
+        time.sleep(0.3)
+        notifier(doc("stalled"), None)
+        wait_until(lambda: len(hook.bodies) == 4, 5)
+        time.sleep(0.2)
+        assert [b["state"] for b in hook.bodies] == ["exited", "done", "stalled", "stalled"]
+        assert [b["severity"] for b in hook.bodies] == ["warning", "info", "critical", "critical"]
+        assert build_body(doc("exited"), "silent", "slack")["text"].startswith(":grey_question:")
+    finally:
+        notifier.close()
+        hook.close()

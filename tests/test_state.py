@@ -64,13 +64,13 @@ def test_stopped_process_gets_sigcont_hint_and_stalls():
 
 def test_dead_when_process_gone_without_done():
     proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
-    d = decide(snap(processes=[proc], last_progress_ts=NOW - 1))
+    d = decide(snap(processes=[proc], started=True, last_progress_ts=NOW - 1))
     assert d.state == "dead"
 
 
 def test_zombie_is_dead():
     proc = ProcessFacts("extractor", 42, True, "zombie", seen_alive=True)
-    assert decide(snap(processes=[proc])).state == "dead"
+    assert decide(snap(processes=[proc], started=True)).state == "dead"
 
 
 def test_done_event_wins_over_a_gone_process():
@@ -94,7 +94,7 @@ def test_starting_when_no_process_found_yet_and_no_evidence():
 
 def test_dead_when_never_seen_alive_but_the_job_left_evidence():
     proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=False)
-    assert decide(snap(processes=[proc], evidence_of_job=True)).state == "dead"
+    assert decide(snap(processes=[proc], started=True, evidence_of_job=True)).state == "dead"
 
 
 def test_starting_while_loading_then_stalled_after_limit():
@@ -133,7 +133,16 @@ def test_every_decision_is_a_known_state():
 def test_a_job_with_no_trace_yet_is_starting_not_stalled():
     d = decide(snap(process_watched=False, processes=[], events_watched=True, watch_start_ts=NOW - 1000))
     assert d.state == "starting" and "waiting for the job" in d.reason
-    d = decide(snap(process_watched=False, processes=[], evidence_of_job=True, last_work_ts=NOW - 1000))
+    # events watched but no process known yet: nothing moving is still a stall
+    d = decide(
+        snap(
+            process_watched=False,
+            processes=[],
+            events_watched=True,
+            evidence_of_job=True,
+            last_work_ts=NOW - 1000,
+        )
+    )
     assert d.state == "stalled"
 
 
@@ -142,3 +151,104 @@ def test_a_second_process_gone_is_a_warning():
     main = ProcessFacts("extractor", 42, True, "running", seen_alive=True)
     d = decide(snap(processes=[main, server], last_progress_ts=NOW - 1))
     assert d.state == "running" and "process-gone" in hint_ids(d)
+
+
+# -- issue 13: what the output's manifest says, and a quiet directory nobody accounts for ----------
+GONE = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
+
+
+def test_done_from_the_manifest_without_events_or_process():
+    d = decide(
+        snap(
+            process_watched=False,
+            processes=[],
+            evidence_of_job=True,
+            last_work_ts=NOW - 1320,  # 22 minutes of nothing: the story of the false alarm
+            output_ending="done",
+            output_ending_ts=NOW - 1320,
+            output_run_seconds=17.0,
+            rows_done=300,
+            rows_total=300,
+        )
+    )
+    assert d.state == "done"
+    assert "300 / 300 rows" in d.reason and "17s" in d.reason
+    assert not [h for h in d.hints if h.severity == "critical"]
+
+
+def test_done_from_the_manifest_wins_over_a_gone_process():
+    d = decide(
+        snap(processes=[GONE], output_ending="done", output_ending_ts=NOW - 5, rows_done=3, rows_total=3)
+    )
+    assert d.state == "done" and "dead" not in hint_ids(d)
+
+
+def test_stopped_from_the_manifest():
+    d = decide(
+        snap(
+            processes=[GONE],
+            last_work_ts=NOW - 900,
+            output_ending="stopped",
+            output_ending_ts=NOW - 900,
+            rows_done=40,
+            rows_total=160,
+        )
+    )
+    assert d.state == "done"
+    assert "stopped on request" in d.reason and "40 / 160 rows" in d.reason and "resume" in d.reason
+
+
+def test_resumed_not_done_a_newer_start_event_decides():
+    # the manifest's last run ended, but a start event after it says a new run began (it paused for
+    # disk before its run record): the events' pause counts, not the old ending
+    d = decide(
+        snap(
+            events_watched=True,
+            events_start_ts=NOW - 10,
+            paused_reason="disk",
+            output_ending="stopped",
+            output_ending_ts=NOW - 100,
+        )
+    )
+    assert d.state == "paused"
+    # a resumed run whose manifest has a run record after the ending has no output_ending: it runs
+    d = decide(snap(output_ending=None, rows_done=80, rows_total=160, last_work_ts=NOW - 1))
+    assert d.state == "silent"
+
+
+def test_quiet_without_process_or_events_is_a_warning_not_a_stall():
+    d = decide(
+        snap(
+            process_watched=False, processes=[], evidence_of_job=True, last_work_ts=NOW - 1320, rows_done=300
+        )
+    )
+    assert d.state == "quiet"
+    (hint,) = [h for h in d.hints if h.id == "quiet"]
+    assert hint.severity == "warning"
+    assert hint.message == (
+        "no change for 22m; no process watched, so finished and stalled look alike: "
+        "add --pid, --match or --events"
+    )
+    assert not [h for h in d.hints if h.severity == "critical"]
+
+
+def test_quiet_with_a_plan_not_reached_says_killed_or_stuck():
+    d = decide(
+        snap(
+            process_watched=False,
+            processes=[],
+            evidence_of_job=True,
+            last_work_ts=NOW - 600,
+            rows_done=150,
+            rows_total=300,
+        )
+    )
+    assert d.state == "quiet"
+    message = next(h.message for h in d.hints if h.id == "quiet")
+    assert "150 / 300 rows" in message and "rerun the same command" in message
+
+
+def test_a_watched_live_process_where_nothing_moves_still_stalls():
+    frozen = ProcessFacts("extractor", 42, True, "stopped", seen_alive=True)
+    d = decide(snap(processes=[frozen], evidence_of_job=True, last_work_ts=NOW - 1320, rows_done=3))
+    assert d.state == "stalled" and "stalled" in hint_ids(d)

@@ -19,7 +19,7 @@ from train_helpers import make_tiny_target, markov_sequences, write_rows
 from hsmon.events import iter_events
 from hsmon.layout import MANIFEST_NAME
 from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
-from trainer.evaluate import ngram_draft
+from trainer.speculative import ngram_draft
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--threads", "1", "--heartbeat", "0.3"]
@@ -333,10 +333,11 @@ def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
 
 
 @pytest.mark.slow
-def test_eval_drafter_trained_beats_untrained(setup, trained):
+def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
     target, _, prompts = setup
     results = {}
     for name, export in trained.items():
+        events = tmp_path / f"{name}.events.jsonl"
         proc = hsmon(
             "eval-drafter",
             "--drafter",
@@ -352,8 +353,19 @@ def test_eval_drafter_trained_beats_untrained(setup, trained):
             "--json",
             "--threads",
             "1",
+            "--events",
+            str(events),
         )
         results[name] = json.loads(proc.stdout)
+        # the measurement as a job: start, one rows event per decode, then eval and done with the result
+        seen = [json.loads(line) for line in events.read_text().splitlines()]
+        kinds = [e["kind"] for e in seen]
+        total = seen[0]["rows_total"]
+        assert seen[0]["backend"] == "eval-drafter" and seen[0]["job"] == "eval-drafter"
+        assert kinds == ["start"] + ["rows"] * total + ["eval", "done"], kinds
+        assert total == seen[0]["prompts"] * (1 + 2 * 3) and seen[total]["rows_done"] == total
+        lengths = results[name]["acceptance_length"]
+        assert seen[-2]["acceptance_length"] == seen[-1]["acceptance_length"] == lengths
     good, bad = results["trained"], results["untrained"]
     for res in (good, bad):
         assert (

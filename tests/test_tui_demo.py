@@ -1,6 +1,6 @@
 """`make demo` for real: `hsmon extract` on the embedded default, `hsmon daemon` watching it, the
 drafter training launched through the daemon and `hsmon eval-drafter`: headless (what CI runs), and
-the real TUI in tmux (extraction only, to stay fast), read with capture-pane."""
+the real TUI in tmux (a 5 s training and one eval prompt, to stay fast), read with capture-pane."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from test_tui_e2e import Terminal, repo_env
+from tui_screen_text import empty_rows_above_footer, long_floats
 
 pytestmark = pytest.mark.slow
 
@@ -70,22 +71,38 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make test installs it)")
-def test_demo_tui_in_tmux_follows_a_real_extraction_no_train(tmp_path: Path) -> None:
+def test_demo_tui_in_tmux_shows_the_finished_training_and_its_acceptance(tmp_path: Path) -> None:
+    """The real TUI in tmux at 120x40 through the whole demo (a 5 s training, eval-drafter on one
+    prompt): eval-drafter is a job of the dashboard while it runs, and the finished-training screen
+    shows DONE without an ETA, the held-out eval and the acceptance table, in readable numbers."""
     env = repo_env()
     command = (
         f"cd {tmp_path} && env PYTHONPATH={env['PYTHONPATH']} TERM=xterm-256color "
-        f"{sys.executable} -m hsmon.demo {tmp_path / 'demo'} --no-train; echo DEMO-EXITED-$?; sleep 600"
+        f"{sys.executable} -m hsmon.demo {tmp_path / 'demo'} --train-seconds 5 --eval-prompts 1; "
+        "echo DEMO-EXITED-$?; sleep 600"
     )
     term = Terminal(command, 120, 40)
     try:
         term.wait_for(lambda s: "RUNNING" in s and "extractor" in s, "the extraction running", timeout=300)
-        screen = term.wait_for(lambda s: "DONE" in s, "the extraction done", timeout=300)
-        match = re.search(r"rows\s+━+\s+(\d+) / (\d+) \(100\.0%\)", screen)
-        assert match and match.group(1) == match.group(2), screen
+        # the training screen comes up by itself at the launch
+        term.wait_for(lambda s: "train-drafter" in s and "launch a drafter" in s, "the training", timeout=300)
+        term.wait_for(lambda s: "eval-drafter" in s and "measuring acceptance" in s, "the eval", timeout=300)
+        screen = term.wait_for(lambda s: "acceptance: tokens per" in s, "the acceptance", timeout=300)
+        lines = screen.splitlines()
+        badge = next(line for line in lines if "train-drafter" in line and "elapsed" in line)
+        assert "DONE" in badge and "ETA" not in badge, screen  # a finished training has no ETA
+        assert "held-out eval at step" in screen and re.search(r"acc +(\d+(\.\d+)?%\s+){7}", screen), screen
+        for name in ("drafter", "n-gram"):
+            row = re.search(rf"│ +{name} +((?:\d+\.\d+ +){{6}}\d+\.\d+)", screen)
+            assert row, screen
+            assert all(1.0 <= float(v) <= 8.0 for v in row.group(1).split()), row.group(0)
+        assert not long_floats(lines), long_floats(lines)
+        assert empty_rows_above_footer(lines) <= 2, screen
+        term.keys("o")
+        term.wait_for(lambda s: "eval-drafter @ local" in s, "the eval-drafter tab")
         term.keys("q")
         screen = term.wait_for(lambda s: "DEMO-EXITED-0" in s, "the demo ending cleanly after q")
-        # --no-train: the summary has the extraction and nothing after it
-        assert re.search(r"extraction +(\d+) rows", screen) and "demo: OK" in screen, screen
-        assert "training " not in screen and "acceptance" not in screen, screen
+        assert re.search(r"EAGLE-3 drafter +depth 1 \d\.\d+ +depth 7 \d\.\d+", screen), screen
+        assert "demo: OK" in screen, screen
     finally:
         term.close()

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, Static, TabbedContent
+from textual.widgets import Button, Input, OptionList, Static, TabbedContent
 from tui_documents import documents
 from tui_status_server import StatusServer
 
 from hsmon.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.screens.confirm import ConfirmScreen
+from hsmon.tui.screens.event_detail import EventDetailScreen
 from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
@@ -36,6 +37,13 @@ async def wait_for(pilot: Pilot, condition: Callable[[], Any], timeout: float = 
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {condition}")
         await pilot.pause(0.05)
+
+
+async def laid_out(pilot: Pilot) -> None:
+    """Let a screen just shown settle: its figures arrive and the layout moves the widgets once
+    more, so a click lands where the widget ends up."""
+    await pilot.pause(0.3)
+    await pilot.wait_for_scheduled_animations()
 
 
 def screen_text(app: HsmonApp) -> str:
@@ -80,19 +88,32 @@ async def test_next_previous_and_clicked_tabs() -> None:
         await wait_for(pilot, lambda: tabs.active == "job-0-train")
 
 
+def log_text(log: EventLog) -> str:
+    """The event log's lines, as shown."""
+    lines = log.query_one("#event-lines", OptionList)
+    return "\n".join(str(lines.get_option_at_index(i).prompt) for i in range(lines.option_count))
+
+
 async def test_event_filter_by_key_and_by_mouse() -> None:
-    async with running(fixed()) as (app, pilot):
+    docs = documents(3)
+    docs[-1]["jobs"][0]["recent_events"].append(
+        {"v": 1, "ts": docs[-1]["generated_ts"] - 1, "job": "extract", "kind": "heartbeat", "rows_done": 2520}
+    )
+    async with running([FixedSource(docs, label="fixture")]) as (app, pilot):
         log = app.screen.query_one(EventLog)
-        lines = log.query_one("#event-lines", Static)
-        assert "retry" in str(lines.render()) and "chunk" in str(lines.render())
+        await wait_for(pilot, lambda: "retry" in log_text(log) and "chunk" in log_text(log))
+        assert "heartbeat" not in log_text(log)  # hidden by default
         await pilot.press("f")
         await wait_for(pilot, lambda: log.which == "errors")
-        shown = str(lines.render())
+        shown = log_text(log)
         assert "retry" in shown and "reject" not in shown and "chunk" not in shown
         await pilot.press("f")
         await wait_for(pilot, lambda: log.which == "rejects")
-        shown = str(lines.render())
-        assert "row=2101" in shown and "retry" not in shown
+        shown = log_text(log)
+        assert "reject row 2101: empty text" in shown and "retry" not in shown
+        await pilot.press("f")
+        await wait_for(pilot, lambda: log.which == "+heartbeats")
+        assert "heartbeat: 2,520 rows" in log_text(log) and "chunk" in log_text(log)
         bar = log.query_one("#event-filter")
         bar.scroll_visible(animate=False)
         await pilot.pause(0.1)
@@ -100,7 +121,27 @@ async def test_event_filter_by_key_and_by_mouse() -> None:
         await wait_for(pilot, lambda: log.which == "errors")
         await pilot.click(bar, offset=(8, 0))  # on 'all'
         await wait_for(pilot, lambda: log.which == "all")
-        assert "chunk" in str(lines.render())
+        assert "chunk" in log_text(log)
+
+
+async def test_enter_or_e_shows_the_whole_event() -> None:
+    async with running(fixed()) as (app, pilot):
+        await pilot.press("e")  # nothing highlighted: the newest line
+        await wait_for(pilot, lambda: isinstance(app.screen, EventDetailScreen))
+        text = screen_text(app)
+        assert "reject event of extract" in text and '"reason": "too long"' in text and '"row": 2417' in text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+        lines = app.screen.query_one("#event-lines", OptionList)
+        lines.focus()
+        await pilot.pause(0.1)
+        await pilot.press("home", "down")  # the second line: the chunk
+        await wait_for(pilot, lambda: lines.highlighted == 1)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EventDetailScreen))
+        assert '"chunk": "rows_0-2000"' in screen_text(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
 
 
 async def test_help_opens_and_closes() -> None:
@@ -122,7 +163,7 @@ async def test_training_screen_prefilled_and_warns_unfinished_extraction() -> No
         assert screen.query_one("#field-target_model", Input).value == "/models/target"
         assert "unfinished" in str(screen.query_one("#form-warning", Static).render())
         text = screen_text(app)
-        assert "step0" in text and "step6" in text  # loss/acc per unroll step
+        assert "step 0" in text and "step 6" in text  # loss/acc per unroll step
         assert "tok/s" in text and "ckpt-40" in text
         await pilot.press("o")
         await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
@@ -199,6 +240,7 @@ async def test_launch_without_token_is_refused_with_a_clear_message(tmp_path: Pa
         async with running([HttpStatusSource(server.url, token=None, interval=0.5)]) as (app, pilot):
             await pilot.press("t")
             await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            await laid_out(pilot)
             await pilot.click("#launch")
             await wait_for(pilot, lambda: any("token" in n.message for n in app._notifications))
             assert server.requests == []
@@ -315,6 +357,7 @@ async def test_typing_in_a_field_and_escape_returns_the_keys() -> None:
     async with running(fixed()) as (app, pilot):
         await pilot.press("t")
         await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
+        await laid_out(pilot)
         await pilot.click("#field-epochs")
         box = app.screen.query_one("#field-epochs", Input)
         box.value = ""

@@ -1,4 +1,4 @@
-"""Snapshots of the main screens at 80x24 and 160x48, from fixed status documents.
+"""Snapshots of the main screens at 80x24, 120x40 and 160x48, from fixed status documents.
 
 Every figure on screen derives from the documents (their own generated_ts), so the pictures are the
 same on every run. Update after an intended change: pytest tests/test_tui_snapshots.py --snapshot-update
@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tui_run_documents as run_documents
 from textual.pilot import Pilot
 from tui_documents import documents
+from tui_screen_text import empty_rows_above_footer, long_floats, screen_lines
 
 from hsmon.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
@@ -76,3 +78,42 @@ def test_training_errors_inline(snap_compare) -> None:
         await pilot.pause(0.3)
 
     assert snap_compare(make_app(), terminal_size=(80, 24), run_before=bad_fields)
+
+
+# A whole small run as `make demo` shows it (tests/tui_run_documents.py), at the three sizes a
+# person uses. Besides the pictures: no float printed with more than 4 significant digits, and at
+# 120x40 the panels use the height (at most 2 empty rows above the footer).
+RUN_SIZES = [(80, 24), (120, 40), (160, 48)]
+RUNS = {
+    "running_extraction": (run_documents.running_extraction, ()),
+    "finished_extraction": (run_documents.finished_extraction, ()),
+    "finished_training": (run_documents.finished_training, ("t",)),
+}
+
+
+@pytest.mark.parametrize("size", RUN_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("run", list(RUNS))
+def test_run(snap_compare, run: str, size: tuple[int, int]) -> None:
+    make_documents, keys = RUNS[run]
+    docs = make_documents()
+    seen: list[str] = []
+
+    async def shown(pilot: Pilot) -> None:
+        app = pilot.app
+        for _ in range(200):
+            if app.documents.get(0) is docs[-1] and app.query("JobOverview"):
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()
+        seen.extend(screen_lines(app.export_screenshot()))
+
+    app = HsmonApp([FixedSource(docs, label="127.0.0.1:9108")])
+    assert snap_compare(app, terminal_size=size, run_before=shown)
+    assert len(seen) == size[1] and "quit" in seen[-1], seen
+    assert not long_floats(seen), long_floats(seen)
+    if size == (120, 40):
+        assert empty_rows_above_footer(seen) <= 2, "\n".join(seen)

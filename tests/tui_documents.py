@@ -133,7 +133,7 @@ def extraction_job(step: int = 0, out: str = "/data/out", model: str = "/models/
         "recent_events": [
             {
                 "v": 1,
-                "ts": now - 900,
+                "ts": T0 - 900,
                 "job": "extract",
                 "kind": "start",
                 "rows": 10000,
@@ -142,7 +142,7 @@ def extraction_job(step: int = 0, out: str = "/data/out", model: str = "/models/
             },
             {
                 "v": 1,
-                "ts": now - 600,
+                "ts": T0 - 600,
                 "job": "extract",
                 "kind": "chunk",
                 "chunk": "rows_0-2000",
@@ -150,7 +150,7 @@ def extraction_job(step: int = 0, out: str = "/data/out", model: str = "/models/
             },
             {
                 "v": 1,
-                "ts": now - 500,
+                "ts": T0 - 500,
                 "job": "extract",
                 "kind": "reject",
                 "row": 2101,
@@ -158,15 +158,15 @@ def extraction_job(step: int = 0, out: str = "/data/out", model: str = "/models/
             },
             {
                 "v": 1,
-                "ts": now - 400,
+                "ts": T0 - 400,
                 "job": "extract",
                 "kind": "retry",
                 "row": 2200,
                 "attempt": 1,
                 "error": "server 503",
             },
-            {"v": 1, "ts": now - 300, "job": "extract", "kind": "state", "from": "running", "to": "silent"},
-            {"v": 1, "ts": now - 240, "job": "extract", "kind": "reject", "row": 2417, "reason": "too long"},
+            {"v": 1, "ts": T0 - 300, "job": "extract", "kind": "state", "from": "running", "to": "silent"},
+            {"v": 1, "ts": T0 - 240, "job": "extract", "kind": "reject", "row": 2417, "reason": "too long"},
         ],
         "training": None,
     }

@@ -11,13 +11,15 @@ the same prompts as the baseline. Every variant produces exactly the target's gr
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.speculative import Target, ngram_draft, speculative_decode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,17 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--events",
+        metavar="FILE",
+        default=None,
+        help="append progress events (start, rows per decode, eval, done/error) to FILE, so that "
+        "`hsmon daemon --events FILE` and the TUI follow the measurement as a job",
+    )
+    parser.add_argument("--job", default="eval-drafter", help="job id in the events (default eval-drafter)")
 
 
 class PromptError(ValueError):
     """Unusable prompts file."""
-
-
-@dataclass
-class DecodeResult:
-    tokens: list[int]  # generated tokens (the target's greedy continuation)
-    rounds: int  # verifying target forwards
-    accepted: int  # drafted tokens accepted
 
 
 def read_prompts(
@@ -117,97 +120,6 @@ def read_prompts(
     if not prompts:
         raise PromptError(f"{path}: no prompt with at least 2 tokens")
     return prompts
-
-
-def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
-    """Prompt lookup: find the latest earlier occurrence of the longest suffix n-gram (n = max_n..1)
-    and copy what followed it. The copy may run on into the tokens it is proposing, so a repeating
-    pattern is continued to full depth. Empty when no suffix occurred before."""
-    size = len(tokens)
-    for n in range(min(max_n, size - 1), 0, -1):
-        suffix = tokens[size - n :]
-        for start in range(size - n - 1, -1, -1):
-            if tokens[start : start + n] == suffix:
-                extended = list(tokens)
-                for k in range(depth):
-                    extended.append(extended[start + n + k])
-                return extended[size:]
-    return []
-
-
-class Target:
-    """The target in-process: greedy next tokens and the capture-point features of a sequence.
-
-    A KV cache keeps the longest prefix shared with the previous call (a verifying forward after a
-    rejected draft crops it back), so each round computes only the tokens it adds, as a serving
-    engine does: a 30-layer target then costs a few tokens a round instead of the whole sequence.
-    """
-
-    def __init__(self, path: Path, capture_points: list[int]) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, DynamicCache
-
-        self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.points = capture_points
-        self.forwards = 0
-        self._new_cache = lambda: DynamicCache(config=self.model.config)
-        # transformers >= 5.24 names the cache argument `cache` (`past_key_values` is deprecated there)
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
-        self._cache: Any = None
-        self._tokens: list[int] = []
-        self._greedy: Any = None
-        self._features: Any = None
-
-    def run(self, tokens: list[int]) -> tuple[Any, Any]:
-        """(greedy next token at every position [L], features [1, L, K*H])."""
-        torch = self.torch
-        self.forwards += 1
-        keep = 0
-        for a, b in zip(self._tokens, tokens[:-1], strict=False):  # the last token is always computed
-            if a != b:
-                break
-            keep += 1
-        if keep == 0 or self._cache is None:
-            keep, self._cache = 0, self._new_cache()
-        elif keep < len(self._tokens):
-            self._cache.crop(keep - len(self._tokens))  # negative: drop that many (transformers 4 and 5)
-        with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([tokens[keep:]]), use_cache=True,
-                             output_hidden_states=True, **{self._cache_arg: self._cache})  # fmt: skip
-        features = torch.cat([out.hidden_states[p] for p in self.points], dim=-1)
-        greedy = out.logits[0].argmax(-1)
-        if keep:
-            features = torch.cat([self._features[:, :keep], features], dim=1)
-            greedy = torch.cat([self._greedy[:keep], greedy])
-        self._tokens, self._greedy, self._features = list(tokens), greedy, features
-        return greedy, features
-
-
-def speculative_decode(
-    target: Target, prompt: list[int], max_new: int, draft: Callable[[list[int], Any], list[int]]
-) -> DecodeResult:
-    """Greedy decoding where ``draft(tokens, features)`` proposes tokens and the target verifies.
-
-    ``tokens`` ends with the target's newest token (its features not computed yet); ``features``
-    cover every earlier position.
-    """
-    greedy, features = target.run(prompt)
-    tokens = [*prompt, int(greedy[-1])]
-    generated, rounds, accepted = 1, 0, 0
-    while generated < max_new:
-        proposal = draft(tokens, features[:, : len(tokens) - 1])[: max_new - generated]
-        greedy, features = target.run(tokens + proposal)
-        base = len(tokens) - 1
-        agree = 0
-        while agree < len(proposal) and int(greedy[base + agree]) == proposal[agree]:
-            agree += 1
-        tokens += [*proposal[:agree], int(greedy[base + agree])]
-        rounds += 1
-        accepted += agree
-        generated += agree + 1
-    return DecodeResult(tokens[len(prompt) :][:max_new], rounds, accepted)
 
 
 def load_drafter(path: Path, target: Path):
@@ -266,16 +178,22 @@ def evaluate(
     depth: int,
     max_new: int,
     ngram_max: int = 3,
+    on_decode: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth."""
+    """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth;
+    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes."""
     drafter, points = load_drafter(drafter_dir, target_dir)
     target_config = json.loads((target_dir / "config.json").read_text())
     target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
     import torch
 
-    reference: list[list[int]] = [
-        speculative_decode(target, p, max_new, lambda t, f: []).tokens for p in prompts
-    ]
+    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]]) -> Any:
+        out = speculative_decode(target, prompt, max_new, draft)
+        if on_decode is not None:
+            on_decode()
+        return out
+
+    reference: list[list[int]] = [decode(p, lambda t, f: []).tokens for p in prompts]
 
     def eagle(d: int) -> Callable[[list[int], Any], list[int]]:
         def draft(tokens: list[int], features: Any) -> list[int]:
@@ -299,7 +217,7 @@ def evaluate(
         for d in range(1, depth + 1):
             rounds = accepted = 0
             for prompt, ref in zip(prompts, reference, strict=True):
-                out = speculative_decode(target, prompt, max_new, make(d))
+                out = decode(prompt, make(d))
                 if out.tokens != ref:
                     result["outputs_match_greedy"] = False
                 rounds += out.rounds
@@ -308,6 +226,41 @@ def evaluate(
             per_depth[str(d)] = (accepted + rounds) / max(rounds, 1)
         result["acceptance_length"][name] = per_depth
     return result
+
+
+class _Progress:
+    """Contract-1 events of a measurement (with --events): start, rows (one per decode), then
+    eval and done carrying the result, or error."""
+
+    def __init__(self, args: argparse.Namespace, drafter: Path, target: Path, prompts: int) -> None:
+        from hsmon import events as ev
+
+        self.ev, self.started = ev, time.monotonic()
+        self.writer = ev.EventWriter(args.job, path=args.events) if args.events else None
+        self.done, self.total = 0, prompts * (1 + 2 * args.depth)  # the reference, then 2 drafters x depths
+        if self.writer:
+            self.writer.emit(ev.START, backend="eval-drafter", pid=os.getpid(), drafter=str(drafter),
+                             target_model=str(target), prompts=prompts, depth=args.depth,
+                             max_new_tokens=args.max_new_tokens, rows_total=self.total)
+
+    def decoded(self) -> None:
+        self.done += 1
+        if self.writer:
+            self.writer.emit(self.ev.ROWS, rows=1, rows_done=self.done, rows_total=self.total)
+
+    def finished(self, result: dict[str, Any]) -> None:
+        if self.writer:
+            self.writer.emit(self.ev.EVAL, **result)
+            self.writer.emit(self.ev.DONE, seconds=round(time.monotonic() - self.started, 3), **result)
+            self.writer.close()
+
+    @staticmethod
+    def failed(args: argparse.Namespace, message: str) -> None:
+        if args.events:
+            from hsmon import events as ev
+
+            with ev.EventWriter(args.job, path=args.events) as writer:
+                writer.emit(ev.ERROR, message=message, pid=os.getpid())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -341,10 +294,15 @@ def run(args: argparse.Namespace) -> int:
             raise PromptError(
                 f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
             )
-        result = evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max)
+        events = _Progress(args, drafter_dir, target_dir, len(prompts))
+        result = evaluate(
+            drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max, events.decoded
+        )
     except (PromptError, TargetError, FileNotFoundError) as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
+        _Progress.failed(args, str(exc))
         return 2
+    events.finished(result)
     if args.json:
         print(json.dumps(result))
     else:

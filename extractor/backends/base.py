@@ -27,6 +27,20 @@ class ModelInfo:
     device: str  # "cpu", "cuda:0", ...
 
 
+class BackendStopped(Exception):
+    """A stop was requested while the backend waited (for a server, for room): not an error."""
+
+
+@dataclass
+class RunContext:
+    """What a backend that talks to servers needs from the run: the event stream (``pause``,
+    ``resume``, ``retry``), the shared counters (``paused``) and the stop request."""
+
+    events: Any
+    progress: Any
+    stop_event: Any
+
+
 @dataclass
 class RowStates:
     """Hidden states of one row (CPU tensors): ``hidden_state`` [seq, H] after the final norm,
@@ -44,8 +58,13 @@ class Backend(ABC):
     capture_points: list[int]
 
     @abstractmethod
-    def extract(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
-        """Hidden states for each row of ``batch`` (rows may differ in length)."""
+    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
+        """Hidden states for each row of ``batch`` (rows may differ in length). ``rows`` are the
+        rows' dataset indices, for backends that name their requests or files by row."""
+
+    def describe(self) -> dict[str, Any]:
+        """Backend-specific fields for the run's ``start`` event (e.g. server URLs)."""
+        return {}
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the model or connection."""

@@ -105,7 +105,7 @@ class HFBackend(Backend):
         return out.last_hidden_state
 
     @torch.inference_mode()
-    def extract(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
+    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
         ids, attention, lengths = self._padded(batch)
         self._captured.clear()
         out = self.decoder(input_ids=ids, attention_mask=attention, use_cache=False)

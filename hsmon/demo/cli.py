@@ -18,8 +18,8 @@ from pathlib import Path
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
 from hsmon.demo.pipeline import Pipeline
-from hsmon.demo.prepare import PROFILES
-from hsmon.demo.report import headless, summary
+from hsmon.demo.prepare import EVAL_PROMPTS, PROFILES
+from hsmon.demo.report import finish_eval_in_terminal, headless, summary
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         default="embedded",
         help="target preset: embedded (default, fast) or smollm2 (SmolLM2-135M-Instruct; fewer rows)",
     )
+    parser.add_argument(
+        "--eval-prompts",
+        type=int,
+        default=None,
+        help=f"held-out prompts eval-drafter uses (default: the target's, 4 or 3; at most {EVAL_PROMPTS})",
+    )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     base = Path(args.dir).resolve()
@@ -65,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--interval {args.interval}: must be a positive number of seconds")
     if args.train_seconds < 1:
         parser.error(f"--train-seconds {args.train_seconds}: must be at least 1 second")
+    if args.eval_prompts is None:
+        args.eval_prompts = PROFILES[args.model].eval_prompts
+    if not 1 <= args.eval_prompts <= EVAL_PROMPTS:
+        parser.error(
+            f"--eval-prompts {args.eval_prompts}: give 1 to {EVAL_PROMPTS} (the held-out prompts there are)"
+        )
     interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
     base.mkdir(parents=True, exist_ok=True)
@@ -146,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             pipeline = Pipeline(
                 base, url, token, setup, extraction, not args.no_train, args.train_seconds, say
             )
+            pipeline.eval_prompts = args.eval_prompts
             pipeline.thread.start()
             headless(url, pipeline, args.interval, started)
         else:
@@ -172,12 +185,28 @@ def main(argv: list[str] | None = None) -> int:
                 with contextlib.suppress(RuntimeError):
                     app.call_from_thread(show)
 
+            def watch_eval(pid: int, events: Path) -> None:
+                # The measurement is a job of this dashboard (a monitor in this process watches its
+                # events and PID): a tab while it runs, its acceptance lengths on the training screen.
+                from hsmon.config import JobConfig
+                from hsmon.tui.sources import InProcessSource
+
+                job = JobConfig(
+                    name="eval-drafter", kind="external", events=str(events), pid=pid, role="trainer"
+                )
+                with contextlib.suppress(RuntimeError):
+                    app.call_from_thread(app.add_source, InProcessSource([job]))
+
             train = not args.no_train
             pipeline = Pipeline(
                 base, url, token, setup, extraction, train, args.train_seconds, notify, follow_training
             )
+            pipeline.eval_prompts = args.eval_prompts
+            pipeline.on_eval_started = watch_eval
             pipeline.thread.start()
             app.run()
+            if pipeline.thread.is_alive() and pipeline.phase == "evaluating":
+                finish_eval_in_terminal(pipeline)
             if pipeline.thread.is_alive():
                 if extraction.poll() is None:
                     print("demo: stopping the extraction (run `make demo` again to start over)")

@@ -50,6 +50,17 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return list(ev.iter_events(path)) if path.is_file() else []
 
 
+def eval_progress(path: Path) -> tuple[int, int | None]:
+    """(decodes done, decodes in all) of an `hsmon eval-drafter --events` file; (0, None) before its start."""
+    done, total = 0, None
+    for event in _events(path):
+        if event["kind"] in ("start", "rows") and isinstance(event.get("rows_total"), int):
+            total = event["rows_total"]
+        if event["kind"] == "rows" and isinstance(event.get("rows_done"), int):
+            done = event["rows_done"]
+    return done, total
+
+
 class Pipeline:
     """The steps after the start, in a thread: wait for the extraction, launch the training through
     the daemon, wait for it, evaluate. ``say`` reports progress; ``results`` feeds the summary."""
@@ -78,6 +89,10 @@ class Pipeline:
         self.ok: bool | None = None
         self.train_pid: int | None = None
         self.eval_proc: subprocess.Popen[str] | None = None
+        self.eval_prompts = self.profile.eval_prompts
+        self.eval_events = base / "eval-events.jsonl"  # eval-drafter --events: the measurement as a job
+        # called with the eval's PID and events file once it runs: the TUI watches it as a job
+        self.on_eval_started: Callable[[int, Path], None] = lambda pid, events: None
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run_safely, name="demo-pipeline", daemon=True)
 
@@ -187,8 +202,9 @@ class Pipeline:
         self.say(f"training {job}: the daemon says done: OK")
         return True
 
-    def _eval_drafter(self, drafter: Path, log_name: str) -> dict[str, Any] | None:
-        """`hsmon eval-drafter --json` of ``drafter`` on the held-out prompts; None when it failed."""
+    def _eval_drafter(self, drafter: Path, log_name: str, watched: bool = True) -> dict[str, Any] | None:
+        """`hsmon eval-drafter --json` of ``drafter`` on the held-out prompts; None when it failed.
+        ``watched``: announce it through ``on_eval_started`` (the TUI shows it as a job)."""
         profile = self.profile
         argv = [
             sys.executable, "-m", "hsmon", "eval-drafter",
@@ -197,13 +213,17 @@ class Pipeline:
             "--prompts", self.setup["prompts"],
             "--depth", str(EVAL_DEPTH),
             "--max-new-tokens", str(profile.eval_new_tokens),
-            "--max-prompts", str(profile.eval_prompts),
+            "--max-prompts", str(self.eval_prompts),
             "--threads", "1",
             "--json",
+            "--events", str(self.eval_events),
         ]  # fmt: skip
+        self.eval_events.unlink(missing_ok=True)
         started = time.monotonic()
         with open(self.base / log_name, "ab") as log:
             self.eval_proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+            if watched:
+                self.on_eval_started(self.eval_proc.pid, self.eval_events)
             stdout, _ = self.eval_proc.communicate()
         if self.eval_proc.returncode != 0 or self.cancel.is_set():
             self.say(f"demo: eval-drafter exited {self.eval_proc.returncode}; see {self.base / log_name}")
@@ -219,7 +239,7 @@ class Pipeline:
         from hsmon.demo.reference import find_reference
 
         self._phase("evaluating")
-        count = self.setup["eval_prompts"]
+        count = min(self.setup["eval_prompts"], self.eval_prompts)
         self.say(f"demo: hsmon eval-drafter on {count} held-out prompts, depths 1..{EVAL_DEPTH}")
         result = self._eval_drafter(self.drafter, "eval.log")
         if result is None:
@@ -237,7 +257,8 @@ class Pipeline:
             self.say(f"demo: {why}")
             return True
         self.say(f"demo: {why}: eval-drafter on the same prompts")
-        ref = self._eval_drafter(reference, "eval-reference.log")
+        self.eval_events = self.base / "eval-reference-events.jsonl"  # headless lines follow this one now
+        ref = self._eval_drafter(reference, "eval-reference.log", watched=False)
         if ref is None:
             return False
         same = ref["acceptance_length"]["ngram"] == lengths["ngram"]

@@ -25,6 +25,7 @@ HELD_OUT_PROMPTS = (
     ("hmac.py", "hexdigest"),
 )
 EVAL_DEPTH = 7
+EVAL_PROMPTS = len(HELD_OUT_PROMPTS)  # the most held-out prompts there are
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hsmon.demo.pipeline import Pipeline, daemon_status
+from hsmon.demo.pipeline import Pipeline, daemon_status, eval_progress
 from hsmon.demo.prepare import EVAL_DEPTH
 
 MEANING = (
@@ -89,8 +89,26 @@ def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> N
                     printed_done.add(name)
                 print(f"{stamp} {status_line(job)}", flush=True)
         if pipeline.phase == "evaluating":
-            elapsed = time.monotonic() - pipeline.phase_started
-            print(f"{stamp} eval-drafter: RUNNING  elapsed {elapsed:.0f}s", flush=True)
+            print(f"{stamp} {eval_line(pipeline)}", flush=True)
         if finished:
             return
         pipeline.thread.join(interval)
+
+
+def eval_line(pipeline: Pipeline) -> str:
+    """'eval-drafter: RUNNING  decodes 24 / 60 (40.0%)  elapsed 10s', from the eval's own events."""
+    from hsmon.tui.view import progress_label
+
+    done, total = eval_progress(pipeline.eval_events)
+    elapsed = time.monotonic() - pipeline.phase_started
+    return f"eval-drafter: RUNNING  decodes {progress_label(done, total)}  elapsed {elapsed:.0f}s"
+
+
+def finish_eval_in_terminal(pipeline: Pipeline) -> None:
+    """The dashboard was closed while `hsmon eval-drafter` runs: let it finish (it is the demo's last
+    step) with its progress on one terminal line; Ctrl-C stops it."""
+    print("demo: the dashboard is closed; eval-drafter goes on (Ctrl-C stops it)", flush=True)
+    while pipeline.thread.is_alive() and pipeline.phase == "evaluating":
+        print(f"\r{eval_line(pipeline)}   ", end="", flush=True)
+        pipeline.thread.join(0.5)
+    print(flush=True)

@@ -2,6 +2,8 @@
 
 Understands three layouts:
 - ``hsmon``: the manifest (hsmon.layout) says what is done; read incrementally (append-only).
+  Its ``run`` records carry the plan (rows, tokens, chunks in all) and a ``done``/``stopped``
+  record says the latest run ended on purpose (``rows_total``, ``ending``, ... in the snapshot).
 - ``specforge``: plain ``rows_{a}-{b}/data_{i}.ckpt`` written by another tool; every row file
   counts; a chunk is complete when it holds all its rows.
 - ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files (in OUT or one level
@@ -108,7 +110,9 @@ class OutputDirTracker:
         self._snap: dict[str, Any] = self._empty(False, None)
         self.scans_total = 0
         self.last_growth_ts: float | None = None
-        self.rows_total_hint: int | None = None  # from a manifest 'run' record
+        self.rows_total_hint: int | None = None  # the manifests' plan (their 'run' records)
+        self._runs: dict[str, layout.RunLog] = {}  # manifest name -> its latest run and ending
+        self._plan: dict[str, Any] = layout.summarize_runs(())
         self.newest_mtime: float | None = None  # newest chunk dir or manifest: work before we watched
 
     def _empty(self, exists: bool, error: str | None) -> dict[str, Any]:
@@ -123,6 +127,7 @@ class OutputDirTracker:
             "tokens": 0,
             "bytes": 0,
             "temp_files": 0,
+            **layout.summarize_runs(()),
         }
 
     def scan(self) -> None:
@@ -148,12 +153,12 @@ class OutputDirTracker:
                 self._reset()
                 self.scan()
                 return
+            runs = self._runs.setdefault(name, layout.RunLog())
             for rec in records:
                 self._manifest.add(rec)
-                if rec.get("type") == "run":
-                    total = rec.get("rows_total", rec.get("total_rows"))
-                    if isinstance(total, int):
-                        self.rows_total_hint = total
+                runs.add(rec)
+        self._plan = layout.summarize_runs(self._runs[n] for n in manifests if n in self._runs)
+        self.rows_total_hint = self._plan["rows_total"]
         newest = chunk_dirs[-1][1] if chunk_dirs else None
         for name in ([newest] if newest else []) + manifests:
             try:
@@ -180,6 +185,7 @@ class OutputDirTracker:
 
     def _reset(self) -> None:
         self._manifests.clear()
+        self._runs.clear()
         self._manifest = layout.Manifest()
         self._dirs.clear()
         self._spec_files.clear()
@@ -233,6 +239,7 @@ class OutputDirTracker:
             bytes=m.bytes,
             temp_files=sum(d.temps for d in self._dirs.values()),
             rejects=len(m.rejects),
+            **self._plan,
         )
         return snap
 

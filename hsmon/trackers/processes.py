@@ -71,11 +71,11 @@ def _read_environ(pid: int) -> dict[str, str]:
     return env
 
 
-def stdout_target(pid: int) -> tuple[str | None, bool]:
-    """(where fd 1 points, whether it is a regular file)."""
+def stdout_target(pid: int, fd: int = 1) -> tuple[str | None, bool]:
+    """(where fd 1 (or ``fd``) points, whether it is a regular file)."""
     try:
-        target = os.readlink(f"/proc/{pid}/fd/1")
-        is_reg = stat.S_ISREG(os.stat(f"/proc/{pid}/fd/1").st_mode)
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        is_reg = stat.S_ISREG(os.stat(f"/proc/{pid}/fd/{fd}").st_mode)
     except OSError:
         return None, False
     return target, is_reg
@@ -103,6 +103,8 @@ class ProcessTracker:
         self._last_cpu: tuple[float, float] | None = None  # (monotonic, cpu seconds)
         self._stdout_checked_pid: int | None = None
         self._stdout: tuple[str | None, bool] = (None, False)
+        # regular files its stdout/stderr went to: kept after it is gone, to read how it ended
+        self.log_files: list[str] = []
         self._snap: dict[str, Any] = self._gone_snapshot()
 
     def set_pid(self, pid: int) -> None:
@@ -236,6 +238,10 @@ class ProcessTracker:
         if self._stdout_checked_pid != proc.pid:
             self._stdout_checked_pid = proc.pid
             self._stdout = stdout_target(proc.pid)
+            stderr = stdout_target(proc.pid, 2)
+            self.log_files = list(dict.fromkeys(
+                p for p, reg in (self._stdout, stderr) if p and reg and not p.endswith(" (deleted)")
+            ))
             self._buffered = stdout_block_buffered(cmdline, _read_environ(proc.pid), self._stdout[1])
         self.seen_alive = True
         now = time.time()

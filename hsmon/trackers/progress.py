@@ -35,6 +35,7 @@ class ProgressTracker:
         self.exists = False
         self.job_id: str | None = None
         self.pid: int | None = None
+        self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
         self.started = False
         self.start_ts: float | None = None
         self.rows_done = 0
@@ -54,6 +55,11 @@ class ProgressTracker:
         self.last_progress_ts: float | None = None
         self.training: dict[str, Any] | None = None
         self.kind_counts: dict[str, int] = {}
+        # `hsmon run`: its own PID (alive while it records how the command ends), the command's
+        # log, and the log's line count (its heartbeats carry it: a growing log is progress)
+        self.runner_pid: int | None = None
+        self.log_path: str | None = None
+        self.log_lines = 0
         self._rows_rate = RateWindow(60.0)
         self._tokens_rate = RateWindow(60.0)
         self._bytes_rate = RateWindow(60.0)
@@ -80,12 +86,20 @@ class ProgressTracker:
             self.recent.append(e)
         if isinstance(e.get("job"), str):
             self.job_id = e["job"]
-        before = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"))
+        before = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
+                  self.log_lines)
         if kind == ev.START:
             self.started, self.start_ts = True, ts
             self.terminal_kind = self.terminal_ts = self.paused_reason = None
             pid = e.get("pid")
             self.pid = pid if isinstance(pid, int) else None
+            runner = e.get("runner_pid")
+            self.runner_pid = runner if isinstance(runner, int) else None
+            self.log_path = e.get("log") if isinstance(e.get("log"), str) else None
+            self.log_lines = 0
+            urls = e.get("urls")
+            if isinstance(urls, list):
+                self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
             for attr, keys in (
                 ("rows_done", ("rows_done",)),
                 ("tokens_done", ("tokens_done",)),
@@ -116,6 +130,9 @@ class ProgressTracker:
                 self.bytes_done += int(_num(e, "bytes") or 0)
             elif chunks is not None:
                 self.chunks_done = int(chunks)
+            log_lines = _num(e, "log_lines")
+            if log_lines is not None:
+                self.log_lines = int(log_lines)
             rejects = _num(e, "rejects")
             if rejects is not None:
                 self.rejects = int(rejects)
@@ -172,7 +189,8 @@ class ProgressTracker:
             else:
                 training["eval"] = {k: v for k, v in e.items() if k not in ("v", "ts", "job", "kind")}
             self.training = training
-        after = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"))
+        after = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
+                 self.log_lines)
         if after != before:
             self.last_progress_ts = ts
             self._rows_rate.add(ts, self.rows_done)
@@ -214,6 +232,8 @@ class ProgressTracker:
                 "rotations": self.reader.rotations,
                 "last_event_ts": self.last_event_ts,
                 "last_kind": self.last_kind,
+                "log": self.log_path,
+                "log_lines": self.log_lines if self.log_path else None,
             }
             training = dict(self.training) if self.training else None
             if training is not None and training.get("tokens_per_s") is None:

@@ -22,7 +22,7 @@ from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
 from hsmon.tui.sources import ActionResult, StatusSource
-from hsmon.tui.view import JobHistory
+from hsmon.tui.view import JobHistory, is_acceptance_job
 
 JobKey = tuple[int, str]
 
@@ -63,6 +63,15 @@ class HsmonApp(App[None]):
         for source_id, source in enumerate(self.sources):
             self.errors[source_id] = "connecting…"
             source.start(source_id, self.post_message)
+
+    def add_source(self, source: StatusSource) -> int:
+        """Watch one more source from now on (the demo's eval-drafter, started after the dashboard)."""
+        source_id = len(self.sources)
+        self.sources.append(source)
+        self.errors[source_id] = "connecting…"
+        source.start(source_id, self.post_message)
+        self.revision += 1
+        return source_id
 
     def on_unmount(self) -> None:
         for source in self.sources:
@@ -124,10 +133,11 @@ class HsmonApp(App[None]):
     def extraction_job(self) -> tuple[JobKey, dict[str, Any]] | None:
         """The job a training would train on: the selected one unless it is a training itself."""
         selected = self.job(self.selected)
-        if selected is not None and selected.get("kind") != "train" and self.selected is not None:
+        if (selected is not None and selected.get("kind") != "train" and self.selected is not None
+                and not is_acceptance_job(selected)):
             return self.selected, selected
         for key, job, _ in self.jobs():
-            if job.get("kind") != "train" and job.get("training") is None:
+            if job.get("kind") != "train" and job.get("training") is None and not is_acceptance_job(job):
                 return key, job
         return None
 
@@ -138,7 +148,15 @@ class HsmonApp(App[None]):
             return self.launched, launched
         found = None
         for key, job, _ in self.jobs():
-            if job.get("kind") == "train" or job.get("training") is not None:
+            if (job.get("kind") == "train" or job.get("training") is not None) and not is_acceptance_job(job):
+                found = (key, job)
+        return found
+
+    def acceptance_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+        """The last `hsmon eval-drafter` run seen (its progress, then its acceptance lengths)."""
+        found = None
+        for key, job, _ in self.jobs():
+            if is_acceptance_job(job):
                 found = (key, job)
         return found
 

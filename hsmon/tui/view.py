@@ -12,6 +12,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
+    EVENT_FILTERS,
+    acceptance_summary,
+    event_line,
+    event_matches,
+    event_summary,
+    filtered_events,
+)
+from hsmon.tui.numbers import fmt_count, fmt_num, fmt_pct, fmt_pct_of, fmt_rate, shorten_path  # noqa: F401
 from hsmon.units import format_bytes, format_duration
 
 STATE_STYLES: dict[str, str] = {
@@ -22,43 +31,18 @@ STATE_STYLES: dict[str, str] = {
     "dead": "state-dead",
     "paused": "state-paused",
     "done": "state-done",
+    "exited": "state-exited",
+    "quiet": "state-quiet",
 }
-ERROR_KINDS = frozenset({"error", "retry"})
-REJECT_KINDS = frozenset({"reject"})
-EVENT_FILTERS = ("all", "errors", "rejects")
+FINISHED_STATES = frozenset({"done", "dead", "exited"})
 HISTORY_POINTS = 60
+EVENT_HISTORY = 200  # a document carries the last 20 events; the log keeps more across documents
 # Hints by which the monitor already reports a filesystem's trouble (then not said twice).
 DISK_HINTS: dict[str, set[str]] = {"output": {"disk-wont-fit"}, "shm": {"shm-full-soon"}}
 
 
-def fmt_count(n: float | None) -> str:
-    """12,345 or 1.2M style for counters; '-' when unknown."""
-    if n is None:
-        return "-"
-    n = float(n)
-    if abs(n) >= 1e9:
-        return f"{n / 1e9:.2f}G"
-    if abs(n) >= 1e6:
-        return f"{n / 1e6:.2f}M"
-    if abs(n) >= 1e4:
-        return f"{n / 1e3:.1f}k"
-    return f"{n:,.0f}"
-
-
-def fmt_rate(n: float | None, unit: str = "/s") -> str:
-    if n is None:
-        return "-"
-    if abs(n) >= 100:
-        return f"{fmt_count(n)}{unit}"
-    return f"{n:.2f}{unit}" if abs(n) < 10 else f"{n:.1f}{unit}"
-
-
 def fmt_byte_rate(n: float | None) -> str:
     return "-" if n is None else f"{format_bytes(n)}/s"
-
-
-def fmt_pct(n: float | None) -> str:
-    return "-" if n is None else f"{n:.0f}%"
 
 
 def fraction(done: float | None, total: float | None) -> float | None:
@@ -127,38 +111,6 @@ def process_rows(processes: Iterable[dict[str, Any]] | None) -> list[tuple[str, 
     return rows
 
 
-def event_matches(event: dict[str, Any], which: str) -> bool:
-    kind = event.get("kind")
-    if which == "errors":
-        return kind in ERROR_KINDS or (
-            kind == "state" and (event.get("state") or event.get("to")) in ("dead", "stalled"))
-    if which == "rejects":
-        return kind in REJECT_KINDS
-    return True
-
-
-_SKIP_FIELDS = frozenset({"v", "ts", "job", "kind"})
-
-
-def event_line(event: dict[str, Any], now_ts: float | None) -> str:
-    """'  -3s reject row=12 reason=too long' — age relative to the document's time."""
-    ts = event.get("ts")
-    age = f"-{format_duration(now_ts - ts)}" if isinstance(ts, (int, float)) and now_ts else "?"
-    details = " ".join(f"{k}={_short(v)}" for k, v in event.items() if k not in _SKIP_FIELDS)
-    return f"{age:>7} {event.get('kind', '?'):<10} {details}".rstrip()
-
-
-def _short(value: Any, width: int = 40) -> str:
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: int) -> list[dict[str, Any]]:
-    """The last ``limit`` events that pass the filter, oldest first."""
-    chosen = [e for e in events or [] if event_matches(e, which)]
-    return chosen[-limit:]
-
-
 def alerts(job: dict[str, Any]) -> list[tuple[str, str]]:
     """(severity, message) to show prominently: hints, disk trouble, and bad states."""
     out: list[tuple[str, str]] = []
@@ -168,8 +120,8 @@ def alerts(job: dict[str, Any]) -> list[tuple[str, str]]:
         pass  # the monitor's own hint says it, with its fix
     elif state in ("stalled", "dead"):
         out.append(("critical", f"{state}: {job.get('reason') or 'no reason given'}"))
-    elif state == "paused":
-        out.append(("warning", f"paused: {job.get('reason') or ''}".rstrip(": ")))
+    elif state in ("paused", "exited"):
+        out.append(("warning", f"{state}: {job.get('reason') or ''}".rstrip(": ")))
     for hint in job.get("hints") or []:
         out.append((str(hint.get("severity", "info")), str(hint.get("message", hint.get("id", "")))))
     for line in disk_lines(job.get("disk")):
@@ -180,13 +132,32 @@ def alerts(job: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def job_eta_s(job: dict[str, Any]) -> float | None:
+    """Seconds left; None for a job that has ended (a done job has no ETA, whatever a stale
+    estimate in its training section says)."""
+    if job.get("state") in FINISHED_STATES:
+        return None
+    eta = (job.get("progress") or {}).get("eta_s")
+    return eta if eta is not None else (job.get("training") or {}).get("eta_s")
+
+
 def job_elapsed_eta(job: dict[str, Any]) -> tuple[str, str]:
     progress = job.get("progress") or {}
-    training = job.get("training") or {}
-    eta = progress.get("eta_s")
-    if eta is None:
-        eta = training.get("eta_s")
-    return format_duration(progress.get("elapsed_s")), format_duration(eta)
+    return format_duration(progress.get("elapsed_s")), format_duration(job_eta_s(job))
+
+
+def final_averages(job: dict[str, Any]) -> dict[str, float | None]:
+    """Rows/s, tokens/s and bytes/s over the whole run (done figures over elapsed); None when unknown."""
+    progress = job.get("progress") or {}
+    elapsed = progress.get("elapsed_s")
+    written = (job.get("output") or {}).get("bytes")
+
+    def per_s(total: Any) -> float | None:
+        ok = isinstance(total, (int, float)) and isinstance(elapsed, (int, float)) and elapsed > 0
+        return float(total) / elapsed if ok else None
+
+    return {"rows": per_s(progress.get("rows_done")), "tokens": per_s(progress.get("tokens_done")),
+            "bytes": per_s(written)}
 
 
 def extraction_unfinished(job: dict[str, Any] | None) -> bool:
@@ -247,6 +218,69 @@ def unroll_series(history: Iterable[dict[str, Any]], key: str) -> list[list[floa
     return series
 
 
+def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
+    """The trainer's held-out eval as a small table: accuracy and loss per unroll step."""
+    if not isinstance(evaluation, dict) or not evaluation:
+        return []
+    head = "held-out eval" + (f" at step {fmt_count(evaluation['step'])}" if "step" in evaluation else "")
+    if isinstance(evaluation.get("rows"), (int, float)):
+        head += f" ({fmt_count(evaluation['rows'])} rows)"
+    lines = [head]
+    accs, losses = evaluation.get("accs"), evaluation.get("losses")
+    if isinstance(accs, list) and accs:
+        lines.append("  acc  " + "".join(f"{fmt_pct_of(a):>6}" for a in accs))
+    if isinstance(losses, list) and losses:
+        lines.append("  loss " + "".join(f"{fmt_num(v):>6}" for v in losses))
+    extras = []
+    if isinstance(evaluation.get("loss"), (int, float)):
+        extras.append(f"weighted loss {fmt_num(evaluation['loss'])}")
+    if isinstance(evaluation.get("accept_len_est"), (int, float)):
+        extras.append(f"est. acceptance length {fmt_num(evaluation['accept_len_est'])}")
+    if extras:
+        lines.append("  " + ", ".join(extras))
+    shown = {"step", "rows", "accs", "losses", "loss", "accept_len_est", "acceptance_length"}
+    others = [f"{k} {fmt_num(v) if isinstance(v, float) else v}" for k, v in evaluation.items()
+              if k not in shown and isinstance(v, (int, float, str))]
+    if others:
+        lines.append("  " + ", ".join(others))
+    return lines
+
+
+def acceptance_result(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`hsmon eval-drafter`'s result when ``job`` is such an evaluation that has reported it."""
+    evaluation = ((job or {}).get("training") or {}).get("eval")
+    if isinstance(evaluation, dict) and isinstance(evaluation.get("acceptance_length"), dict):
+        return evaluation
+    return None
+
+
+def is_acceptance_job(job: dict[str, Any]) -> bool:
+    """An `hsmon eval-drafter` run (not a training), by its start event or its result."""
+    start = find_start_event(job) or {}
+    return start.get("backend") == "eval-drafter" or acceptance_result(job) is not None
+
+
+def acceptance_lines(result: dict[str, Any] | None) -> list[str]:
+    """Acceptance length per depth, the drafter beside the n-gram drafter, as a table."""
+    if not result:
+        return []
+    lengths = result.get("acceptance_length") or {}
+    depths = sorted({int(d) for per in lengths.values() if isinstance(per, dict) for d in per})
+    lines = ["acceptance: tokens per target forward"]
+    if isinstance(result.get("prompts"), int):
+        match = result.get("outputs_match_greedy")
+        verdict = {True: ", outputs equal greedy", False: ", OUTPUTS DIFFER FROM GREEDY"}.get(match, "")
+        tokens = result.get("max_new_tokens", "?")
+        prompts = f"{result['prompts']} prompt{'s' if result['prompts'] != 1 else ''}"
+        lines.append(f"  {prompts} x {tokens} new tokens{verdict}")
+    lines.append("  depth  " + "".join(f"{d:>6}" for d in depths))
+    for name, label in (("eagle3", "drafter"), ("ngram", "n-gram")):
+        per = lengths.get(name)
+        if isinstance(per, dict):
+            lines.append(f"  {label:<7}" + "".join(f"{fmt_num(per.get(str(d))):>6}" for d in depths))
+    return lines
+
+
 @dataclass
 class JobHistory:
     """Recent figures of one job, for sparklines (the document carries only the current ones)."""
@@ -256,25 +290,65 @@ class JobHistory:
     bytes_per_s: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     dump_files: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     training: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    events: list[dict[str, Any]] = field(default_factory=list)
+    # per server URL: queued requests and generated tokens/s (hsmon/tui/engine_view.py draws them)
+    server_queued: dict[str, deque[float]] = field(default_factory=dict)
+    server_tokens_per_s: dict[str, deque[float]] = field(default_factory=dict)
+    _event_keys: set[tuple[Any, ...]] = field(default_factory=set)
     last_generated_ts: float | None = None
     last_step: Any = None
+    finished: bool = False
 
     def add(self, job: dict[str, Any], generated_ts: float | None) -> bool:
-        """Record one document's figures; False (nothing recorded) for a document already seen."""
+        """Record one document's figures; False (nothing recorded) for a document already seen, and
+        once the job has ended: its rates fall to zero then, and the history of the run is what a
+        person wants to look at (until the job starts again)."""
         if generated_ts is not None and generated_ts == self.last_generated_ts:
             return False
         self.last_generated_ts = generated_ts
+        self._add_events(job.get("recent_events") or [])
+        self.finished = job.get("state") in FINISHED_STATES
+        if self.finished:
+            self._add_training(job)  # the last step may arrive with the done
+            return False
         progress = job.get("progress") or {}
         self.rows_per_s.append(float(progress.get("rows_per_s") or 0.0))
         self.tokens_per_s.append(float(progress.get("tokens_per_s") or 0.0))
         self.bytes_per_s.append(float(progress.get("bytes_per_s") or 0.0))
         dump = job.get("dump") or {}
         self.dump_files.append(float(dump.get("files") or 0.0))
+        for srv in job.get("servers") or []:
+            load = srv.get("load") or {}
+            for series, key in (
+                (self.server_queued, "queued"), (self.server_tokens_per_s, "gen_tokens_per_s")
+            ):
+                points = series.setdefault(srv["url"], deque(maxlen=HISTORY_POINTS))
+                points.append(float(load.get(key) or 0.0))
+        self._add_training(job)
+        return True
+
+    def _add_events(self, recent: list[dict[str, Any]]) -> None:
+        """Merge a document's recent events into the kept ones (in time order, each once)."""
+        for event in recent:
+            key = (event.get("ts"), event.get("kind"), event.get("job"), event.get("state"))
+            if key in self._event_keys:
+                continue
+            self._event_keys.add(key)
+            ts = event.get("ts") if isinstance(event.get("ts"), (int, float)) else float("inf")
+            at = len(self.events)
+            while at and (self.events[at - 1].get("ts") or 0) > ts:
+                at -= 1
+            self.events.insert(at, event)
+        if len(self.events) > EVENT_HISTORY:
+            for old in self.events[:-EVENT_HISTORY]:
+                self._event_keys.discard((old.get("ts"), old.get("kind"), old.get("job"), old.get("state")))
+            del self.events[:-EVENT_HISTORY]
+
+    def _add_training(self, job: dict[str, Any]) -> None:
         training = job.get("training")
         if training and training.get("step") != self.last_step:
             self.last_step = training.get("step")
             self.training.append(training)
-        return True
 
 
 def status_line(job: dict[str, Any]) -> str:
@@ -282,9 +356,11 @@ def status_line(job: dict[str, Any]) -> str:
     progress = job.get("progress") or {}
     parts = [f"{job.get('job', '?')}: {str(job.get('state', '?')).upper()}"]
     training = job.get("training") or {}
+    acceptance = is_acceptance_job(job)
     # A training reports steps; its rows counter (the data it was started on) never advances.
-    if progress.get("rows_done") is not None and not training:
-        parts.append(f"rows {progress_label(progress.get('rows_done'), progress.get('rows_total'))}")
+    if progress.get("rows_done") is not None and (not training or acceptance):
+        label = "decodes" if acceptance else "rows"
+        parts.append(f"{label} {progress_label(progress.get('rows_done'), progress.get('rows_total'))}")
     if progress.get("tokens_per_s"):
         parts.append(fmt_rate(progress["tokens_per_s"], " tok/s"))
     if training.get("step") is not None:
@@ -292,7 +368,10 @@ def status_line(job: dict[str, Any]) -> str:
         parts.append(f"step {progress_label(training['step'], training.get('total_steps'))}"
                      + (f" loss {loss[0]:.3f}" if loss else ""))
     elapsed, eta = job_elapsed_eta(job)
-    parts.append(f"elapsed {elapsed} ETA {eta}")
+    parts.append(f"elapsed {elapsed}" + ("" if job_eta_s(job) is None else f" ETA {eta}"))
+    result = acceptance_result(job)
+    if result is not None:
+        parts.append(acceptance_summary(result))
     for line in disk_lines(job.get("disk")):
         parts.append(f"{line.role} {line.free} free ({line.verdict})")
     for severity, message in alerts(job):

@@ -15,7 +15,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("o", "overview: a tab per job (and per daemon)"),
     ("t", "training: launch, follow and stop a drafter training"),
     ("n / p", "next / previous job tab (or click a tab)"),
-    ("f", "event log filter: all → errors → rejects (or click one)"),
+    ("f", "event filter: all → errors → rejects → +heartbeats (or click)"),
+    ("e, enter", "the whole event of the highlighted (or newest) log line"),
     ("r", "read every source again now"),
     ("l", "launch the training in the form (training screen)"),
     ("s", "stop the training after a yes; it writes a checkpoint"),
@@ -31,7 +32,7 @@ FOOTNOTE = ("The mouse works too. A daemon that stops answering shows 'disconnec
 def help_text() -> Text:
     text = Text("hsmon tui: keys\n\n", style="bold")
     for key, does in KEYS:
-        text.append(f"{key:>7}  ", style="bold cyan")
+        text.append(f"{key:>8}  ", style="bold cyan")
         text.append(f"{does}\n")
     text.append(f"\n{FOOTNOTE}", style="dim")
     return text

@@ -24,6 +24,7 @@ class OverviewScreen(Screen[None]):
 
     BINDINGS: ClassVar = [
         Binding("f", "cycle_filter", "filter"),
+        Binding("e", "open_event", "event", show=False),
         Binding("n", "next_tab", "next job"),
         Binding("p", "previous_tab", "prev job", show=False),
     ]
@@ -77,7 +78,7 @@ class OverviewScreen(Screen[None]):
                 self._app.selected = key
                 overview = tabs.get_pane(active).query_one(JobOverview)
                 overview.show(job, self._app.history(key), doc.get("generated_ts"),
-                              self._app.stale_note(key[0]))
+                              self._app.stale_note(key[0]), doc.get("gpus"))
                 break
 
     async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -93,6 +94,12 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def action_open_event(self) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            log = overview.query_one(EventLog)
+            log.open_event(log.current_event())
 
     def _move_tab(self, step: int) -> None:
         tabs = self.query_one("#jobs", TabbedContent)

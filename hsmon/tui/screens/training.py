@@ -15,6 +15,7 @@ from textual.widgets import Button, Footer, Header
 from hsmon.layout import MANIFEST_NAME
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
+from hsmon.tui.widgets.acceptance import AcceptancePanel
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.training_form import TrainingForm
 from hsmon.tui.widgets.training_status import TrainingStatus
@@ -57,6 +58,7 @@ class TrainingScreen(Screen[None]):
             with Vertical(id="training-live") as live:
                 live.border_title = "training"
                 yield TrainingStatus(id="training-status")
+                yield AcceptancePanel(id="acceptance")
                 yield UnrollPlot(id="unroll-plot")
             with Vertical(id="training-form-box") as box:
                 box.border_title = "launch a drafter training"
@@ -99,6 +101,8 @@ class TrainingScreen(Screen[None]):
             form.set_warning(None)
         training = app.training_job()
         self.query_one(TrainingStatus).show(training[1] if training else None)
+        acceptance = app.acceptance_job()
+        self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
         self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
         self.query_one("#stop", Button).disabled = training is None or training[1].get("state") in (
             "done", "dead")

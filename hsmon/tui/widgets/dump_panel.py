@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline
 
-from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
+from hsmon.tui.view import JobHistory, fmt_count, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic
 from hsmon.units import format_bytes, format_duration
 
@@ -31,7 +31,7 @@ class DumpPanel(Vertical):
             self.display = dump is not None
         if dump is None:
             return
-        self.border_title = f"dump {dump.get('path', '')}"
+        self.border_title = f"dump {shorten_path(str(dump.get('path', '')), max(12, self.size.width - 9))}"
         if dump.get("error"):
             self.query_one("#dump-figures", QuietStatic).show_text(f"cannot read: {dump['error']}")
         elif not dump.get("exists", True):

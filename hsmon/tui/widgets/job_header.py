@@ -17,6 +17,8 @@ BADGE_STYLES = {
     "dead": "bold white on dark_red",
     "paused": "bold black on magenta",
     "done": "bold white on blue",
+    "exited": "bold black on dark_orange",
+    "quiet": "bold black on orange3",
 }
 
 

@@ -11,6 +11,7 @@ from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.alerts import AlertsPanel
 from hsmon.tui.widgets.disk_panel import DiskPanel
 from hsmon.tui.widgets.dump_panel import DumpPanel
+from hsmon.tui.widgets.engine_panel import EnginePanel
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_header import JobHeader
 from hsmon.tui.widgets.processes import ProcessTable
@@ -19,7 +20,8 @@ from hsmon.tui.widgets.rates import RatesPanel
 
 
 class JobOverview(VerticalScroll):
-    """Header, alerts, progress, rates, dump backlog, disk, processes and the event log of a job."""
+    """Header, alerts, progress, rates, dump backlog, disk, servers and GPUs, processes and the event
+    log of a job."""
 
     def __init__(self, key: tuple[int, str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -41,6 +43,9 @@ class JobOverview(VerticalScroll):
             disk = DiskPanel(classes="panel")
             disk.border_title = "disk"
             yield disk
+            engine = EnginePanel(classes="panel")
+            engine.border_title = "servers and GPUs"
+            yield engine
         processes = ProcessTable(classes="panel")
         processes.border_title = "processes"
         yield processes
@@ -49,13 +54,15 @@ class JobOverview(VerticalScroll):
         yield log
 
     def show(self, job: dict[str, Any], history: JobHistory, now_ts: float | None,
-             stale: str | None = None) -> None:
-        """Render one job's status (``stale``: why these figures may be old)."""
+             stale: str | None = None, gpus: dict[str, Any] | None = None) -> None:
+        """Render one job's status (``stale``: why these figures may be old; ``gpus``: the
+        document's machine-wide GPU section)."""
         self.query_one(JobHeader).show(job, stale)
         self.query_one(AlertsPanel).show(job)
         self.query_one(ProgressPanel).show(job)
         self.query_one(RatesPanel).show(job, history)
         self.query_one(DumpPanel).show(job, history)
         self.query_one(DiskPanel).show(job)
+        self.query_one(EnginePanel).show(job, history, gpus, now_ts)
         self.query_one(ProcessTable).show(job)
-        self.query_one(EventLog).show(job, now_ts)
+        self.query_one(EventLog).show(job, now_ts, history.events)

@@ -7,6 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
+from hsmon.tui.view import is_acceptance_job
 from hsmon.tui.widgets.meter import Meter
 
 
@@ -22,7 +23,12 @@ class ProgressPanel(Vertical):
 
     def show(self, job: dict[str, Any]) -> None:
         progress = job.get("progress") or {}
-        self.query_one("#meter-rows", Meter).set_value(progress.get("rows_done"), progress.get("rows_total"))
+        rows = self.query_one("#meter-rows", Meter)
+        label = "decodes" if is_acceptance_job(job) else "rows"  # eval-drafter counts decodes
+        if rows.label != label:
+            rows.label = label
+            rows.refresh()
+        rows.set_value(progress.get("rows_done"), progress.get("rows_total"))
         self.query_one("#meter-tokens", Meter).set_value(progress.get("tokens_done"),
                                                          progress.get("tokens_total"))
         self.query_one("#meter-chunks", Meter).set_value(progress.get("chunks_done"),

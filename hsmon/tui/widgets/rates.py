@@ -8,19 +8,20 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline
 
-from hsmon.tui.view import JobHistory, fmt_byte_rate, fmt_rate
+from hsmon.tui.view import FINISHED_STATES, JobHistory, final_averages, fmt_byte_rate, fmt_rate
 from hsmon.tui.widgets.quiet import QuietStatic
 
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
 
 
 class RatesPanel(Vertical):
-    """The current rate beside a sparkline of its recent history."""
+    """The current rate beside a sparkline of its recent history; for a finished job, the averages
+    over the whole run beside the history it had when it ended."""
 
     DEFAULT_CSS = """
     RatesPanel { height: auto; }
     RatesPanel > Horizontal { height: 1; }
-    RatesPanel QuietStatic { width: 20; }
+    RatesPanel QuietStatic { width: 22; }
     RatesPanel Sparkline { width: 1fr; }
     """
 
@@ -32,12 +33,18 @@ class RatesPanel(Vertical):
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         progress = job.get("progress") or {}
+        finished = job.get("state") in FINISHED_STATES
+        figures = final_averages(job) if finished else {
+            "rows": progress.get("rows_per_s"), "tokens": progress.get("tokens_per_s"),
+            "bytes": progress.get("bytes_per_s")}
         values = {
-            "rows": (fmt_rate(progress.get("rows_per_s")), history.rows_per_s),
-            "tokens": (fmt_rate(progress.get("tokens_per_s")), history.tokens_per_s),
-            "bytes": (fmt_byte_rate(progress.get("bytes_per_s")), history.bytes_per_s),
+            "rows": (fmt_rate(figures["rows"]), history.rows_per_s),
+            "tokens": (fmt_rate(figures["tokens"]), history.tokens_per_s),
+            "bytes": (fmt_byte_rate(figures["bytes"]), history.bytes_per_s),
         }
+        self.border_subtitle = "averages of the run" if finished else ""
         for key, unit in RATES:
             text, series = values[key]
-            self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>11}")
+            text = f"avg {text}" if finished else text
+            self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>13}")
             self.query_one(f"#spark-{key}", Sparkline).data = list(series)

@@ -1,4 +1,8 @@
-"""Loss and accuracy per unroll step of the drafter, each as a sparkline over the training so far."""
+"""Loss and accuracy per unroll step of the drafter, each as a bar plot over the training so far.
+
+One row per unroll step where room is short; where the screen has height to spare (the wide
+layout gives the plot the rest of the column), each step's plots grow to several rows.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +12,41 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from hsmon.tui.view import unroll_series
+from hsmon.tui.view import fmt_num, fmt_pct_of, unroll_series
 
 BARS = "▁▂▃▄▅▆▇█"
+MAX_ROWS_PER_STEP = 6
 
 
 def sparkline(values: Sequence[float], width: int, lo: float | None = None, hi: float | None = None) -> str:
     """The last ``width`` values as block characters scaled to [lo, hi] (their own range by default)."""
+    return bars(values, width, 1, lo, hi)[0]
+
+
+def bars(values: Sequence[float], width: int, height: int, lo: float | None = None,
+         hi: float | None = None) -> list[str]:
+    """The last ``width`` values as a bar plot ``height`` rows tall (top row first), scaled to
+    [lo, hi]; the lowest value still shows a sliver, as in a sparkline."""
     values = list(values)[-width:]
     if not values:
-        return ""
+        return [""] * height
     lo = min(values) if lo is None else lo
     hi = max(values) if hi is None else hi
+    levels = height * len(BARS)
     span = hi - lo
     if span <= 0:
-        return BARS[len(BARS) // 2] * len(values)
-    return "".join(BARS[min(len(BARS) - 1, max(0, int((v - lo) / span * (len(BARS) - 1) + 0.5)))]
-                   for v in values)
+        tops = [levels // 2 + (1 if height == 1 else 0)] * len(values)
+    else:
+        tops = [1 + min(levels - 1, max(0, int((v - lo) / span * (levels - 1) + 0.5))) for v in values]
+    rows = []
+    for row in range(height):
+        floor = (height - 1 - row) * len(BARS)
+        rows.append("".join(" " if top <= floor else BARS[min(top - floor, len(BARS)) - 1] for top in tops))
+    return rows
 
 
 class UnrollPlot(Widget):
-    """Rows 'step i  loss ▇▆▅▄ 2.10  acc ▁▂▃▅ 0.41' for every unroll step (TTT position)."""
+    """'step i  loss ▇▆▅▄ 2.100  acc ▁▂▃▅ 41.0%' for every unroll step (TTT position)."""
 
     DEFAULT_CSS = "UnrollPlot { height: auto; }"
 
@@ -37,8 +55,12 @@ class UnrollPlot(Widget):
         self._history: list[dict[str, Any]] = []
 
     def set_history(self, history: Sequence[dict[str, Any]]) -> None:
-        self._history = list(history)
-        self.refresh(layout=True)
+        history = list(history)
+        if history == self._history:
+            return
+        grew = len(unroll_series(history, "loss")) != len(unroll_series(self._history, "loss"))
+        self._history = history
+        self.refresh(layout=grew)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return max(1, len(unroll_series(self._history, "loss")) + 1)
@@ -46,19 +68,23 @@ class UnrollPlot(Widget):
     def render(self) -> Text:
         losses = unroll_series(self._history, "loss")
         accs = unroll_series(self._history, "acc")
-        if not losses and not accs:
+        steps = max(len(losses), len(accs))
+        if not steps:
             return Text("no training steps yet", style="dim")
-        width = self.size.width
-        spark_width = max(4, (width - 34) // 2)
+        spark_width = max(4, (self.size.width - 22) // 2)
+        per_step = max(1, min(MAX_ROWS_PER_STEP, (self.size.height - 1) // steps))
         all_loss = [v for s in losses for v in s]
-        text = Text(f"{'':<6}{'loss':<{spark_width + 9}}acc", style="bold")
-        for i in range(max(len(losses), len(accs))):
+        text = Text(f"{'':<7}{'loss':<{spark_width + 8}}acc", style="bold")
+        for i in range(steps):
             loss = losses[i] if i < len(losses) else []
             acc = accs[i] if i < len(accs) else []
-            text.append(f"\nstep{i:<2} ")
-            text.append(f"{sparkline(loss, spark_width, min(all_loss), max(all_loss)):<{spark_width}}",
-                        style="red")
-            text.append(f" {loss[-1]:6.3f}  " if loss else f" {'-':>6}  ")
-            text.append(f"{sparkline(acc, spark_width, 0.0, 1.0):<{spark_width}}", style="green")
-            text.append(f" {acc[-1]:5.1%}" if acc else f" {'-':>5}")
+            loss_rows = bars(loss, spark_width, per_step, min(all_loss, default=0), max(all_loss, default=1))
+            acc_rows = bars(acc, spark_width, per_step, 0.0, 1.0)
+            for row in range(per_step):
+                last = row == per_step - 1
+                text.append("\n" + (f"step {i:<2}" if last else " " * 7))
+                text.append(f"{loss_rows[row]:<{spark_width}}", style="red")
+                text.append(f" {fmt_num(loss[-1]) if loss and last else '':>6} ")
+                text.append(f"{acc_rows[row]:<{spark_width}}", style="green")
+                text.append(f" {fmt_pct_of(acc[-1]) if acc and last else '':>6}")
         return text

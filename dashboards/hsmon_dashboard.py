@@ -1,0 +1,322 @@
+"""The hsmon Grafana dashboard, written with Grafana's own Python SDK (grafana-foundation-sdk).
+
+`python dashboards/hsmon_dashboard.py` writes dashboards/grafana/dashboards/hsmon.json, the file
+Grafana's provisioning (dashboards/grafana/provisioning/) loads; tests/test_dashboard.py checks that
+the committed JSON equals what this builds and runs every query against a real Prometheus.
+
+Variables: `datasource` (any Prometheus), `job` and `instance` (the watched job and the daemon's
+host:port, both multi-select), `sglang_instance` (SGLang servers Prometheus scrapes, if any).
+Every metric is one of docs/metrics.md (contract 3); daemon-wide ones (no `job` label of their
+own) carry the scrape job's name, `hsmon`, through honor_labels.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_b
+from grafana_foundation_sdk.builders import dashboard as dash_b
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_m
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
+
+OUTPUT = Path(__file__).resolve().parent / "grafana" / "dashboards" / "hsmon.json"
+UID = "hsmon"
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = 'job=~"$job", instance=~"$instance"'
+DAEMON = 'job="hsmon", instance=~"$instance"'
+SGL = 'instance=~"$sglang_instance"'
+WHO = "{{instance}} {{job}}"
+
+
+@dataclass
+class Q:
+    """One query of a panel: PromQL and its legend."""
+
+    expr: str
+    legend: str = WHO
+
+
+@dataclass
+class P:
+    """One panel. ``extraction``: concerns an extraction, so it must show data while one runs (the
+    test asserts it); training, notification and SGLang panels may be empty there."""
+
+    title: str
+    queries: list[Q]
+    unit: str = "short"
+    kind: str = "timeseries"
+    width: int = 8
+    height: int = 7
+    description: str = ""
+    extraction: bool = True
+    links: list[tuple[str, str]] = field(default_factory=list)
+    text_mode: str = "VALUE_AND_NAME"
+
+
+def rows() -> list[tuple[str, list[P]]]:
+    """The dashboard's rows and panels, top to bottom."""
+    return [
+        ("Job", [
+            P("State", [Q(f"max by (instance, job, state) (hsmon_job_state{{{SEL}}}) == 1",
+                          f"{WHO}: {{{{state}}}}")],
+              kind="stat", width=8, height=5, text_mode="NAME",
+              description="The state the daemon decided (docs/daemon.md). The reason and the hints are "
+                          "in the status API: click a value.",
+              links=[("reason and hints (status API)", "http://${__field.labels.instance}/api/v1/status")]),
+            P("Hints by severity", [Q(f"sum by (instance, job, severity) (hsmon_job_hints{{{SEL}}})",
+                                      f"{WHO} {{{{severity}}}}")], kind="stat", width=8, height=5),
+            P("Time in current state", [Q(f"time() - hsmon_job_state_since_timestamp_seconds{{{SEL}}}")],
+              unit="s", kind="stat", width=4, height=5),
+            P("State transitions in range",
+              [Q(f"sum by (instance, job, state) (increase(hsmon_job_transitions_total{{{SEL}}}[$__range]))",
+                 f"{WHO} → {{{{state}}}}")], kind="stat", width=4, height=5),
+        ]),
+        ("Progress", [
+            P("Rows", [Q(f"hsmon_rows_done{{{SEL}}}", f"{WHO} done"),
+                       Q(f"hsmon_rows_planned{{{SEL}}}", f"{WHO} planned")]),
+            P("Tokens", [Q(f"hsmon_tokens_done{{{SEL}}}", f"{WHO} done"),
+                         Q(f"hsmon_tokens_planned{{{SEL}}}", f"{WHO} planned")]),
+            P("Chunks", [Q(f"hsmon_chunks_done{{{SEL}}}", f"{WHO} done (events)"),
+                         Q(f"hsmon_output_chunks_complete{{{SEL}}}", f"{WHO} complete (output)"),
+                         Q(f"hsmon_output_chunks_in_progress{{{SEL}}}", f"{WHO} being written")]),
+            P("Done", [Q(f"hsmon_rows_done{{{SEL}}} / hsmon_rows_planned{{{SEL}}}")],
+              unit="percentunit", kind="stat", width=6, height=5),
+            P("ETA", [Q(f"hsmon_eta_seconds{{{SEL}}}")], unit="s", kind="stat", width=6, height=5),
+            P("Rows per second", [Q(f"hsmon_rows_per_second{{{SEL}}}")], width=6, height=5),
+            P("Tokens per second", [Q(f"hsmon_tokens_per_second{{{SEL}}}")], width=6, height=5),
+            P("Rejected rows", [Q(f"hsmon_rejected_rows{{{SEL}}}")], width=6, height=5),
+            P("Progress events", [Q(f"rate(hsmon_events_lines_total{{{SEL}}}[$__rate_interval])",
+                                    f"{WHO} lines/s"),
+                                  Q(f"hsmon_events_bad_lines_total{{{SEL}}}", f"{WHO} bad lines")],
+              width=6, height=5),
+            P("Since last progress", [Q(f"time() - hsmon_last_progress_timestamp_seconds{{{SEL}}}")],
+              unit="s", width=6, height=5),
+            P("Since last work (dump files or output)",
+              [Q(f"time() - hsmon_job_last_work_timestamp_seconds{{{SEL}}}", f"{WHO}"),
+               Q(f"hsmon_job_stall_after_seconds{{{SEL}}}", f"{WHO} stall after")],
+              unit="s", width=6, height=5),
+        ]),
+        ("Dump directory and /dev/shm", [
+            P("Dump files", [Q(f"hsmon_dump_files{{{SEL}}}")], width=6),
+            P("Dump bytes", [Q(f"hsmon_dump_bytes{{{SEL}}}")], unit="bytes", width=6),
+            P("Oldest dump file", [Q(f"hsmon_dump_oldest_file_age_seconds{{{SEL}}}")], unit="s", width=6,
+              description="A growing age means nothing consumes the dump files."),
+            P("Dump files created / consumed",
+              [Q(f"rate(hsmon_dump_files_created_total{{{SEL}}}[$__rate_interval])", f"{WHO} created/s"),
+               Q(f"rate(hsmon_dump_files_consumed_total{{{SEL}}}[$__rate_interval])", f"{WHO} consumed/s")],
+              width=6),
+            P("/dev/shm free", [Q(f'hsmon_disk_free_bytes{{{SEL}, role="shm"}}', f"{WHO} free"),
+                                Q(f'hsmon_disk_size_bytes{{{SEL}, role="shm"}}', f"{WHO} size")],
+              unit="bytes", width=12,
+              description="node_exporter leaves /dev/shm out by default; hsmon exports it."),
+            P("/dev/shm time to full vs time to done",
+              [Q(f'hsmon_disk_time_to_full_seconds{{{SEL}, role="shm"}}', f"{WHO} full in"),
+               Q(f'hsmon_disk_time_to_done_seconds{{{SEL}, role="shm"}}', f"{WHO} done in")],
+              unit="s", width=12),
+        ]),
+        ("Disk headroom", [
+            P("Free vs still needed", [Q(f"hsmon_disk_free_bytes{{{SEL}}}", f"{WHO} {{{{role}}}} free"),
+                                       Q(f"hsmon_disk_needed_bytes{{{SEL}}}", f"{WHO} {{{{role}}}} needed")],
+              unit="bytes"),
+            P("Free in 1 h at the current trend (predict_linear) vs still needed",
+              [Q(f"predict_linear(hsmon_disk_free_bytes{{{SEL}}}[15m], 3600)",
+                 f"{WHO} {{{{role}}}} free in 1 h"),
+               Q(f"hsmon_disk_needed_bytes{{{SEL}}}", f"{WHO} {{{{role}}}} needed")],
+              unit="bytes",
+              description="Below the needed line: the disk fills before the job is done."),
+            P("Time to full vs time to done",
+              [Q(f"hsmon_disk_time_to_full_seconds{{{SEL}}}", f"{WHO} {{{{role}}}} full in"),
+               Q(f"hsmon_disk_time_to_done_seconds{{{SEL}}}", f"{WHO} {{{{role}}}} done in")], unit="s"),
+            P("Fits", [Q(f"min by (instance, job, role) (hsmon_disk_fits{{{SEL}}})", f"{WHO} {{{{role}}}}")],
+              kind="stat", width=6, height=5,
+              description="1: what the job still writes fits; 0: it does not."),
+            P("Output bytes", [Q(f"hsmon_output_bytes{{{SEL}}}")], unit="bytes", width=6, height=5),
+            P("Output write rate", [Q(f'hsmon_disk_write_bytes_per_second{{{SEL}, role="output"}}')],
+              unit="Bps", width=6, height=5),
+            P("Temporary files", [Q(f"hsmon_output_temp_files{{{SEL}}}")], width=6, height=5),
+        ]),
+        ("Processes", [
+            P("Up", [Q(f"hsmon_process_up{{{SEL}}}", f"{WHO} {{{{role}}}}")], kind="stat", width=6, height=5),
+            P("Restarts in range",
+              [Q(f"increase(hsmon_process_restarts_total{{{SEL}}}[$__range])", f"{WHO} {{{{role}}}}")],
+              kind="stat", width=6, height=5),
+            P("stdout buffered", [Q(f"hsmon_process_stdout_buffered{{{SEL}}}", f"{WHO} {{{{role}}}}")],
+              kind="stat", width=6, height=5,
+              description="1: Python writes stdout block-buffered to a file; an empty log is not a stall."),
+            P("Threads", [Q(f"hsmon_process_threads{{{SEL}}}", f"{WHO} {{{{role}}}}")], width=6, height=5),
+            P("CPU (cores)", [Q(f"rate(hsmon_process_cpu_seconds_total{{{SEL}}}[$__rate_interval])",
+                                f"{WHO} {{{{role}}}}")]),
+            P("Resident memory", [Q(f"hsmon_process_resident_memory_bytes{{{SEL}}}", f"{WHO} {{{{role}}}}")],
+              unit="bytes"),
+            P("Writes (any file, tmpfs included)",
+              [Q(f"rate(hsmon_process_write_chars_total{{{SEL}}}[$__rate_interval])", f"{WHO} {{{{role}}}}")],
+              unit="Bps"),
+        ]),
+        ("Training", [
+            P("Loss (first unroll step)", [Q(f"hsmon_train_loss{{{SEL}}}")], extraction=False),
+            P("Accuracy (first unroll step)", [Q(f"hsmon_train_accuracy_ratio{{{SEL}}}")],
+              unit="percentunit", extraction=False),
+            P("Steps per second", [Q(f"deriv(hsmon_train_step{{{SEL}}}[$__rate_interval])")],
+              extraction=False),
+        ]),
+        ("Daemon", [
+            P("Scrape up", [Q(f"up{{{DAEMON}}}", "{{instance}}")], kind="stat", width=6, height=5),
+            P("Reconciliation scans per second",
+              [Q(f"rate(hsmon_scans_total{{{DAEMON}}}[$__rate_interval])", "{{instance}}")],
+              width=6, height=5),
+            P("inotify overflows in range",
+              [Q(f"increase(hsmon_inotify_overflows_total{{{DAEMON}}}[$__range])", "{{instance}}")],
+              kind="stat", width=6, height=5),
+            P("Tick duration", [Q(f"hsmon_tick_duration_seconds{{{DAEMON}}}", "{{instance}}")],
+              unit="s", width=6, height=5),
+            P("Notifications", [Q(f"increase(hsmon_notifications_sent_total{{{DAEMON}}}[$__range])",
+                                  "{{instance}} sent"),
+                                Q(f"increase(hsmon_notifications_failed_total{{{DAEMON}}}[$__range])",
+                                  "{{instance}} failed")],
+              kind="stat", width=24, height=4, extraction=False,
+              description="Only daemons started with a notify webhook export these."),
+        ]),
+        ("Inference servers and GPUs (seen by the daemon)", [
+            P("Server state", [Q(f"max by (instance, job, server, state) (hsmon_server_state{{{SEL}}}) == 1",
+                                 "{{server}}: {{state}}")],
+              kind="stat", width=8, height=5, text_mode="NAME", extraction=False,
+              description="up, busy (a forward answers slowly), hung (the HTTP front answers, a forward does "
+                          "not come back), down, unknown (docs/daemon.md)."),
+            P("Since a forward last completed",
+              [Q(f"time() - hsmon_server_last_forward_timestamp_seconds{{{SEL}}}", "{{server}}")],
+              unit="s", width=8, height=5, extraction=False),
+            P("/health_generate latency", [Q(f"hsmon_server_health_generate_seconds{{{SEL}}}", "{{server}}")],
+              unit="s", width=8, height=5, extraction=False),
+            P("Server requests running / queued",
+              [Q(f"hsmon_server_running_requests{{{SEL}}}", "{{server}} running"),
+               Q(f"hsmon_server_queued_requests{{{SEL}}}", "{{server}} queued")], extraction=False),
+            P("Server throughput",
+              [Q(f"hsmon_server_generation_tokens_per_second{{{SEL}}}", "{{server}} generated"),
+               Q(f"hsmon_server_prompt_tokens_per_second{{{SEL}}}", "{{server}} prompt")],
+              unit="tokens/s", extraction=False),
+            P("Server KV cache usage", [Q(f"hsmon_server_token_usage_ratio{{{SEL}}}", "{{server}}")],
+              unit="percentunit", extraction=False),
+            P("GPU utilization", [Q(f"hsmon_gpu_utilization_ratio{{{DAEMON}}}", "{{instance}} GPU {{gpu}}")],
+              unit="percentunit", extraction=False,
+              description="Every GPU of the daemon's host (NVML). hsmon_job_gpu says which a job uses."),
+            P("GPU memory used", [Q(f"hsmon_gpu_memory_used_bytes{{{DAEMON}}}", "{{instance}} GPU {{gpu}}")],
+              unit="bytes", extraction=False),
+            P("GPU power", [Q(f"hsmon_gpu_power_watts{{{DAEMON}}}", "{{instance}} GPU {{gpu}}")],
+              unit="watt", extraction=False),
+            P("GPUs a job holds memory on", [Q(f"hsmon_job_gpu{{{SEL}}} == 1", f"{WHO} GPU {{{{gpu}}}}")],
+              kind="stat", width=12, height=5, text_mode="NAME", extraction=False),
+            P("NVML available", [Q(f"hsmon_gpu_available{{{DAEMON}}}", "{{instance}}")], kind="stat",
+              width=12, height=5,
+              description="0: no nvidia-ml-py or no driver on that host; the GPU panels stay empty."),
+        ]),
+        ("SGLang server (when Prometheus scrapes it)", [
+            P("Requests running / queued", [Q(f"sglang:num_running_reqs{{{SGL}}}", "{{instance}} running"),
+                                            Q(f"sglang:num_queue_reqs{{{SGL}}}", "{{instance}} queued")],
+              extraction=False),
+            P("Generation throughput", [Q(f"sglang:gen_throughput{{{SGL}}}", "{{instance}}")],
+              unit="tokens/s", extraction=False),
+            P("Prompt tokens per second",
+              [Q(f"rate(sglang:prompt_tokens_total{{{SGL}}}[$__rate_interval])", "{{instance}}")],
+              extraction=False),
+            P("KV cache usage", [Q(f"sglang:token_usage{{{SGL}}}", "{{instance}}")], unit="percentunit",
+              extraction=False),
+            P("Prefix cache hit rate", [Q(f"sglang:cache_hit_rate{{{SGL}}}", "{{instance}}")],
+              unit="percentunit", extraction=False),
+            P("End-to-end request latency p50 / p99",
+              [Q("histogram_quantile(0.5, sum by (le, instance) "
+                 f"(rate(sglang:e2e_request_latency_seconds_bucket{{{SGL}}}[$__rate_interval])))",
+                 "{{instance}} p50"),
+               Q("histogram_quantile(0.99, sum by (le, instance) "
+                 f"(rate(sglang:e2e_request_latency_seconds_bucket{{{SGL}}}[$__rate_interval])))",
+                 "{{instance}} p99")], unit="s", extraction=False),
+        ]),
+    ]
+
+
+def _panel(p: P, panel_id: int) -> Any:
+    builder = stat.Panel() if p.kind == "stat" else timeseries.Panel()
+    builder = (builder.id(panel_id).title(p.title).datasource(DS).unit(p.unit)
+               .span(p.width).height(p.height))
+    if p.description:
+        builder = builder.description(p.description)
+    for i, q in enumerate(p.queries):
+        builder = builder.with_target(prometheus.Dataquery().ref_id(chr(ord("A") + i)).datasource(DS)
+                                      .expr(q.expr).legend_format(q.legend))
+    if p.kind == "stat":
+        builder = (builder.reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+                   .text_mode(common_m.BigValueTextMode[p.text_mode])
+                   .graph_mode(common_m.BigValueGraphMode.NONE))
+    else:
+        builder = builder.legend(common_b.VizLegendOptions().show_legend(True)
+                                 .display_mode(common_m.LegendDisplayMode.LIST)
+                                 .placement(common_m.LegendPlacement.BOTTOM)).fill_opacity(10)
+    if p.links:
+        builder = builder.data_links([dash_b.DashboardLink(t).url(u).target_blank(True) for t, u in p.links])
+    return builder
+
+
+def _query_var(name: str, label: str, query: str) -> Any:
+    return (dash_b.QueryVariable(name).label(label).datasource(DS).query(query)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*"))
+
+
+def build() -> dict[str, Any]:
+    """The dashboard as Grafana's JSON model (a plain dict)."""
+    board = (
+        dash_b.Dashboard("hsmon: hidden-state extraction and drafter training")
+        .uid(UID)
+        .description("Jobs watched by hsmon daemons (docs/operations.md, docs/metrics.md)")
+        .tags(["hsmon", "eagle3", "sglang"])
+        .editable()
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .with_variable(dash_b.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(_query_var("job", "Job", "label_values(hsmon_job_state, job)"))
+        .with_variable(_query_var("instance", "Daemon",
+                                  'label_values(hsmon_job_state{job=~"$job"}, instance)'))
+        .with_variable(_query_var("sglang_instance", "SGLang server",
+                                  "label_values(sglang:num_running_reqs, instance)"))
+    )
+    panel_id = 1
+    for title, panels in rows():
+        board = board.with_row(dash_b.Row(title).id(panel_id))
+        panel_id += 1
+        for p in panels:
+            board = board.with_panel(_panel(p, panel_id))
+            panel_id += 1
+    return json.loads(render_model(board.build()))
+
+
+def render_model(model: Any) -> str:
+    return json.dumps(model, cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def render() -> str:
+    """The JSON text committed as dashboards/grafana/dashboards/hsmon.json."""
+    return json.dumps(build(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or with --check, compare) the committed dashboard JSON."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in argv:
+        same = OUTPUT.is_file() and OUTPUT.read_text(encoding="utf-8") == text
+        print(f"{OUTPUT}: {'up to date' if same else 'differs from the code: run python ' + __file__}")
+        return 0 if same else 1
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUTPUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

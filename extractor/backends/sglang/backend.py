@@ -1,0 +1,178 @@
+"""The `sglang` backend: one /generate request per row, N in flight, over one or more servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import torch
+
+from extractor.backends.base import Backend, ModelInfo, RowStates, RunContext
+from extractor.backends.sglang import preflight, transports
+from extractor.backends.sglang.dumpdir import DumpDir
+from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
+
+
+@dataclass
+class SGLangOptions:
+    """`hsmon extract --backend sglang` options (see extractor/cli.py)."""
+
+    urls: list[str]
+    transport: str = "shm"
+    dump_dir: str | None = None
+    concurrency: int = 0  # 0: chosen from the servers' info
+    max_dump_bytes: int = 2 << 30
+    dump_min_free: int = 1 << 30
+    request_timeout: float = 600.0
+    give_up_after: float = 600.0
+    longest_row: int = 1
+
+
+class SGLangBackend(Backend):
+    """Rows as /generate requests; hidden states from the JSON body or from dump files."""
+
+    name = "sglang"
+
+    def __init__(self, model_dir: str, capture_points: Sequence[int], info: ModelInfo,
+                 options: SGLangOptions, context: RunContext) -> None:
+        self.capture_points = list(capture_points)
+        self.info = info
+        self.options = options
+        self.transport = options.transport
+        self.torch_dtype = getattr(torch, info.dtype)
+        self.facts = preflight.check_servers(options.urls, self.capture_points, self.transport, info.dtype,
+                                             options.dump_dir, timeout=min(options.request_timeout, 30.0))
+        self.concurrency = options.concurrency or preflight.default_concurrency(
+            self.facts, options.longest_row, self.transport)
+        self._chunk_size = {f.url: f.chunked_prefill_size for f in self.facts}
+        self.pool = ServerPool(options.urls, context.events, context.progress, context.stop_event,
+                               give_up_s=options.give_up_after)
+        self.dump: DumpDir | None = None
+        if self.transport == "shm":
+            assert options.dump_dir is not None
+            self.dump = DumpDir(Path(options.dump_dir), options.max_dump_bytes, options.dump_min_free,
+                                context.events, context.progress, context.stop_event)
+            self.dump.prepare()
+        self._nonce = os.urandom(4).hex()
+        self._attempts = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="hsmon-sglang")
+        self.stats = {"requests": 0, "orphans_reused": 0, "request_seconds": 0.0, "client_seconds": 0.0}
+
+    def describe(self) -> dict[str, Any]:
+        """Fields for the run's ``start`` event (the engine-watch helper reads ``urls``/``transport``)."""
+        return {"urls": list(self.options.urls), "transport": self.transport, "concurrency": self.concurrency,
+                "dump_dir": self.options.dump_dir}
+
+    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
+        rows = list(rows) if rows is not None else list(range(len(batch)))
+        futures = [self._executor.submit(self._one, row, list(ids))
+                   for row, ids in zip(rows, batch, strict=True)]
+        return [f.result() for f in futures]
+
+    # -- one row -------------------------------------------------------------------------
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def _rid(self, row: int) -> str:
+        with self._lock:
+            self._attempts += 1
+            return f"r{row}-{self._nonce}-{self._attempts}"
+
+    def _one(self, row: int, ids: list[int]) -> RowStates:
+        hidden, captures = self.info.hidden_size, len(self.capture_points)
+        if self.dump is not None:
+            orphan = self.dump.take_orphan(row)
+            if orphan is not None:
+                try:
+                    states = transports.take_dump(orphan, hidden, captures, self.torch_dtype, len(ids), 0.0)
+                    with self._lock:
+                        self.stats["orphans_reused"] += 1
+                    return states
+                except (ValueError, OSError, RuntimeError):
+                    pass  # incomplete or from other settings: removed by take_dump, computed again
+        attempt = 0
+        while True:
+            if self.pool.stop_event.is_set():
+                raise Stopped
+            if self.dump is not None:
+                self.dump.wait_for_room()
+            url = self.pool.acquire()
+            started = time.perf_counter()
+            try:
+                body = self._post(url, row, ids)
+            except RetryableError as exc:
+                self.pool.failed(url, str(exc))
+                self.pool.wait(backoff_delay(attempt))
+                attempt += 1
+                continue
+            finally:
+                self.pool.release(url)
+            answered = time.perf_counter()
+            self.pool.succeeded(url)
+            try:
+                states = self._decode(body, url, row, len(ids), hidden, captures)
+            except transports.DumpError as exc:
+                if exc.errno_name not in ("ENOSPC", "EDQUOT"):
+                    raise
+                # /dev/shm filled between the room check and the write: wait for room, try again
+                self.pool.wait(backoff_delay(attempt))
+                attempt += 1
+                continue
+            with self._lock:
+                self.stats["requests"] += 1
+                self.stats["request_seconds"] += answered - started
+                self.stats["client_seconds"] += time.perf_counter() - answered
+            return states
+
+    def _post(self, url: str, row: int, ids: list[int]) -> bytes:
+        """One /generate call; RetryableError for what another attempt may fix."""
+        body = transports.request_body(self._rid(row), ids, self.transport, self.options.dump_dir)
+        try:
+            resp = self._session().post(url + "/generate", json=body, timeout=self.options.request_timeout)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise RetryableError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+        if resp.status_code != 200:
+            raise RuntimeError(f"row {row}: {url}/generate answered HTTP {resp.status_code}: "
+                               f"{resp.text[:300]}")
+        return resp.content  # parsed by _decode: the client's own time, not the request's
+
+    def _decode(self, body: bytes, url: str, row: int, want: int, hidden: int, captures: int) -> RowStates:
+        try:
+            payload = json.loads(body)
+        except ValueError as exc:
+            raise RuntimeError(f"row {row}: {url}: unreadable response body ({exc})") from None
+        if self.transport == "json":
+            return transports.decode_json(payload, hidden, captures, self.torch_dtype, row, want, url,
+                                          self._chunk_size[url])
+        path = transports.dump_path(payload, url, row)
+        try:
+            return transports.take_dump(path, hidden, captures, self.torch_dtype, want, 30.0)
+        except ValueError as exc:
+            raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
+
+    def close(self) -> None:
+        from extractor.prepare import log
+
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        st = self.stats
+        if st["requests"]:
+            log(f"sglang: {st['requests']} requests ({st['orphans_reused']} dump files reused), request time "
+                f"{st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
+                f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time)")
+        if self.dump is not None:
+            self.dump.clean()

@@ -1,0 +1,87 @@
+"""`hsmon extract --backend sglang` options: declared here (no heavy imports), checked into
+:class:`SGLangOptions` by :func:`build` when the run is prepared."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
+DEFAULT_MAX_DUMP = "2G"
+DEFAULT_DUMP_MIN_FREE = "1G"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("backend sglang (docs/extract.md, section SGLang)")
+    group.add_argument("--url", action="append", default=[], metavar="URL",
+                       help="SGLang server (repeat for data-parallel servers; the least loaded gets "
+                       "the next request)")
+    group.add_argument("--transport", choices=["json", "shm"], default="shm",
+                       help="hidden states in the HTTP response (json) or as files in --dump-dir "
+                       "(shm, default)")
+    group.add_argument("--dump-dir", metavar="DIR", help=f"where the server dumps files for --transport shm "
+                       f"(default {DEFAULT_DUMP_ROOT}/<job>)")
+    group.add_argument("--concurrency", type=int, default=0, metavar="N",
+                       help="requests in flight over all servers (default: chosen from the servers' info)")
+    group.add_argument("--max-dump-bytes", default=DEFAULT_MAX_DUMP, metavar="SIZE",
+                       help=f"no new request while the dump dir holds more (default {DEFAULT_MAX_DUMP})")
+    group.add_argument("--dump-min-free", default=DEFAULT_DUMP_MIN_FREE, metavar="SIZE",
+                       help=f"no new request while the dump dir's filesystem has less free (default "
+                       f"{DEFAULT_DUMP_MIN_FREE})")
+    group.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="one request's time limit; a timeout is retried (default 600)")
+    group.add_argument("--give-up-after", type=float, default=600.0, metavar="SECONDS",
+                       help="stop with an error after this long with every server failing (default 600)")
+
+
+def _usage(message: str) -> Exception:
+    from extractor.prepare import UsageError
+
+    return UsageError(message)
+
+
+def check_urls(urls: list[str]) -> list[str]:
+    """Normalized server URLs (no trailing slash); UsageError for a missing or malformed one."""
+    if not urls:
+        raise _usage("--backend sglang needs --url http://HOST:PORT (the SGLang server; repeat for several)")
+    out = []
+    for url in urls:
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise _usage(f"--url {url!r}: give the server as http://HOST:PORT")
+        out.append(url.rstrip("/"))
+    if len(set(out)) != len(out):
+        raise _usage(f"--url: a server is given twice ({out})")
+    return out
+
+
+def config_dtype(config: Any) -> str:
+    """The dtype the model's config declares (what SGLang's ``--dtype auto`` starts from)."""
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    name = str(value).removeprefix("torch.") if value is not None else "float32"
+    return name if name in ("float32", "bfloat16", "float16") else "float32"
+
+
+def build(args: argparse.Namespace, job: str, longest_row: int) -> Any:
+    """Check the options and return SGLangOptions (UsageError on bad ones)."""
+    from extractor.backends.sglang.backend import SGLangOptions
+    from hsmon.units import parse_size
+
+    urls = check_urls(args.url)
+    try:
+        max_dump = parse_size(args.max_dump_bytes)
+        min_free = parse_size(args.dump_min_free)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if args.concurrency < 0 or args.request_timeout <= 0 or args.give_up_after <= 0:
+        raise _usage("--concurrency must be >= 0, --request-timeout and --give-up-after > 0")
+    dump_dir = None
+    if args.transport == "shm":
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
+        dump_dir = args.dump_dir or f"{DEFAULT_DUMP_ROOT}/{safe}"
+        if not dump_dir.startswith("/"):
+            raise _usage(f"--dump-dir {dump_dir}: give an absolute path (the server resolves it on its side)")
+    return SGLangOptions(urls=urls, transport=args.transport, dump_dir=dump_dir,
+                         concurrency=args.concurrency, max_dump_bytes=max_dump, dump_min_free=min_free,
+                         request_timeout=args.request_timeout, give_up_after=args.give_up_after,
+                         longest_row=longest_row)

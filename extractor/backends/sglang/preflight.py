@@ -1,0 +1,165 @@
+"""Checks a SGLang server before the first row: health, server info, capture flags, radix cache,
+the capture plugin. Every failure is one line naming the flag or option to change (exit status 2).
+
+SGLang's own ``/server_info`` carries its launch arguments; the hsmon capture plugin adds
+``hsmon_plugin`` (version, modes, ``dump_root``) when it is loaded in the server.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from extractor.prepare import UsageError
+
+PLUGIN_VERSION = "1"
+INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+class PreflightError(UsageError):
+    """The server cannot serve this extraction as launched: one line, exit status 2."""
+
+
+@dataclass
+class ServerFacts:
+    """What the client needs from one server's info."""
+
+    url: str
+    layer_ids: list[int]
+    dtype: str
+    chunked_prefill_size: int  # <= 0: chunked prefill off
+    max_running_requests: int | None
+    max_total_tokens: int | None
+    model_path: str
+    plugin: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def fetch_info(url: str, timeout: float) -> dict[str, Any]:
+    """GET the server's health and info; PreflightError when it does not answer as SGLang."""
+    try:
+        health = requests.get(url + "/health", timeout=timeout)
+    except requests.RequestException as exc:
+        raise PreflightError(f"--url {url}: no SGLang server answers ({type(exc).__name__}); start one "
+                             "(hsmon sglang-serve) or fix the URL") from None
+    if health.status_code != 200:
+        raise PreflightError(f"--url {url}: /health answered {health.status_code}; wait until the server "
+                             "is ready, then run again")
+    for path in INFO_PATHS:
+        try:
+            resp = requests.get(url + path, timeout=timeout)
+        except requests.RequestException:
+            continue
+        if resp.status_code == 200:
+            try:
+                info = resp.json()
+            except ValueError:
+                continue
+            if isinstance(info, dict) and "model_path" in info:
+                return info
+    raise PreflightError(f"--url {url}: no /server_info (is it an SGLang server?)")
+
+
+def facts_of(url: str, info: dict[str, Any]) -> ServerFacts:
+    def opt_int(key: str) -> int | None:
+        value = info.get(key)
+        return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    chunk = info.get("chunked_prefill_size")
+    return ServerFacts(
+        url=url, layer_ids=[int(i) for i in info.get("return_aux_hidden_state_layer_ids") or []],
+        dtype=str(info.get("dtype", "auto")), chunked_prefill_size=int(chunk) if chunk else -1,
+        max_running_requests=opt_int("max_running_requests"), max_total_tokens=opt_int("max_total_tokens"),
+        model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info)
+
+
+def check_server(facts: ServerFacts, capture_points: list[int], transport: str, dtype: str,
+                 dump_dir: str | None) -> None:
+    """Raise PreflightError naming the flag to add or fix; return when the server fits."""
+    info, url = facts.raw, facts.url
+    want = [p - 1 for p in capture_points]
+    ids = " ".join(str(i) for i in want)
+    missing = []  # every flag to add, so that one relaunch fixes them all
+    if not info.get("enable_return_hidden_states"):
+        missing.append("--enable-return-hidden-states")
+    if not info.get("enable_return_aux_hidden_states"):
+        missing.append(f"--enable-return-aux-hidden-states --speculative-algorithm EAGLE3 "
+                       f"--return-aux-hidden-state-layer-ids {ids}")
+    if not info.get("disable_radix_cache"):
+        missing.append("--disable-radix-cache")
+    if missing:
+        why = []
+        if len(missing) > 1 or "radix" not in missing[0]:
+            why.append("it does not capture the hidden states")
+        if "--disable-radix-cache" in missing:
+            why.append("its radix cache is on (a cached prefix returns no hidden states)")
+        raise PreflightError(f"--url {url}: {' and '.join(why)}; relaunch it with {' '.join(missing)} "
+                             "(hsmon sglang-serve sets them all)")
+    if facts.layer_ids != want:
+        raise PreflightError(f"--url {url}: the server captures SGLang layer ids {facts.layer_ids}, this run "
+                             f"needs {want} (capture points {capture_points} minus 1); relaunch it with "
+                             f"--return-aux-hidden-state-layer-ids {ids}, or pass --layers "
+                             f"{','.join(str(i + 1) for i in facts.layer_ids)}")
+    if int(info.get("pp_size") or 1) > 1:
+        raise PreflightError(f"--url {url}: pipeline parallelism (--pp-size {info.get('pp_size')}) is not "
+                             "supported: only the last stage captures; use --tp-size/--dp-size instead")
+    server_dtype = facts.dtype
+    if server_dtype not in ("auto", dtype, "half" if dtype == "float16" else dtype):
+        raise PreflightError(f"--url {url}: the server computes in {server_dtype}, this run stores {dtype}; "
+                             f"pass --dtype {server_dtype} or relaunch the server with --dtype {dtype}")
+    plugin = facts.plugin
+    if plugin is None:
+        raise PreflightError(f"--url {url}: the hsmon capture plugin is not loaded (needed for the last "
+                             f"layer with --transport {transport}); launch the server with hsmon "
+                             "sglang-serve, or install the plugin in the server's environment "
+                             "(docs/extract.md)")
+    if str(plugin.get("version")) != PLUGIN_VERSION:
+        raise PreflightError(f"--url {url}: the server's hsmon plugin speaks version "
+                             f"{plugin.get('version')}, this client version {PLUGIN_VERSION}; use the same "
+                             "hsmon on both sides")
+    mode = "dump" if transport == "shm" else "pack"
+    if mode not in plugin.get("modes", []):
+        raise PreflightError(f"--url {url}: the server's hsmon plugin has no {mode} mode; upgrade it")
+    if transport == "shm" and dump_dir is not None:
+        root = plugin.get("dump_root")
+        real = os.path.realpath(dump_dir)
+        if root and not (real == os.path.realpath(root) or real.startswith(os.path.realpath(root) + os.sep)):
+            raise PreflightError(f"--dump-dir {dump_dir}: the server accepts dump dirs under {root} only; "
+                                 f"pass --dump-dir {root}/<job>, or relaunch with hsmon sglang-serve "
+                                 "--dump-dir")
+
+
+def check_servers(urls: list[str], capture_points: list[int], transport: str, dtype: str,
+                  dump_dir: str | None, timeout: float = 10.0) -> list[ServerFacts]:
+    """Preflight every URL; all must capture the same layers in the same dtype."""
+    facts = []
+    for url in urls:
+        fact = facts_of(url, fetch_info(url, timeout))
+        check_server(fact, capture_points, transport, dtype, dump_dir)
+        facts.append(fact)
+    return facts
+
+
+def default_concurrency(facts: list[ServerFacts], longest_row: int, transport: str) -> int:
+    """Requests in flight, over all servers: enough to keep each server's batch full, no more.
+
+    With the json transport, a row can be split by chunked prefill when it shares a prefill
+    batch with other rows (the batch's token budget is ``--chunked-prefill-size``), and stock
+    SGLang then drops the middle chunks. So json keeps the rows in flight on one server within
+    that budget; shm (the plugin buffers the pieces) does not need to.
+    """
+    total = 0
+    longest = max(longest_row, 1)
+    for fact in facts:
+        per = 8
+        if fact.max_running_requests:
+            per = min(per, fact.max_running_requests)
+        if fact.max_total_tokens:
+            per = min(per, max(1, fact.max_total_tokens // longest))
+        if transport == "json" and fact.chunked_prefill_size > 0:
+            per = min(per, max(1, fact.chunked_prefill_size // longest))
+        total += max(per, 1)
+    return total

@@ -1,0 +1,320 @@
+"""`hsmon sglang-serve`: start SGLang with the capture flags and hsmon's capture plugin.
+
+Runs in hsmon's environment but never imports sglang (nor torch): it launches
+``PYTHON -m sglang.launch_server`` in SGLang's own environment, with the plugin directory on
+``PYTHONPATH`` (the plugin package and its ``*.dist-info`` whose entry point SGLang's plugin
+loader finds), waits until the server answers, prints its URL, forwards SIGTERM/SIGINT and exits
+with the server's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PLUGIN_ROOT = PACKAGE_DIR / "plugin_root"
+REPO_ROOT = PACKAGE_DIR.parent.parent
+# sgl-kernel has no CPU wheel; a source checkout carries a stand-in (see tests/sglang_stubs).
+CPU_STUBS = REPO_ROOT / "tests" / "sglang_stubs"
+PLUGIN_NAME = "hsmon_capture"
+DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
+CPU_MAX_TOTAL_TOKENS = "8192"
+
+
+class ServeError(ValueError):
+    """Bad options: one line naming the input and the fix."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-path", required=True,
+                        help="the target model directory (Hugging Face layout)")
+    parser.add_argument(
+        "--dump-dir",
+        default=DEFAULT_DUMP_ROOT,
+        help=f"root the plugin may write request dumps under (default {DEFAULT_DUMP_ROOT}); "
+        "clients use a subdirectory per job",
+    )
+    parser.add_argument(
+        "--layers",
+        help="capture points, hsmon's convention (SGLang layer id = point - 1); "
+        "default EAGLE-3's [2, N//2, N-3] from config.json",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument(
+        "--python",
+        help="the Python of SGLang's environment (default: the repository's .sglang-venv if present, "
+        "else `python`)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: cuda when an NVIDIA device node is present, else cpu (adds SGLang's CPU flags)",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=0,
+        help="give up (and stop the server) when it is not ready after this many seconds; 0 = wait",
+    )
+    parser.add_argument(
+        "sglang_args",
+        nargs=argparse.REMAINDER,
+        help="after --: more arguments for sglang.launch_server (e.g. -- --dtype float32 --tp-size 2)",
+    )
+
+
+def default_layers(num_layers: int) -> list[int]:
+    """EAGLE-3's capture points for an N-layer target (as extractor's --layers default)."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def parse_layers(text: str | None, model_path: Path) -> list[int]:
+    """Capture points from ``--layers`` or config.json; ServeError on bad input."""
+    config_file = model_path / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ServeError(
+            f"--model-path {model_path}: cannot read config.json ({exc}); pass a model directory"
+        ) from None
+    config = config.get("text_config", config)
+    num_layers = int(config.get("num_hidden_layers", 0))
+    if not num_layers:
+        raise ServeError(f"{config_file} has no num_hidden_layers; is this a causal-LM directory?")
+    if not text:
+        return default_layers(num_layers)
+    try:
+        points = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ServeError(f"--layers {text!r}: give comma-separated integers, e.g. --layers 2,4,6") from None
+    bad = [p for p in points if not 1 <= p <= num_layers - 1]
+    if not points or bad or len(set(points)) != len(points):
+        raise ServeError(
+            f"--layers {text!r}: capture points must be distinct and lie in 1..{num_layers - 1} "
+            f"for this {num_layers}-layer model (the last layer is always returned after the norm)"
+        )
+    return points
+
+
+def sglang_python(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    venv = REPO_ROOT / ".sglang-venv" / "bin" / "python"
+    return str(venv) if venv.exists() else "python"
+
+
+def on_cpu(device: str) -> bool:
+    if device != "auto":
+        return device == "cpu"
+    return not (Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists())
+
+
+def _given(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def build_command(
+    python: str,
+    model_path: str,
+    capture_points: list[int],
+    host: str,
+    port: int,
+    cpu: bool,
+    extra: list[str],
+) -> list[str]:
+    """The ``sglang.launch_server`` command line with the extraction flags."""
+    cmd = [python, "-m", "sglang.launch_server", "--model-path", model_path]
+    cmd += ["--host", host, "--port", str(port)]
+    cmd += [
+        "--enable-return-hidden-states",
+        "--enable-return-aux-hidden-states",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--return-aux-hidden-state-layer-ids",
+        *[str(p - 1) for p in capture_points],
+        "--disable-radix-cache",
+    ]
+    if cpu:
+        cmd += ["--device", "cpu"]
+        if not _given(extra, "--attention-backend"):
+            cmd += ["--attention-backend", "torch_native"]
+        if not _given(extra, "--max-total-tokens"):
+            cmd += ["--max-total-tokens", CPU_MAX_TOTAL_TOKENS]
+    return cmd + extra
+
+
+def build_env(base: dict[str, str], dump_root: str, cpu: bool) -> dict[str, str]:
+    """SGLang's environment: the plugin on PYTHONPATH (first), its dump root, the CPU engine."""
+    env = dict(base)
+    paths = [str(PLUGIN_ROOT)]
+    if cpu:
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if CPU_STUBS.is_dir():
+            paths.append(str(CPU_STUBS))
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["HSMON_PLUGIN_DUMP_ROOT"] = dump_root
+    allowed = env.get("SGLANG_PLUGINS")
+    if allowed and PLUGIN_NAME not in {x.strip() for x in allowed.split(",")}:
+        env["SGLANG_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
+    return env
+
+
+def plain_launch_line(cmd: list[str], env: dict[str, str], base: dict[str, str]) -> str:
+    """The equivalent shell line (what changed in the environment, then the command)."""
+    changed = [f"{k}={env[k]}" for k in sorted(env) if base.get(k) != env[k]]
+    return " ".join([*changed, *cmd])
+
+
+def _ready(url: str) -> bool:
+    """SGLang answers /health with 200 once its warm-up request went through."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _plugin_loaded(url: str) -> bool:
+    with urllib.request.urlopen(url + "/server_info", timeout=10) as resp:
+        return "hsmon_plugin_version" in json.loads(resp.read())
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = list(args.sglang_args or [])
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    model_path = Path(args.model_path)
+    try:
+        points = parse_layers(args.layers, model_path)
+    except ServeError as exc:
+        print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
+        return 2
+    for flag in ("--enable-radix-cache", "--pp-size", "--model-path", "--port", "--host"):
+        if _given(extra, flag):
+            print(
+                f"hsmon sglang-serve: {flag} after -- conflicts with what sglang-serve sets; "
+                "use sglang-serve's own option or drop it",
+                file=sys.stderr,
+            )
+            return 2
+    python = sglang_python(args.python)
+    if os.sep in python and not Path(python).exists():
+        print(f"hsmon sglang-serve: --python {python} does not exist (make sglang-env builds .sglang-venv)",
+              file=sys.stderr)
+        return 2
+    if os.sep not in python and shutil.which(python) is None:
+        print(f"hsmon sglang-serve: no {python!r} on PATH; pass --python /path/to/sglang-env/bin/python",
+              file=sys.stderr)
+        return 2
+    cpu = on_cpu(args.device)
+    cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra)
+    env = build_env(dict(os.environ), os.path.abspath(args.dump_dir), cpu)
+    print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
+    return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
+
+
+class _Child:
+    """SGLang's main process and what it spawned (scheduler, detokenizer, ...).
+
+    SGLang stays in sglang-serve's process group, so whoever stops sglang-serve's group (a
+    terminal, systemd, a test) stops SGLang too. The descendants are remembered while the main
+    process lives: if it dies first they are orphaned and would otherwise hold the port.
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        import psutil
+
+        self.proc = subprocess.Popen(cmd, env=env)
+        self._psutil = psutil
+        self._known: dict[int, object] = {}
+
+    def remember(self) -> None:
+        with contextlib.suppress(self._psutil.Error):
+            for p in self._psutil.Process(self.proc.pid).children(recursive=True):
+                self._known.setdefault(p.pid, p)
+
+    def signal(self, signum: int) -> None:
+        # To the main process only: it shuts its scheduler and detokenizer down itself
+        # (signalling them all at once makes it report a crashed child first).
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signum)
+
+    def kill_all(self) -> None:
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        for p in self._known.values():
+            with contextlib.suppress(self._psutil.Error):
+                p.kill()  # psutil checks the process is still the one remembered (no pid reuse)
+
+    def stop(self, grace: float = 30) -> None:
+        self.signal(signal.SIGTERM)
+        self.wait_or_kill(grace)
+
+    def wait_or_kill(self, grace: float = 30) -> None:
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            self.proc.wait()
+
+
+def _serve(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
+    child = _Child(cmd, env)
+    proc = child.proc
+    stop = {"signal": 0}
+
+    def forward(signum: int, _frame: object) -> None:
+        if stop["signal"]:  # a second signal: no more waiting
+            child.kill_all()
+        stop["signal"] = signum
+        child.signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        started = time.monotonic()
+        announced = False
+        while proc.poll() is None:
+            child.remember()
+            if not announced and not stop["signal"] and _ready(url):
+                if not _plugin_loaded(url):
+                    print("hsmon sglang-serve: the server runs but the capture plugin did not load; "
+                          "see the server log above", file=sys.stderr, flush=True)
+                    child.stop()
+                    return 1
+                print(f"hsmon sglang-serve: ready at {url}", flush=True)
+                announced = True
+            if not announced and ready_timeout and time.monotonic() - started > ready_timeout:
+                print(f"hsmon sglang-serve: not ready after {ready_timeout:g} s; stopping it",
+                      file=sys.stderr, flush=True)
+                child.stop()
+                return 1
+            if stop["signal"]:
+                child.wait_or_kill()
+                break
+            time.sleep(1.0)
+        return _exit_status(proc.wait())
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        child.kill_all()  # whatever SGLang left behind

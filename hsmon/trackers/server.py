@@ -1,0 +1,349 @@
+"""Server tracker: is the inference server a job talks to up, busy, hung or down, and how loaded.
+
+Each server is looked at by two threads of its own, never by a scrape:
+- liveness and load, every ``interval``: ``/metrics`` (SGLang's own Prometheus text, with
+  ``--enable-metrics``), else ``/model_info``, else ``/v1/models``. These answer without the
+  scheduler, so they tell "the HTTP front is there" and nothing more;
+- a real forward, every ``health_interval``: ``/health_generate`` (a one-token generation; SGLang
+  answers 503 after its own timeout, 20 s by default), never more than one in flight. Server info
+  (``/server_info``: version, capture flags) is read on the same thread once per connect, since it
+  hangs with the scheduler too.
+
+States: ``up``, ``busy`` (the forward answers, slowly), ``hung`` (the front answers, a forward
+does not come back), ``down`` (the front does not answer), ``unknown`` (not looked at yet, or
+not an SGLang server). The pure rules (``server_state``, ``parse_load``) are in server_rules.py;
+the threads here only measure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from hsmon.config import ServerSpec
+from hsmon.state import ServerFacts
+from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server_rules import SERVER_STATES, parse_load, server_state
+
+__all__ = ["SERVER_STATES", "ServerTracker", "parse_load", "server_state"]
+
+log = logging.getLogger("hsmon.server")
+
+LIVENESS_TIMEOUT = 3.0
+LIVENESS_ENDPOINTS = ("/metrics", "/model_info", "/v1/models")
+class _Unreachable(Exception):
+    """The HTTP front did not answer (refused, reset, timed out)."""
+
+
+def http_get(url: str, timeout: float) -> tuple[int, bytes]:
+    """(status, body) of a GET; raises _Unreachable when no HTTP answer came back."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, b""
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise _Unreachable(str(reason) or type(exc).__name__) from None
+
+
+class ServerTracker:
+    """One server, watched by its own threads; ``snapshot`` and ``facts`` read memory only."""
+
+    def __init__(self, spec: ServerSpec, now: float | None = None) -> None:
+        self.spec = spec
+        self.url = spec.url
+        self.watch_start_ts = time.time() if now is None else now
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._connected = threading.Event()  # wakes the forward thread at (re)connect
+        self._threads: list[threading.Thread] = []
+        self.looked = False
+        self.reachable = False
+        self.not_sglang = False
+        self.front_error: str | None = None
+        self.liveness_endpoint: str | None = None
+        self.metrics_enabled: bool | None = None
+        self.metrics_error: str | None = None
+        self.last_seen_ts: float | None = None
+        self.connects_total = 0
+        self.model: str | None = None
+        self.info: dict[str, Any] | None = None
+        self._need_info = False
+        self.load: dict[str, float] = {}
+        self._gen_rate = RateWindow(30.0)
+        self._prompt_rate = RateWindow(30.0)
+        self._counters: tuple[float, float] | None = None
+        self.last_counters_moved_ts: float | None = None
+        self.health_in_flight_since: float | None = None
+        self.health_ok: bool | None = None
+        self.health_latency_s: float | None = None
+        self.health_error: str | None = None
+        self.health_last_ts: float | None = None
+        self.health_last_ok_ts: float | None = None
+        self.health_checks_total = 0
+        self.health_failures_total = 0
+        self._logged_state: str | None = None
+
+    # -- threads --------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._threads:
+            return
+        for target, name in ((self._liveness_loop, "live"), (self._forward_loop, "forward")):
+            thread = threading.Thread(target=target, name=f"hsmon-server-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._connected.set()
+        for thread in self._threads:
+            thread.join(timeout=0.2)  # a forward in flight ends at its own timeout (daemon thread)
+
+    def _liveness_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.look()
+            except Exception:  # a bug here must not end the watch
+                log.exception("server %s: liveness check failed", self.url)
+            self._stop.wait(self.spec.interval)
+
+    def _forward_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                ready = self.reachable and not self.not_sglang
+            if not ready:
+                self._connected.wait(self.spec.interval)
+                self._connected.clear()
+                continue
+            try:
+                self.check_forward()
+            except Exception:
+                log.exception("server %s: forward check failed", self.url)
+            self._stop.wait(self.spec.health_interval)
+
+    # -- measuring (one call each; the threads repeat them) --------------------------------------
+    def look(self) -> None:
+        """Liveness and load of the HTTP front: one cheap request (two when discovering endpoints)."""
+        endpoints = [self.liveness_endpoint] if self.liveness_endpoint else list(LIVENESS_ENDPOINTS)
+        if self.metrics_enabled is False and "/metrics" in endpoints:
+            endpoints.remove("/metrics")
+        status, body, used, error = None, b"", None, None
+        for path in endpoints:
+            try:
+                status, body = http_get(self.url + path, LIVENESS_TIMEOUT)
+            except _Unreachable as exc:
+                error = str(exc)
+                break
+            if status == 200:
+                used = path
+                break
+            if path == "/metrics" and status == 404:
+                self.metrics_enabled = False
+        now = time.time()
+        with self._lock:
+            self.looked = True
+            if error is not None:
+                if self.reachable:
+                    self._disconnect()
+                self.reachable, self.front_error = False, error
+                self._log_state(now)
+                return
+            connect = not self.reachable
+            self.reachable, self.front_error, self.last_seen_ts = True, None, now
+            if used is None:
+                if self.liveness_endpoint is not None:  # it answered before: look afresh next time
+                    self.liveness_endpoint = None
+                    self.metrics_enabled = None
+                else:
+                    self.not_sglang = True
+                self._log_state(now)
+                return
+            self.not_sglang = False
+            self.liveness_endpoint = used
+            if connect:
+                self.connects_total += 1
+                self._need_info = True
+            if used == "/metrics":
+                self.metrics_enabled = True
+                self._apply_metrics(now, body)
+        if connect:
+            self._read_model()
+            self._connected.set()
+        with self._lock:
+            self._log_state(now)
+
+    def _disconnect(self) -> None:
+        """Forget what belonged to the previous process: a restarted server is checked afresh."""
+        self.health_ok = self.health_latency_s = self.health_error = None
+        self.liveness_endpoint = None
+        self.metrics_enabled = None
+        self.load = {}
+        self._counters = None
+
+    def _apply_metrics(self, now: float, body: bytes) -> None:
+        try:
+            load = parse_load(body.decode("utf-8", "replace"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.metrics_error = f"/metrics is not Prometheus text ({exc})"[:200]
+            self.load = {}
+            return
+        self.metrics_error = None
+        self.load = load
+        gen, prompt = load.get("generation_tokens_total"), load.get("prompt_tokens_total")
+        if gen is not None:
+            self._gen_rate.add(now, gen)
+        if prompt is not None:
+            self._prompt_rate.add(now, prompt)
+        counters = (gen or 0.0, prompt or 0.0)
+        if self._counters is not None and counters != self._counters:
+            self.last_counters_moved_ts = now  # requests completed forwards since the last look
+        self._counters = counters
+
+    def _read_model(self) -> None:
+        try:
+            status, body = http_get(self.url + "/model_info", LIVENESS_TIMEOUT)
+            data = json.loads(body) if status == 200 else {}
+        except (_Unreachable, ValueError):
+            return
+        if isinstance(data, dict) and isinstance(data.get("model_path"), str):
+            with self._lock:
+                self.model = data["model_path"]
+
+    def check_forward(self) -> None:
+        """Server info once per connect, then one /health_generate; its latency is recorded."""
+        timeout = self.spec.health_timeout
+        if self._need_info:
+            try:
+                status, body = http_get(self.url + "/server_info", timeout)
+                data = json.loads(body) if status == 200 else None
+            except (_Unreachable, ValueError):
+                data = None
+            if isinstance(data, dict):
+                with self._lock:
+                    self._need_info = False
+                    self.info = {
+                        "version": data.get("version"),
+                        "model": data.get("model_path"),
+                        "tp_size": data.get("tp_size"),
+                        "dp_size": data.get("dp_size"),
+                        "enable_metrics": data.get("enable_metrics"),
+                        "enable_return_hidden_states": data.get("enable_return_hidden_states"),
+                        "enable_return_aux_hidden_states": data.get("enable_return_aux_hidden_states"),
+                        "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
+                        "max_total_tokens": data.get("max_total_tokens"),
+                    }
+        started = time.time()
+        mono = time.monotonic()
+        with self._lock:
+            self.health_in_flight_since = started
+        ok, error = False, None
+        try:
+            status, _ = http_get(self.url + "/health_generate", timeout)
+            ok = status == 200
+            error = None if ok else f"HTTP {status}"
+        except _Unreachable as exc:
+            error = "timed out" if "timed out" in str(exc) else str(exc)
+        latency = time.monotonic() - mono
+        now = time.time()
+        with self._lock:
+            self.health_in_flight_since = None
+            self.health_checks_total += 1
+            self.health_last_ts = now
+            if error == "HTTP 404":
+                self.not_sglang = True  # a front without /health_generate: not a server we can check
+            elif ok:
+                self.health_ok, self.health_latency_s, self.health_error = True, latency, None
+                self.health_last_ok_ts = now
+            else:
+                self.health_failures_total += 1
+                self.health_ok, self.health_latency_s, self.health_error = False, latency, error
+            self._log_state(now)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _state(self, now: float) -> tuple[str, str]:
+        return server_state(
+            now,
+            looked=self.looked,
+            reachable=self.reachable,
+            not_sglang=self.not_sglang,
+            front_error=self.front_error,
+            health_in_flight_since=self.health_in_flight_since,
+            health_ok=self.health_ok,
+            health_latency_s=self.health_latency_s,
+            health_error=self.health_error,
+            health_timeout=self.spec.health_timeout,
+            busy_after=self.spec.busy_after,
+        )
+
+    def _log_state(self, now: float) -> None:
+        """One log line per change of state (a down server does not log every interval)."""
+        state, detail = self._state(now)
+        if state == self._logged_state:
+            return
+        self._logged_state = state
+        level = logging.WARNING if state in ("hung", "down") else logging.INFO
+        log.log(level, "server %s is %s: %s", self.url, state, detail)
+        if state == "up" and self.metrics_enabled is False:
+            log.info("server %s runs without --enable-metrics: no load figures", self.url)
+
+    @property
+    def last_forward_ts(self) -> float | None:
+        """When a forward last completed: a health_generate answered, or the token counters moved."""
+        times = [t for t in (self.health_last_ok_ts, self.last_counters_moved_ts) if t is not None]
+        return max(times) if times else None
+
+    def facts(self, now: float) -> ServerFacts:
+        with self._lock:
+            state, detail = self._state(now)
+            return ServerFacts(self.url, state, detail, self.last_forward_ts, self.watch_start_ts)
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """The ``servers[]`` entry of the status document."""
+        with self._lock:
+            state, detail = self._state(now)
+            load = self.load
+            gauge = load.get("gen_throughput")
+            return {
+                "url": self.url,
+                "state": state,
+                "detail": detail,
+                "model": self.model or (self.info or {}).get("model"),
+                "info": dict(self.info) if self.info else None,
+                "reachable": self.reachable,
+                "liveness_endpoint": self.liveness_endpoint,
+                "last_seen_ts": self.last_seen_ts,
+                "connects_total": self.connects_total,
+                "metrics_enabled": self.metrics_enabled,
+                "metrics_error": self.metrics_error,
+                "health": {
+                    "ok": self.health_ok,
+                    "latency_s": self.health_latency_s,
+                    "error": self.health_error,
+                    "last_ts": self.health_last_ts,
+                    "last_ok_ts": self.health_last_ok_ts,
+                    "in_flight_s": None
+                    if self.health_in_flight_since is None
+                    else max(0.0, now - self.health_in_flight_since),
+                    "checks_total": self.health_checks_total,
+                    "failures_total": self.health_failures_total,
+                },
+                "last_forward_ts": self.last_forward_ts,
+                "load": {
+                    "running": load.get("running"),
+                    "queued": load.get("queued"),
+                    "token_usage": load.get("token_usage"),
+                    "gen_tokens_per_s": gauge if gauge else self._gen_rate.rate() if load else None,
+                    "prompt_tokens_per_s": self._prompt_rate.rate() if load else None,
+                },
+            }

@@ -1,0 +1,104 @@
+"""Pure functions from the status document to the servers/GPUs panel: badges, lines, sparklines.
+
+No Textual here (tested without a terminal); the widget is hsmon/tui/widgets/engine_panel.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from hsmon.tui.view import JobHistory, fmt_rate
+
+BADGES: dict[str, tuple[str, str]] = {
+    "up": ("UP", "bold green"),
+    "busy": ("BUSY", "bold yellow"),
+    "hung": ("HUNG", "bold white on red"),
+    "down": ("DOWN", "bold red"),
+    "unknown": ("?", "grey50"),
+}
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float], width: int) -> str:
+    """The last ``width`` values as block characters scaled to their maximum ('' for none)."""
+    values = values[-width:] if width > 0 else []
+    if not values:
+        return ""
+    top = max(values)
+    if top <= 0:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[min(len(SPARKS) - 1, int(v / top * (len(SPARKS) - 1) + 0.5))] for v in values)
+
+
+def _host(url: str) -> str:
+    return url.split("://", 1)[-1]
+
+
+def server_lines(job: dict[str, Any], history: JobHistory, width: int) -> list[Text]:
+    """Two lines per server: badge, address and figures; then queue and throughput sparklines."""
+    lines = []
+    for srv in job.get("servers") or []:
+        label, style = BADGES.get(str(srv.get("state")), BADGES["unknown"])
+        load = srv.get("load") or {}
+        health = srv.get("health") or {}
+        line = Text(f" {label:<4} ", style=style)
+        line.append(f" {_host(srv['url'])}")
+        figures = []
+        if load.get("running") is not None:
+            figures.append(f"run {load['running']:.0f} queue {load.get('queued') or 0:.0f}")
+        if load.get("gen_tokens_per_s") is not None:
+            figures.append(fmt_rate(load["gen_tokens_per_s"], " tok/s"))
+        if health.get("latency_s") is not None:
+            figures.append(f"fwd {health['latency_s']:.1f}s")
+        if srv.get("state") in ("hung", "down", "unknown") or not figures:
+            figures = [str(srv.get("detail") or "")]
+        rest = "  " + "  ".join(figures)
+        room = width - len(line.plain)
+        line.append(rest if len(rest) <= room else rest[: max(0, room - 1)] + "…")
+        lines.append(line)
+        half = max(4, (width - 16) // 2)
+        queue = list(history.server_queued.get(srv["url"], ()))
+        rate = list(history.server_tokens_per_s.get(srv["url"], ()))
+        spark_line = Text("   queue ", style="grey70")
+        spark_line.append(f"{spark(queue, half):<{half}}", style="bright_blue")
+        spark_line.append(" tok/s ", style="grey70")
+        spark_line.append(spark(rate, half), style="green")
+        lines.append(spark_line)
+    return lines
+
+
+def gpu_lines(gpus: dict[str, Any] | None, width: int) -> list[Text]:
+    """One line per GPU: a utilization bar, memory, power, temperature; or why none are watched."""
+    if not gpus:
+        return []
+    if not gpus.get("available"):
+        reason = str(gpus.get("reason") or "not watched")
+        text = f"GPUs: {reason}"
+        return [Text(text if len(text) <= width else text[: width - 1] + "…", style="grey50")]
+    lines = []
+    for dev in gpus.get("devices") or []:
+        util = dev.get("utilization")
+        used, total = dev.get("memory_used_bytes"), dev.get("memory_total_bytes")
+        tail = f" {'-' if util is None else f'{100 * util:3.0f}%'}"
+        if used is not None and total:
+            tail += f" {used / 2**30:5.1f}/{total / 2**30:.0f}G"
+        if dev.get("power_watts") is not None:
+            tail += f" {dev['power_watts']:4.0f}W"
+        if dev.get("temperature_celsius") is not None:
+            tail += f" {dev['temperature_celsius']}C"
+        head = f"GPU{dev['index']} "
+        bar = max(4, width - len(head) - len(tail))
+        filled = round((util or 0.0) * bar)
+        line = Text(head, style="bold")
+        line.append("━" * filled, style="green" if (util or 0) > 0 else "grey37")
+        line.append("─" * (bar - filled), style="red" if util == 0 else "grey37")
+        line.append(tail)
+        lines.append(line)
+    return lines
+
+
+def has_engine(job: dict[str, Any], gpus: dict[str, Any] | None) -> bool:
+    """Whether the panel has anything to show: servers, or GPUs that NVML reports."""
+    return bool(job.get("servers")) or bool(gpus and gpus.get("available") and gpus.get("devices"))

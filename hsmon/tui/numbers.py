@@ -1,0 +1,108 @@
+"""Numbers and paths as the dashboard prints them: never more than 4 significant digits.
+
+A person reads ``5.444`` and ``26.5%``; ``5.443658351898193`` is noise. Counters keep their
+thousands separators (``34,662``) up to 10,000, then shrink (``34.7k``, ``1.23M``).
+"""
+
+from __future__ import annotations
+
+import math
+
+ELLIPSIS = "…"
+
+
+def _decimals(value: float, sig: int) -> int:
+    """Decimals that give ``value`` ``sig`` significant digits (none for large values)."""
+    return max(0, sig - 1 - math.floor(math.log10(abs(value))))
+
+
+def fmt_num(value: float | None, sig: int = 4, trim: bool = False) -> str:
+    """A measurement with at most ``sig`` significant digits: 5.444, 0.2649, 1,235, 12.3k; '-' unknown.
+    ``trim`` drops trailing zeros (0.002 rather than 0.002000) where no column is aligned."""
+    text = _fmt_num(value, sig)
+    if trim and "." in text and "e" not in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _fmt_num(value: float | None, sig: int) -> str:
+    if value is None or isinstance(value, bool):
+        return "-"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4:
+        return fmt_count(value)
+    if abs(value) < 1e-3:
+        return f"{value:.{max(0, sig - 2)}e}"
+    text = f"{value:,.{_decimals(value, sig)}f}"
+    # 9.9996 rounds up to 10.000: one digit too many
+    return f"{value:,.{max(0, _decimals(float(text.replace(',', '')), sig))}f}"
+
+
+def fmt_count(n: float | None) -> str:
+    """12,345 or 1.23M style for counters; '-' when unknown."""
+    if n is None:
+        return "-"
+    n = float(n)
+    for scale, unit in ((1e9, "G"), (1e6, "M")):
+        if abs(n) >= scale:
+            v = n / scale
+            return (
+                f"{v:.2f}{unit}" if abs(v) < 100 else f"{v:.1f}{unit}" if abs(v) < 1000 else f"{v:,.0f}{unit}"
+            )
+    if abs(n) >= 1e4:
+        return f"{n / 1e3:.1f}k"
+    return f"{n:,.0f}"
+
+
+def fmt_rate(n: float | None, unit: str = "/s") -> str:
+    if n is None:
+        return "-"
+    if abs(n) >= 100:
+        return f"{fmt_count(n)}{unit}"
+    return f"{n:.2f}{unit}" if abs(n) < 10 else f"{n:.1f}{unit}"
+
+
+def fmt_pct(n: float | None) -> str:
+    """A percentage already in 0–100 (CPU): '97%'."""
+    return "-" if n is None else f"{n:.0f}%"
+
+
+def fmt_pct_of(ratio: float | None) -> str:
+    """A ratio 0–1 as a percentage with 3 significant digits: 0.26489 → '26.5%', 0.0412 → '4.12%'."""
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        return "-"
+    pct = float(ratio) * 100
+    if pct == 0 or not math.isfinite(pct):
+        return f"{pct:.0f}%"
+    return f"{pct:.{min(2, _decimals(pct, 3))}f}%"
+
+
+def shorten_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` characters, cut in the middle at directory boundaries, so its
+    start and its last directory stay readable: /tmp/nc/…/demo-out/extract."""
+    if len(path) <= width:
+        return path
+    if width < 2:
+        return ELLIPSIS[: max(width, 0)]
+    parts = path.split("/")
+    last, middle = parts[-1], parts[:-1]
+    if not middle or len(last) + 2 > width:
+        return ELLIPSIS + path[-(width - 1) :]
+
+    def build(h: int, t: int) -> str:
+        head = "/".join(middle[:h]) + "/" if h else ""
+        return f"{head}{ELLIPSIS}/{'/'.join([*middle[len(middle) - t :], last])}"
+
+    h = t = 0
+    first = 2 if middle[0] == "" and len(middle) > 1 else 1  # "/tmp/" rather than "/"
+    if first < len(middle) and len(build(first, 0)) <= width:
+        h = first
+    while h + t + 1 < len(middle) and len(build(h, t + 1)) <= width:
+        t += 1
+    while h + t + 1 < len(middle) and len(build(h + 1, t)) <= width:
+        h += 1
+    return build(h, t)

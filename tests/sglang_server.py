@@ -1,0 +1,189 @@
+"""A real SGLang server on CPU for tests, started through `hsmon sglang-serve`.
+
+Use ``start_sglang_server(...)`` for a server of your own (kill/restart it in a test), or the
+module-scoped ``sglang_server`` fixture (the embedded target, fp32, default capture points)::
+
+    from tests.sglang_server import sglang_server  # noqa: F401  (pytest finds the fixture)
+
+A missing .sglang-venv skips, or fails when HSMON_REQUIRE_SGLANG=1 (as `make test` sets).
+The server runs in its own process group; stop()/kill() end the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SGLANG_PYTHON = ROOT / ".sglang-venv" / "bin" / "python"
+EMBEDDED_MODEL = ROOT / "extractor" / "embedded"
+READY_TIMEOUT = 420.0  # seconds; a CPU server is ready in ~15 s alone, minutes on a loaded machine
+
+
+def sglang_python() -> Path:
+    """SGLang's environment's Python, or skip (fail under HSMON_REQUIRE_SGLANG=1)."""
+    if not SGLANG_PYTHON.exists():
+        if os.environ.get("HSMON_REQUIRE_SGLANG"):
+            raise AssertionError(f"{SGLANG_PYTHON} missing: run `make sglang-env`")
+        pytest.skip("no .sglang-venv (make sglang-env builds it)")
+    return SGLANG_PYTHON
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get_json(url: str, timeout: float = 30) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def post_json(url: str, body: dict, timeout: float = 120) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+@dataclass
+class SGLangServer:
+    """One `hsmon sglang-serve` process (and SGLang's processes under it) on a port."""
+
+    model_dir: Path
+    workdir: Path
+    layers: Sequence[int] | None = None
+    chunked_prefill_size: int | None = None
+    dump_root: Path | None = None
+    extra_args: Sequence[str] = ()
+    dtype: str = "float32"
+    port: int = 0
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+    log: Path | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(self.model_dir),
+               "--port", str(self.port), "--python", str(sglang_python()), "--device", "cpu"]
+        if self.layers:
+            cmd += ["--layers", ",".join(str(p) for p in self.layers)]
+        if self.dump_root is not None:
+            cmd += ["--dump-dir", str(self.dump_root)]
+        cmd += ["--", "--dtype", self.dtype]
+        if self.chunked_prefill_size:
+            cmd += ["--chunked-prefill-size", str(self.chunked_prefill_size)]
+        return cmd + list(self.extra_args)
+
+    def start(self, timeout: float = READY_TIMEOUT) -> SGLangServer:
+        """Start (again, on the same port) and wait until `hsmon sglang-serve` says ready."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("server already running")
+        self.port = self.port or free_port()
+        self.starts += 1
+        self.log = self.workdir / f"sglang-server-{self.port}-{self.starts}.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.setdefault("OMP_NUM_THREADS", "1")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         cwd=self.workdir, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"hsmon sglang-serve exited {self.proc.returncode}:\n{self.tail()}")
+            if "hsmon sglang-serve: ready at" in self.log.read_text(errors="replace"):
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise AssertionError(f"SGLang not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 40) -> str:
+        if self.log is None or not self.log.exists():
+            return ""
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(line[:400] for line in text[-lines:])
+
+    def _signal_group(self, signum: int) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (a server crash)."""
+        self._signal_group(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, grace: float = 30) -> None:
+        """SIGTERM the group, SIGKILL what is left after ``grace`` seconds; idempotent."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+        self._signal_group(signal.SIGKILL)  # SGLang's children, should any outlive their parent
+        self.proc.wait()
+
+    def restart(self, timeout: float = READY_TIMEOUT) -> SGLangServer:
+        self.stop()
+        return self.start(timeout)
+
+    def server_info(self) -> dict:
+        return get_json(self.url + "/server_info")
+
+    def generate(self, body: dict, timeout: float = 120) -> dict:
+        return post_json(self.url + "/generate", body, timeout)
+
+
+def start_sglang_server(
+    model_dir: Path | str,
+    workdir: Path | str,
+    *,
+    layers: Sequence[int] | None = None,
+    chunked_prefill_size: int | None = None,
+    dump_root: Path | str | None = None,
+    extra_args: Sequence[str] = (),
+    dtype: str = "float32",
+    port: int | None = None,
+    timeout: float = READY_TIMEOUT,
+) -> SGLangServer:
+    """Start `hsmon sglang-serve` on a free port and wait until it is ready."""
+    sglang_python()
+    server = SGLangServer(
+        Path(model_dir), Path(workdir), layers=layers, chunked_prefill_size=chunked_prefill_size,
+        dump_root=None if dump_root is None else Path(dump_root), extra_args=tuple(extra_args),
+        dtype=dtype, port=port or 0,
+    )
+    return server.start(timeout)
+
+
+@pytest.fixture(scope="module")
+def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SGLangServer]:
+    """The embedded target (8 layers, hidden 128) in fp32, capture points [2, 4, 5], dump root
+    in a temporary directory; one server per test module."""
+    workdir = tmp_path_factory.mktemp("sglang-server")
+    server = start_sglang_server(EMBEDDED_MODEL, workdir, dump_root=workdir / "dump")
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,173 @@
+"""The server tracker against a REAL SGLang server on CPU (.sglang-venv, started through
+`hsmon sglang-serve` by tests/sglang_server.py), through a real `hsmon daemon`: load while a
+client works, a frozen scheduler (SIGSTOP) read as hung, a killed server read as down and back up
+after a restart (without --enable-metrics), a URL that is not an SGLang server. One server for the
+module; SGLang's own health_generate timeout is shortened to 5 s through its
+SGLANG_HEALTH_CHECK_TIMEOUT. A missing .sglang-venv skips, or fails under HSMON_REQUIRE_SGLANG=1
+(tests/sglang_server.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+from daemon_helpers import TESTS, Daemon, Procs, child_env, free_port, wait_until
+from sglang_server import EMBEDDED_MODEL, SGLangServer, start_sglang_server
+
+SERVER_TIMEOUT = 5  # SGLANG_HEALTH_CHECK_TIMEOUT given to the server
+HEALTH_INTERVAL = 2.0
+HEALTH_TIMEOUT = 5.0  # the daemon's --health-timeout
+# Few running requests and a load log every decode step: the queue builds and SGLang refreshes its
+# running/queued gauges (it does so when it logs a batch).
+LOAD_ARGS = ("--max-running-requests", "2", "--decode-log-interval", "1")
+
+pytestmark = [pytest.mark.slow, pytest.mark.sglang]
+
+
+def scheduler_of(server: SGLangServer) -> psutil.Process:
+    """The `sglang::scheduler` process under the server (the one that runs forwards)."""
+    assert server.proc is not None
+    for child in psutil.Process(server.proc.pid).children(recursive=True):
+        if (child.cmdline() or [""])[0].startswith("sglang::scheduler"):
+            return child
+    raise AssertionError("no sglang::scheduler child")
+
+
+def crash(server: SGLangServer) -> None:
+    """SIGKILL SGLang's processes and `hsmon sglang-serve` (SGLang runs in a session of its own
+    under it, so killing the wrapper's group alone would leave the server running)."""
+    assert server.proc is not None
+    groups = set()
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(server.proc.pid).children(recursive=True):
+            with contextlib.suppress(OSError):
+                groups.add(os.getpgid(child.pid))
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("server")
+    procs = Procs()
+    server = None
+    before = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT")
+    os.environ["SGLANG_HEALTH_CHECK_TIMEOUT"] = str(SERVER_TIMEOUT)  # SGLang reads it at start
+    try:
+        server = start_sglang_server(EMBEDDED_MODEL, tmp, extra_args=(*LOAD_ARGS, "--enable-metrics"))
+        other_port = free_port()  # a plain HTTP server: not SGLang
+        procs.start([sys.executable, "-m", "http.server", str(other_port), "--bind", "127.0.0.1",
+                     "--directory", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        other = f"http://127.0.0.1:{other_port}"
+        events = tmp / "events.jsonl"
+        client = procs.start([sys.executable, str(TESTS / "sglang_load_client.py"), str(events), "client",
+                              server.url, other])
+        daemon = Daemon(procs, tmp, ["--job", "client", "--events", str(events), "--stall-after", "4",
+                                     "--server-interval", "1", "--health-interval", str(HEALTH_INTERVAL),
+                                     "--health-timeout", str(HEALTH_TIMEOUT)], env=child_env())
+        yield {"server": server, "daemon": daemon, "client": client, "other": other}
+    finally:
+        if before is None:
+            os.environ.pop("SGLANG_HEALTH_CHECK_TIMEOUT", None)
+        else:
+            os.environ["SGLANG_HEALTH_CHECK_TIMEOUT"] = before
+        if server is not None:
+            for child in psutil.Process().children(recursive=True):
+                if child.status() == psutil.STATUS_STOPPED:
+                    child.resume()
+            crash(server)
+        procs.close()
+
+
+def server_doc(rig, url=None):
+    servers = rig["daemon"].job("client").get("servers") or []
+    return next((s for s in servers if s["url"] == (url or rig["server"].url)), None)
+
+
+def wait_server(rig, state, timeout, url=None):
+    return wait_until(lambda: (server_doc(rig, url) or {}).get("state") == state and server_doc(rig, url),
+                      timeout, 0.2, what=f"server {state}")
+
+
+def test_up_from_the_start_event_and_load_rises_while_the_client_works(rig):
+    srv = wait_server(rig, "up", 30)
+    assert srv["metrics_enabled"] is True and srv["liveness_endpoint"] == "/metrics"
+    wait_until(lambda: (server_doc(rig) or {}).get("info"), 30, what="server info")
+    srv = server_doc(rig)
+    assert srv["info"]["version"] and srv["model"].endswith("extractor/embedded")
+    peak = {"running": 0.0, "queued": 0.0}
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and not (peak["running"] >= 1 and peak["queued"] >= 1):
+        load = server_doc(rig)["load"]
+        for key in peak:
+            peak[key] = max(peak[key], load.get(key) or 0.0)
+        time.sleep(0.3)
+    assert peak["running"] >= 1 and peak["queued"] >= 1, peak
+    wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running")
+    wait_until(lambda: server_doc(rig)["health"]["latency_s"], 30, what="a health_generate answered")
+    text = urllib.request.urlopen(rig["daemon"].url + "/metrics", timeout=10).read().decode()
+    assert f'hsmon_server_state{{job="client",server="{rig["server"].url}",state="up"}} 1.0' in text
+    assert f'hsmon_server_up{{job="client",server="{rig["server"].url}"}} 1.0' in text
+    assert "hsmon_server_health_generate_seconds{" in text and "hsmon_gpu_available 0.0" in text
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint
+    gpus = rig["daemon"].status()["gpus"]
+    assert gpus["available"] is False and "GPUs are not watched" in gpus["reason"]
+
+
+def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_stalls(rig):
+    wait_server(rig, "up", 30)
+    scheduler = scheduler_of(rig["server"])
+    frozen = time.monotonic()
+    scheduler.suspend()
+    try:
+        wait_server(rig, "hung", 30)
+        took = time.monotonic() - frozen
+        assert took <= HEALTH_TIMEOUT + HEALTH_INTERVAL + 0.5, took
+        srv = server_doc(rig)
+        assert srv["reachable"] is True  # the HTTP front still answers: hung, not down
+        hung = f"server {rig['server'].url} is hung: no forward completed in"
+        job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(hung) and j, 20,
+                         what="job stalled, the server named")  # the next tick after the server turned
+        assert job["state"] == "stalled"
+        assert "server-hung" in {h["id"] for h in job["hints"]}
+    finally:
+        scheduler.resume()
+    print(f"hung seen {took:.1f} s after SIGSTOP")
+    wait_server(rig, "up", 30)
+    wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running again")
+
+
+def test_killed_server_reads_down_then_up_after_a_restart_without_metrics(rig):
+    server = rig["server"]
+    wait_server(rig, "up", 30)
+    crash(server)
+    wait_server(rig, "down", 10)
+    down = f"server {server.url} is down ("
+    job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(down) and j, 20,
+                     what="job stalled, the down server named")
+    assert job["state"] == "stalled"
+    server.extra_args = LOAD_ARGS  # the same server without --enable-metrics
+    server.start()
+    srv = wait_server(rig, "up", 60)
+    assert srv["connects_total"] == 2 and srv["liveness_endpoint"] == "/model_info"
+    assert srv["metrics_enabled"] is False and srv["load"]["running"] is None
+    wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 60, what="client running again")
+
+
+def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
+    srv = server_doc(rig, rig["other"])
+    assert srv["state"] == "unknown" and "not an SGLang server" in srv["detail"]
+    assert rig["daemon"].proc.poll() is None
+    log = rig["daemon"].stderr_path.read_text()
+    assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
+    assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log

@@ -1,0 +1,162 @@
+"""The sglang backend's pure parts without a server: backoff, server pool (pauses, give-up),
+preflight verdicts on server-info documents, default concurrency, dump-dir backpressure and orphans.
+The real-server behaviour is in test_extract_sglang.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from extractor.backends.sglang import preflight
+from extractor.backends.sglang.dumpdir import DumpDir, row_of
+from extractor.backends.sglang.pool import GiveUp, ServerPool, Stopped, backoff_delay
+from extractor.writer import Progress
+from hsmon import events as ev
+
+# What SGLang 0.5.23's /server_info says for `hsmon sglang-serve --layers 2,4,5` (fields used).
+INFO = {"model_path": "m", "enable_return_hidden_states": True, "enable_return_aux_hidden_states": True,
+        "return_aux_hidden_state_layer_ids": [1, 3, 4], "disable_radix_cache": True, "pp_size": 1,
+        "dtype": "float32", "chunked_prefill_size": 4096, "max_running_requests": None,
+        "max_total_tokens": 8192,
+        "hsmon_plugin": {"version": "1", "modes": ["dump", "pack"], "dump_root": "/dev/shm/hsmon"}}
+
+
+def writer() -> tuple[ev.EventWriter, io.StringIO]:
+    stream = io.StringIO()
+    return ev.EventWriter("t", stream=stream), stream
+
+
+def kinds(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_backoff_doubles_with_jitter_and_caps():
+    rng = random.Random(1)
+    for attempt in range(10):
+        want = min(5.0, 0.25 * 2**attempt)
+        got = backoff_delay(attempt, rng=rng)
+        assert 0.5 * want <= got <= want
+    assert backoff_delay(100) <= 5.0
+
+
+def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up(capsys):
+    events, stream = writer()
+    progress = Progress()
+    pool = ServerPool(["http://a", "http://b"], events, progress, threading.Event(), give_up_s=0.2)
+    assert pool.acquire() == "http://a" and pool.acquire() == "http://b" and pool.acquire() == "http://a"
+    for url in ("http://a", "http://b", "http://a"):
+        pool.release(url)
+    pool.failed("http://a", "refused")
+    assert progress.paused is None  # b is still up: no pause, a retry event
+    assert pool.acquire() == "http://b"
+    pool.release("http://b")
+    pool.failed("http://b", "refused")
+    assert progress.paused == "server"
+    pause = [e for e in kinds(stream) if e["kind"] == "pause"]
+    assert len(pause) == 1 and pause[0]["reason"] == "server" and pause[0]["url"] == "http://b"
+    assert sorted(pause[0]["urls"]) == ["http://a", "http://b"]
+    pool.failed("http://a", "refused")  # still down: no second pause
+    assert [e["kind"] for e in kinds(stream)].count("pause") == 1
+    # one line for the human on stderr per pause (issue 13): why, what it waits for, how often
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("hsmon extract: paused (server): no SGLang server answers (") and "refused" in line
+    assert "waiting for one to answer (gives up after 0.2s" in line
+    assert line.endswith("checking with backoff, at most every 5s")
+    pool.succeeded("http://a")
+    assert capsys.readouterr().err.startswith("hsmon extract: resumed (server) after 0s: http://a answers")
+    resume = [e for e in kinds(stream) if e["kind"] == "resume"]
+    assert progress.paused is None and resume[0]["reason"] == "server" and resume[0]["url"] == "http://a"
+    assert "retry" in [e["kind"] for e in kinds(stream)]
+    pool.failed("http://a", "timeout")
+    time.sleep(0.25)
+    with pytest.raises(GiveUp, match=r"no SGLang server answered for .*\(--give-up-after"):
+        pool.failed("http://a", "timeout")
+
+
+def test_pool_wait_honours_a_stop():
+    stop = threading.Event()
+    pool = ServerPool(["http://a"], writer()[0], Progress(), stop)
+    stop.set()
+    with pytest.raises(Stopped):
+        pool.wait(5.0)
+
+
+def check(info: dict, points=(2, 4, 5), transport="shm", dtype="float32", dump_dir="/dev/shm/hsmon/j"):
+    facts = preflight.facts_of("http://s", info)
+    preflight.check_server(facts, list(points), transport, dtype, dump_dir)
+
+
+def test_preflight_accepts_a_fitting_server_and_names_every_missing_flag():
+    check(INFO)
+    with pytest.raises(preflight.PreflightError) as exc:
+        check({**INFO, "disable_radix_cache": False})
+    assert "radix cache is on" in str(exc.value)
+    assert str(exc.value).endswith("(hsmon sglang-serve sets them all)")
+    assert "--disable-radix-cache" in str(exc.value) and "--enable-return" not in str(exc.value)
+    with pytest.raises(preflight.PreflightError, match="--return-aux-hidden-state-layer-ids 0 1 2"):
+        check(INFO, points=(1, 2, 3))
+    with pytest.raises(preflight.PreflightError, match="--dtype bfloat16"):
+        check({**INFO, "dtype": "bfloat16"})
+    with pytest.raises(preflight.PreflightError, match="plugin is not loaded"):
+        check({k: v for k, v in INFO.items() if k != "hsmon_plugin"}, transport="json")
+    with pytest.raises(preflight.PreflightError, match="under /dev/shm/hsmon only"):
+        check(INFO, dump_dir="/tmp/elsewhere")
+    with pytest.raises(preflight.PreflightError, match="pipeline parallelism"):
+        check({**INFO, "pp_size": 2})
+
+
+def test_default_concurrency_keeps_json_rows_within_one_prefill_chunk():
+    facts = [preflight.facts_of("http://s", {**INFO, "chunked_prefill_size": 1000})]
+    assert preflight.default_concurrency(facts, longest_row=300, transport="json") == 3
+    assert preflight.default_concurrency(facts, longest_row=300, transport="shm") == 8
+    two = [*facts, preflight.facts_of("http://t", {**INFO, "max_total_tokens": 1200})]
+    assert preflight.default_concurrency(two, longest_row=300, transport="shm") == 8 + 4
+
+
+def test_dump_dir_orphans_are_kept_by_row_temporaries_removed(tmp_path: Path):
+    d = tmp_path / "dump"
+    d.mkdir()
+    (d / "r5-abcd1234-3.safetensors").write_bytes(b"x")
+    (d / ".r6-abcd1234-4.safetensors.tmp").write_bytes(b"x")
+    (d / "unrelated.txt").write_text("keep")
+    assert row_of("r5-abcd1234-3.safetensors") == 5 and row_of("other.safetensors") is None
+    dump = DumpDir(d, 1 << 20, 0, writer()[0], Progress(), threading.Event())
+    dump.prepare()
+    assert not (d / ".r6-abcd1234-4.safetensors.tmp").exists()
+    assert dump.take_orphan(5) == d / "r5-abcd1234-3.safetensors" and dump.take_orphan(5) is None
+    (d / "r7-ffff0000-1.safetensors").write_bytes(b"late")  # a request that finished after the end
+    dump.clean()
+    assert sorted(p.name for p in d.iterdir()) == ["unrelated.txt"]  # only what is not ours stays
+
+
+def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, capsys):
+    d = tmp_path / "dump"
+    events, stream = writer()
+    progress = Progress()
+    dump = DumpDir(d, max_bytes=100, min_free=0, events=events, progress=progress,
+                   stop_event=threading.Event(), poll_s=0.02)
+    dump.prepare()
+    big = d / "r1-00-1.safetensors"
+    big.write_bytes(b"x" * 500)
+    waiter = threading.Thread(target=dump.wait_for_room)
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive() and progress.paused == "shm"
+    big.unlink()
+    waiter.join(5)
+    assert not waiter.is_alive() and progress.paused is None
+    pause, resume = [e for e in kinds(stream) if e["kind"] in ("pause", "resume")]
+    assert pause["reason"] == "shm" and pause["limit"] == "max_dump_bytes" and pause["dump_bytes"] == 500
+    assert resume["reason"] == "shm" and resume["paused_seconds"] > 0
+    paused, resumed = capsys.readouterr().err.splitlines()  # one stderr line each (issue 13)
+    assert paused == (
+        f"hsmon extract: paused (shm): the dump directory {d} holds 500 B, over --max-dump-bytes 100 B; "
+        "waiting for the server's dump files to be consumed (stop with SIGTERM), checking every 0.02s"
+    )
+    assert resumed.startswith("hsmon extract: resumed (shm) after 0s: room again in ")

@@ -1,0 +1,196 @@
+"""The capture plugin in a REAL SGLang server on CPU, started by `hsmon sglang-serve`.
+
+One server for the module: the embedded target (8 layers, hidden 128) in fp32, capture points
+[2, 4, 5] (SGLang ids 1, 3, 4), chunked prefill of 64 tokens so that a 200-token prompt is split
+in four. Every tensor is compared with transformers' hidden states of the same model.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from tests.sglang_server import EMBEDDED_MODEL, ROOT, start_sglang_server
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+POINTS = [2, 4, 5]
+CHUNK = 64
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("sglang-plugin")
+    srv = start_sglang_server(EMBEDDED_MODEL, workdir, layers=POINTS, chunked_prefill_size=CHUNK,
+                              dump_root=workdir / "dump")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """transformers' (aux [seq, K*H], last [seq, H]) for a list of token ids."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(EMBEDDED_MODEL), dtype=torch.float32).eval()
+
+    def run(ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            states = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+        return torch.cat([states[p][0] for p in POINTS], dim=-1), states[-1][0]
+
+    return run
+
+
+def prompt(n: int, seed: int) -> list[int]:
+    return torch.randint(3, 2048, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def request(ids, rid, hsmon=None) -> dict:
+    params = {"max_new_tokens": 1}
+    if hsmon is not None:
+        params["custom_params"] = {"hsmon": hsmon}
+    return {"input_ids": ids, "rid": rid, "return_hidden_states": True, "sampling_params": params}
+
+
+def test_server_info_announces_the_plugin_and_the_capture_flags(server):
+    info = server.server_info()
+    assert info["hsmon_plugin_version"] == "1"
+    assert info["hsmon_plugin"] == {"version": "1", "sglang_version": "0.5.23", "modes": ["dump", "pack"],
+                                    "dump_root": str(server.dump_root)}
+    assert info["return_aux_hidden_state_layer_ids"] == [p - 1 for p in POINTS]
+    assert info["enable_return_hidden_states"] and info["enable_return_aux_hidden_states"]
+    assert info["disable_radix_cache"] is True and info["chunked_prefill_size"] == CHUNK
+
+
+@pytest.mark.parametrize("n", [30, 200])
+def test_dump_mode_writes_whole_prompts_equal_to_transformers(server, reference, n):
+    ids = prompt(n, seed=n)
+    job = server.dump_root / "job-a"
+    meta = server.generate(request(ids, f"row-{n}", {"dump_dir": str(job)}))["meta_info"]
+    marker = meta["hsmon"][0]
+    file = job / f"row-{n}.safetensors"
+    assert marker == {"mode": "dump", "ok": True, "file": str(file), "tokens": n,
+                      "bytes": file.stat().st_size}
+    assert meta["hidden_states"] == []  # nothing big over HTTP
+    assert not (job / f".row-{n}.safetensors.tmp").exists()
+    aux_ref, last_ref = reference(ids)
+    with safe_open(str(file), framework="pt") as fh:
+        assert fh.metadata() == {"rid": f"row-{n}", "tokens": str(n), "layer_ids": "1,3,4",
+                                 "sglang_version": "0.5.23", "plugin_version": "1"}
+        aux, last = fh.get_tensor("aux_hidden_state"), fh.get_tensor("hidden_state")
+    # n = 200 > --chunked-prefill-size 64: stock SGLang would return only the last 8 rows
+    assert aux.shape == (n, 3 * 128) and last.shape == (n, 128)
+    assert aux.dtype == last.dtype == torch.float32
+    assert (aux - aux_ref).abs().max().item() <= TOL
+    assert (last - last_ref).abs().max().item() <= TOL
+
+
+def test_pack_mode_returns_captured_layers_then_the_last_layer(server, reference):
+    ids = prompt(50, seed=1)
+    meta = server.generate(request(ids, "pack-50", {"pack_last": True}))["meta_info"]
+    assert meta["hsmon"] == [{"mode": "pack", "ok": True, "rows": 50, "width": 4 * 128}]
+    packed = torch.tensor(meta["hidden_states"][0])
+    aux_ref, last_ref = reference(ids)
+    assert packed.shape == (50, 4 * 128)
+    assert (packed - torch.cat([aux_ref, last_ref], dim=-1)).abs().max().item() <= TOL
+
+
+def test_pack_mode_keeps_the_stock_chunked_prefill_row_loss(server):
+    # Documented trap: the json path keeps SGLang's behaviour; the client must see short rows.
+    meta = server.generate(request(prompt(200, seed=2), "pack-200", {"pack_last": True}))["meta_info"]
+    assert len(meta["hidden_states"][0]) == 200 - 3 * CHUNK
+    assert meta["hsmon"][0]["rows"] == 200 - 3 * CHUNK
+
+
+def test_requests_without_opt_in_are_stock(server, reference):
+    ids = prompt(40, seed=3)
+    before = sorted(server.dump_root.rglob("*"))
+    meta = server.generate(request(ids, "plain-40"))["meta_info"]
+    assert "hsmon" not in meta
+    stock = torch.tensor(meta["hidden_states"][0])
+    aux_ref, _ = reference(ids)
+    assert stock.shape == (40, 3 * 128)  # stock aux capture: the captured layers only
+    assert (stock - aux_ref).abs().max().item() <= TOL
+    # and an opted-in request in the same batch does not change its neighbour's answer
+    both = server.generate({
+        "input_ids": [ids, ids], "rid": ["plain-b", "dump-b"], "return_hidden_states": True,
+        "sampling_params": [{"max_new_tokens": 1},
+                            {"max_new_tokens": 1,
+                             "custom_params": {"hsmon": {"dump_dir": str(server.dump_root / "job-b")}}}],
+    })
+    assert "hsmon" not in both[0]["meta_info"] and both[1]["meta_info"]["hsmon"][0]["ok"] is True
+    assert torch.equal(torch.tensor(both[0]["meta_info"]["hidden_states"][0]), stock)
+    assert sorted(server.dump_root.rglob("*")) == sorted(
+        [*before, server.dump_root / "job-b", server.dump_root / "job-b" / "dump-b.safetensors"]
+    )
+
+
+def test_refused_dumps_complete_the_request_and_say_why(server, tmp_path):
+    ids = prompt(20, seed=4)
+    outside = server.generate(request(ids, "out-1", {"dump_dir": str(tmp_path)}))
+    marker = outside["meta_info"]["hsmon"][0]
+    assert marker["ok"] is False and "outside the server's dump root" in marker["error"]
+    assert outside["meta_info"]["finish_reason"] is not None and list(tmp_path.iterdir()) == []
+    bad_rid = server.generate(request(ids, "../etc", {"dump_dir": str(server.dump_root / "j")}))
+    assert "cannot name a dump file" in bad_rid["meta_info"]["hsmon"][0]["error"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_dump_dir_fails_the_dump_not_the_request(server):
+    full = server.dump_root / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(full)], check=True)
+    try:
+        big = server.generate(request(prompt(200, seed=5), "big-1", {"dump_dir": str(full / "job")}))
+        marker = big["meta_info"]["hsmon"][0]
+        assert marker["ok"] is False and marker["errno"] == "ENOSPC", marker
+        assert list((full / "job").iterdir()) == []  # no partial file, no leftover .tmp
+        # the server still serves, and the same dump dir works for a row that fits
+        small = server.generate(request(prompt(10, seed=6), "small-1", {"dump_dir": str(full / "job")}))
+        assert small["meta_info"]["hsmon"][0]["ok"] is True
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
+def test_sglang_serve_refuses_bad_layers_with_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(EMBEDDED_MODEL),
+         "--layers", "2,8"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "hsmon sglang-serve: --layers '2,8': capture points must be distinct and lie in 1..7 for this "
+        "8-layer model (the last layer is always returned after the norm)"
+    ]
+
+
+def test_sigterm_to_sglang_serve_stops_the_whole_server(server):
+    # Last in the module: it ends the module's server (the fixture's stop() is then a no-op).
+    import psutil
+
+    group = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == server.proc.pid]
+    assert len(group) >= 4  # sglang-serve, SGLang's main process, its scheduler and detokenizer
+    server.proc.send_signal(signal.SIGTERM)  # sglang-serve alone, as systemd or a shell would
+    status = server.proc.wait(timeout=60)
+    assert status in (0, 128 + signal.SIGTERM), server.tail()
+    assert "ready at" in server.tail(400)
+    _gone, alive = psutil.wait_procs(group, timeout=30)
+    assert alive == []
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None

@@ -1,0 +1,126 @@
+"""The overview's servers/GPUs panel: its pure lines, the widget driven by the pilot, and snapshots
+at 80x24 and 160x48 from fixed documents (tests/tui_documents.py plus servers and GPUs)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from tui_documents import documents
+
+from hsmon.tui.app import HsmonApp
+from hsmon.tui.engine_view import gpu_lines, server_lines, spark
+from hsmon.tui.sources import FixedSource
+from hsmon.tui.view import JobHistory
+from hsmon.tui.widgets.engine_panel import EnginePanel
+
+GPUS = {
+    "available": True, "reason": None, "last_poll_ts": None,
+    "devices": [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "utilization": 0.97,
+         "memory_used_bytes": 71_468_302_336, "memory_total_bytes": 85_520_809_984, "power_watts": 612.0,
+         "temperature_celsius": 66,
+         "processes": [{"pid": 5000, "used_memory_bytes": 71_000_000_000}], "zero_since_ts": None},
+        {"index": 1, "name": "NVIDIA H100 80GB HBM3", "utilization": 0.0,
+         "memory_used_bytes": 71_468_302_336, "memory_total_bytes": 85_520_809_984, "power_watts": None,
+         "temperature_celsius": 41,
+         "processes": [], "zero_since_ts": 1.0},
+    ],
+}
+
+
+def server(url: str, state: str, step: int) -> dict[str, Any]:
+    up = state == "up"
+    return {
+        "url": url, "state": state,
+        "detail": "/health_generate answered in 1.0 s" if up else
+                  "the HTTP front answers but /health_generate failed (HTTP 503)",
+        "model": "extractor/embedded", "info": {"version": "0.5.23"}, "reachable": True,
+        "liveness_endpoint": "/metrics", "metrics_enabled": True,
+        "health": {"ok": up, "latency_s": 1.02 if up else 5.1},
+        "load": {"running": 2 if up else 0, "queued": (step * 3) % 7 if up else 9, "token_usage": 0.3,
+                 "gen_tokens_per_s": 40.0 + 10 * (step % 4) if up else 0.0, "prompt_tokens_per_s": 300.0},
+    }
+
+
+def engine_documents(count: int = 12) -> list[dict[str, Any]]:
+    docs = documents(count, out="/tmp/hsmon-tui-snapshot/out", model="embedded")
+    for step, doc in enumerate(docs):
+        doc["gpus"] = copy.deepcopy(GPUS)
+        doc["jobs"][0]["servers"] = [server("http://127.0.0.1:30000", "up", step),
+                                     server("http://10.0.0.7:30000", "hung", step)]
+    return docs
+
+
+def test_spark_scales_to_the_maximum_and_keeps_the_last_values():
+    assert spark([0, 1, 2, 4], 10) == "▁▃▅█"
+    assert spark([5, 0, 0], 2) == "▁▁"
+    assert spark([], 5) == "" and spark([0, 0], 5) == "▁▁"
+
+
+def test_server_and_gpu_lines_fit_the_width_and_say_what_matters():
+    history = JobHistory()
+    docs = engine_documents(4)
+    for doc in docs:
+        history.add(doc["jobs"][0], doc["generated_ts"])
+    lines = [t.plain for t in server_lines(docs[-1]["jobs"][0], history, 70)]
+    assert lines[0].startswith(" UP    127.0.0.1:30000  run 2 queue 2  70.0 tok/s  fwd 1.0s")
+    assert lines[1].startswith("   queue ▁▅█▃") and lines[1].endswith(" tok/s ▅▆▇█")
+    assert lines[2].startswith(" HUNG  10.0.0.7:30000  the HTTP front answers but /health_generate")
+    assert all(len(line) <= 70 for line in lines)
+    gpus = [t.plain for t in gpu_lines(GPUS, 70)]
+    assert gpus[0].startswith("GPU0 ━━━━") and gpus[0].endswith(" 97%  66.6/80G  612W 66C")
+    assert gpus[1].startswith("GPU1 ────") and gpus[1].endswith("   0%  66.6/80G 41C")
+    assert all(len(line) == 70 for line in gpus)
+    absent = gpu_lines({"available": False, "reason": "NVML is not usable here (no driver)"}, 30)
+    assert [t.plain for t in absent] == ["GPUs: NVML is not usable here…"]
+
+
+async def _shown(pilot: Pilot, docs: list[dict[str, Any]]) -> None:
+    app = pilot.app
+    for _ in range(200):
+        if app.documents.get(0) is docs[-1] and app.query("JobOverview"):
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.3)
+    app.screen.query_one(EnginePanel).scroll_visible(animate=False)
+    await pilot.pause(0.2)
+    await pilot.wait_for_scheduled_animations()
+
+
+@pytest.mark.asyncio
+async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -> None:
+    docs = engine_documents()
+    app = HsmonApp([FixedSource(docs, label="fixture")])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _shown(pilot, docs)
+        panel = app.screen.query_one(EnginePanel)
+        assert panel.display and panel.region.width <= 80
+        text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+        assert "servers and GPUs" in text and " HUNG " in text and " UP " in text
+        assert "queue" in text and "tok/s" in text
+        assert len(panel.history.server_queued["http://127.0.0.1:30000"]) == len(docs)
+    plain = documents(3)
+    app = HsmonApp([FixedSource(plain, label="fixture")])
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(200):
+            if app.documents.get(0) is plain[-1] and app.query("JobOverview"):
+                break
+            await pilot.pause(0.05)
+        await asyncio.sleep(0.2)
+        assert app.screen.query_one(EnginePanel).display is False
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_engine_panel_snapshot(snap_compare, size: tuple[int, int]) -> None:
+    Path("/tmp/hsmon-tui-snapshot/out").mkdir(parents=True, exist_ok=True)
+    docs = engine_documents()
+
+    async def shown(pilot: Pilot) -> None:
+        await _shown(pilot, docs)
+
+    assert snap_compare(HsmonApp([FixedSource(docs, label="fixture")]), terminal_size=size, run_before=shown)
