@@ -23,7 +23,7 @@ REFERENCE_PROMPTS = [
     ],
     [{"role": "user", "content": "List three colours."}],
 ]
-GREEDY_TOKENS = 24
+GREEDY_TOKENS = 16
 _cache: dict[str, Any] = {}
 
 
