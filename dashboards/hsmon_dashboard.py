@@ -65,17 +65,22 @@ def rows() -> list[tuple[str, list[P]]]:
         ("Job", [
             P("State", [Q(f"max by (instance, job, state) (hsmon_job_state{{{SEL}}}) == 1",
                           f"{WHO}: {{{{state}}}}")],
-              kind="stat", width=8, height=5, text_mode="NAME",
+              kind="stat", width=6, height=5, text_mode="NAME",
               description="The state the daemon decided (docs/daemon.md). The reason and the hints are "
                           "in the status API: click a value.",
               links=[("reason and hints (status API)", "http://${__field.labels.instance}/api/v1/status")]),
+            P("Why: hints now",
+              [Q(f"hsmon_job_hint{{{SEL}}} == 1", f"{WHO}: {{{{hint}}}} ({{{{severity}}}})")],
+              kind="stat", width=8, height=5, text_mode="NAME",
+              description="The hints behind the state (docs/daemon.md): stalled, process-stopped, "
+                          "server-hung, disk-wont-fit, stdout-buffered ..."),
             P("Hints by severity", [Q(f"sum by (instance, job, severity) (hsmon_job_hints{{{SEL}}})",
-                                      f"{WHO} {{{{severity}}}}")], kind="stat", width=8, height=5),
+                                      f"{WHO} {{{{severity}}}}")], kind="stat", width=4, height=5),
             P("Time in current state", [Q(f"time() - hsmon_job_state_since_timestamp_seconds{{{SEL}}}")],
-              unit="s", kind="stat", width=4, height=5),
+              unit="s", kind="stat", width=3, height=5),
             P("State transitions in range",
               [Q(f"sum by (instance, job, state) (increase(hsmon_job_transitions_total{{{SEL}}}[$__range]))",
-                 f"{WHO} → {{{{state}}}}")], kind="stat", width=4, height=5),
+                 f"{WHO} → {{{{state}}}}")], kind="stat", width=3, height=5),
         ]),
         ("Progress", [
             P("Rows", [Q(f"hsmon_rows_done{{{SEL}}}", f"{WHO} done"),

@@ -55,13 +55,16 @@ def run(args: argparse.Namespace) -> int:
     import os
     import sys
 
-    from extractor.shard_env import ShardEnvError, resolve_shard
+    from extractor.shard_env import ShardEnvError, resolve_shard, visible_device_for_rank
 
     try:
         args.shard = resolve_shard(args.shard, os.environ)
+        visible = visible_device_for_rank(args.device, os.environ)
     except ShardEnvError as exc:
         print(f"hsmon extract: {exc}", file=sys.stderr)
         return 2
+    if visible is not None:  # before torch is imported: one GPU per torchrun rank on a host
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     from extractor.run import main
 
     return main(args)

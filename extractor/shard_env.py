@@ -106,3 +106,17 @@ def resolve_shard(explicit: str | None, env: Mapping[str, str]) -> str | None:
                                     "drop --shard or fix the environment")
         return explicit
     return sharded[0].text if sharded else None
+
+
+def visible_device_for_rank(device: str, env: Mapping[str, str]) -> str | None:
+    """Under torchrun with several processes per host and ``--device auto``: the CUDA_VISIBLE_DEVICES
+    that gives this rank its own GPU (LOCAL_RANK-th of those visible), so the ranks of one host do
+    not all load the target onto GPU 0. None: leave the environment as it is."""
+    local = _int(env, "LOCAL_RANK")
+    if device != "auto" or local is None or (_int(env, "LOCAL_WORLD_SIZE") or 1) < 2:
+        return None
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(local)
+    ids = [v for v in visible.split(",") if v.strip()]
+    return ids[local] if local < len(ids) else None

@@ -4,7 +4,8 @@ Catches data made by another engine (vLLM against SGLang), another model revisio
 another dtype, or other layers: the stored tensors are compared per capture point and for the
 last layer with cosine similarity (per token) and max abs difference, under tolerances that fit
 the stored dtype. A server capturing other layers than the data's is refused before any row.
-Exit status: 0 agree, 1 disagree, 2 bad options or a server that cannot serve the check.
+Exit status: 0 agree, 1 disagree, 2 bad options or a server that cannot serve the check (or
+could not re-extract the sample: the message says why).
 """
 
 from __future__ import annotations
@@ -82,21 +83,25 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot tell the data's model or layers from {out}'s manifest; pass --model DIR")
     rows = sorted(manifest.rows)
     sample = sorted(random.Random(args.seed).sample(rows, min(args.sample, len(rows))))
+    import torch
+
+    stored_rows = {r: torch.load(out / manifest.rows[r]["chunk"] / layout.row_file_name(r), weights_only=True)
+                   for r in sample}
+    longest = max(int(d["input_ids"].shape[0]) for d in stored_rows.values())
     try:
-        backend = _backend(backend_name, args, Path(model), layers, dtype)
+        backend = _backend(backend_name, args, Path(model), layers, dtype, longest)
     except Exception as exc:  # includes PreflightError (a UsageError)
         from extractor.prepare import UsageError
 
         if isinstance(exc, UsageError):
             return _fail(str(exc))
         return _fail(f"cannot start the {backend_name} backend: {type(exc).__name__}: {exc}")
-    import torch
-
     per_layer: dict[str, dict[str, float]] = {}
     try:
-        stored_rows = {r: torch.load(out / manifest.rows[r]["chunk"] / layout.row_file_name(r),
-                                     weights_only=True) for r in sample}
         fresh = backend.extract([stored_rows[r]["input_ids"].tolist() for r in sample], rows=sample)
+    except Exception as exc:
+        print(f"hsmon verify-data: cannot re-extract the sample: {exc}", file=sys.stderr, flush=True)
+        return 2
     finally:
         backend.close()
     hidden = next(iter(stored_rows.values()))["hidden_state"].shape[-1]
@@ -141,10 +146,14 @@ def run(args: argparse.Namespace) -> int:
     return 0 if agree else 1
 
 
-def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int], dtype: str) -> Any:
+def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int], dtype: str,
+             longest: int) -> Any:
     from extractor.backends import create_backend
 
     if name == "hf":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
         return create_backend("hf", str(model), capture_points=layers, device="cpu", dtype=dtype)
     from transformers import AutoConfig
 
@@ -160,6 +169,7 @@ def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int]
     dump_dir = args.dump_dir or (f"{DEFAULT_DUMP_ROOT}/verify-{os.getpid()}"
                                  if args.transport == "shm" else None)
     options = SGLangOptions(urls=check_urls(args.against), transport=args.transport, dump_dir=dump_dir,
-                            request_timeout=args.request_timeout, give_up_after=args.request_timeout)
+                            request_timeout=args.request_timeout, give_up_after=args.request_timeout,
+                            longest_row=longest)
     context = RunContext(ev.EventWriter("verify-data", path=os.devnull), Progress(), threading.Event())
     return create_backend("sglang", str(model), context, capture_points=layers, info=info, options=options)

@@ -63,6 +63,8 @@ class MonitorCollector(Collector):
         since = _g("hsmon_job_state_since_timestamp_seconds", "when the job entered its current state")
         trans = _c("hsmon_job_transitions_total", "state transitions, by the state entered", ("job", "state"))
         hints = _g("hsmon_job_hints", "hints the job carries now, by severity", ("job", "severity"))
+        hint = _g("hsmon_job_hint", "1 for each hint the job carries now (why its state)",
+                  ("job", "hint", "severity"))
         stall = _g("hsmon_job_stall_after_seconds", "the job's stall-after setting")
         last_work = _g("hsmon_job_last_work_timestamp_seconds", "when dump files or output last moved")
         kind = _g("hsmon_job_info", "always 1; the job's kind (extract, train, external)", ("job", "kind"))
@@ -75,10 +77,12 @@ class MonitorCollector(Collector):
             _add(since, [name], job.get("state_since_ts"))
             for sev in ("info", "warning", "critical"):
                 hints.add_metric([name, sev], sum(1 for h in job.get("hints", []) if h["severity"] == sev))
+            for h in job.get("hints", []):
+                hint.add_metric([name, h["id"], h["severity"]], 1.0)
             _add(stall, [name], job.get("stall_after_s"))
             _add(last_work, [name], job.get("last_work_ts"))
             kind.add_metric([name, job.get("kind") or "external"], 1.0)
-        yield from (state, since, trans, hints, stall, last_work, kind)
+        yield from (state, since, trans, hints, hint, stall, last_work, kind)
 
         yield from self._progress(jobs)
         yield from self._dump(jobs)

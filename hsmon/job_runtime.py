@@ -103,31 +103,12 @@ class JobRuntime:
             tracker.stop()
 
     def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
-        """The GPUs on which the job's processes (or their children) hold memory, and since when
-        all of them idle."""
-        from hsmon.trackers.gpu import gpus_of, idle_since
+        """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
+        from hsmon.trackers.gpu import job_gpus
 
         if self.gpu is None or not self.gpu.devices:
             return [], None
-        pids: set[int] = set()
-        mono = time.monotonic()
-        for proc in procs:
-            pid = proc["pid"]
-            if not proc["alive"] or pid is None:
-                continue
-            cached = self._gpu_pids.get(pid)
-            if cached is None or mono - cached[0] > 30:  # a server's workers start once
-                import psutil
-
-                try:
-                    kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
-                except psutil.Error:
-                    kids = set()
-                cached = self._gpu_pids[pid] = (mono, kids)
-            pids |= {pid, *cached[1]}
-        devices = self.gpu.devices
-        indices = gpus_of(devices, pids)
-        return indices, idle_since(devices, indices)
+        return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None

@@ -228,63 +228,6 @@ def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decisio
     return Decision("exited", f"{what} ended with no sign of success or failure ({rows})", hints)
 
 
-def _no_forward(snap: Snapshot, server: ServerFacts) -> str:
-    since = server.last_forward_ts or server.watch_start_ts or snap.watch_start_ts
-    return f"no forward completed in {_fmt(max(0.0, snap.now - since))}"
-
-
-def engine_hints(snap: Snapshot) -> list[Hint]:
-    """Advice about the job's servers and GPUs (a job that ended or died needs none)."""
-    hints: list[Hint] = []
-    for server in snap.servers:
-        if server.state == "hung":
-            hints.append(
-                Hint(
-                    "server-hung",
-                    "critical",
-                    f"server {server.url} is hung: {_no_forward(snap, server)} ({server.detail}). "
-                    "Its scheduler is stuck (a collective, a dead GPU, a frozen process): look with "
-                    "`py-spy dump` on its scheduler processes and nvidia-smi, then restart the server; "
-                    "the client resumes where it stopped.",
-                )
-            )
-        elif server.state == "down":
-            hints.append(
-                Hint(
-                    "server-down",
-                    "warning",
-                    f"server {server.url} is down ({server.detail}): the client cannot progress "
-                    "until it is back.",
-                )
-            )
-    alive = any(p.alive and p.status != "zombie" for p in snap.processes)
-    if snap.gpu_indices and snap.gpu_idle_since_ts is not None and alive:
-        idle = max(0.0, snap.now - snap.gpu_idle_since_ts)
-        if idle > snap.stall_after:
-            gpus = ", ".join(str(i) for i in snap.gpu_indices)
-            hints.append(
-                Hint(
-                    "gpu-idle",
-                    "warning",
-                    f"GPU {gpus} of the job's processes at 0 % utilization for {_fmt(idle)} "
-                    f"(stall-after {_fmt(snap.stall_after)}) while they are alive: a hung collective "
-                    "(NCCL) or a stuck scheduler? `py-spy dump` the processes to see where they wait.",
-                )
-            )
-    return hints
-
-
-def _server_blame(snap: Snapshot) -> str | None:
-    """The reason a stalled or paused client waits, when one of its servers explains it."""
-    for state in ("hung", "down"):
-        for server in snap.servers:
-            if server.state == state:
-                if state == "hung":
-                    return f"server {server.url} is hung: {_no_forward(snap, server)}"
-                return f"server {server.url} is down ({server.detail})"
-    return None
-
-
 def decide(snap: Snapshot) -> Decision:
     """The job's state, a one-line reason, and hints."""
     hints = hints_for(snap)
@@ -322,8 +265,10 @@ def decide(snap: Snapshot) -> Decision:
             "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
         )
 
+    from hsmon.state_engine import engine_hints, server_blame  # here: it imports this module
+
     hints += engine_hints(snap)
-    blame = _server_blame(snap)
+    blame = server_blame(snap)
     if snap.paused_reason is not None:
         why = f"the job paused itself (reason: {snap.paused_reason})"
         return Decision("paused", f"{why}; {blame}" if blame else why, hints)

@@ -193,6 +193,9 @@ def test_stall_alert_fires_on_sigstop_and_resolves_on_sigcont(stack: Stack) -> N
     assert alert["labels"]["job"] == "extract" and alert["labels"]["severity"] == "critical"
     assert alert["labels"]["instance"] == stack.target
     assert alert["annotations"]["runbook_url"].endswith("operations.md#hsmonextractionstalled")
+    # the why, as the dashboard shows it: the daemon's hints for the job, by id
+    hints = {r["metric"]["hint"] for r in stack.query('hsmon_job_hint{job="extract"} == 1')}
+    assert {"stalled", "process-stopped"} <= hints, hints
     # the story's job, still working, never alerts
     assert all(a["labels"]["job"] == "extract" for a in stack.alerts("HsmonExtractionStalled"))
     print(f"stall alert fired {fired_after:.1f} s after SIGSTOP (stall_after {STALL_AFTER} s)")

@@ -171,3 +171,32 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
     assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log
+
+
+def test_a_real_sglang_extraction_names_its_server_in_its_start_event(rig, tmp_path):
+    """`hsmon extract --backend sglang` (the real client) and a daemon given no --server: the server
+    comes from the extraction's own start event and is watched."""
+    from extract_helpers import make_dataset, start_extract, wait_for_event
+
+    server = rig["server"]
+    events = tmp_path / "extract.jsonl"
+    data = make_dataset(tmp_path / "rows.jsonl", rows=40, seed=3)
+    procs = Procs()
+    try:
+        args = ("--backend", "sglang", "--url", server.url, "--transport", "json", "--max-length", "60")
+        err = tmp_path / "extract.err"
+        with open(err, "w") as fh:
+            proc = start_extract(data, tmp_path / "out", EMBEDDED_MODEL, *args, events=events, stderr=fh)
+        procs.procs.append(proc)
+        try:
+            start = wait_for_event(events, lambda e: e["kind"] == "start", proc)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{err.read_text()[-2000:]}") from None
+        assert start["urls"] == [server.url]
+        daemon = Daemon(procs, tmp_path, ["--events", str(events), "--server-interval", "1",
+                                          "--health-interval", str(HEALTH_INTERVAL)], env=child_env())
+        watched = wait_until(lambda: daemon.job().get("servers"), 30, what="the start event's server")
+        assert [s["url"] for s in watched] == [server.url]
+        wait_until(lambda: daemon.job()["servers"][0]["state"] == "up", 30, what="its server up")
+    finally:
+        procs.close()

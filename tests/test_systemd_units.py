@@ -79,6 +79,16 @@ def test_security_exposure(root: Path, name: str) -> None:
     assert exposure <= EXPOSURE_LIMITS[name]
 
 
+def test_the_daemon_unit_runs_a_command_hsmon_accepts(root: Path) -> None:
+    argv = shlex.split(unit(root, "hsmon-daemon.service")["Service"]["ExecStart"])
+    assert argv[:2] == [default_hsmon(), "daemon"]
+    module = importlib.import_module("hsmon.daemon")
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[2:])
+    assert args.config == "/etc/hsmon/hsmon.toml" and args.state_log.startswith("/var/lib/hsmon/")
+
+
 def test_units_carry_what_the_issue_asks(root: Path) -> None:
     daemon = unit(root, "hsmon-daemon.service")["Service"]
     assert daemon["User"] == "hsmon" and "--config /etc/hsmon/hsmon.toml" in daemon["ExecStart"]
@@ -97,7 +107,7 @@ def test_units_carry_what_the_issue_asks(root: Path) -> None:
     assert not re.search(r"@[A-Z_]+@", "".join(p.read_text() for p in root.rglob("*") if p.is_file()))
 
 
-@pytest.mark.parametrize("kind", ["extract", "train"])
+@pytest.mark.parametrize("kind", ["extract", "train", "sglang"])
 def test_the_command_a_unit_runs_is_one_hsmon_accepts(root: Path, kind: str) -> None:
     """ExecStart with the example environment file expanded, parsed by the subcommand's parser."""
     env = dict(
@@ -107,12 +117,19 @@ def test_the_command_a_unit_runs_is_one_hsmon_accepts(root: Path, kind: str) -> 
     exec_start = unit(root, f"hsmon-{kind}@.service")["Service"]["ExecStart"].replace("%i", "example")
     exec_start = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: env[m.group(1) or m.group(2)], exec_start)
     argv = shlex.split(exec_start)
-    assert argv[1] == kind
-    module = importlib.import_module({"extract": "extractor.cli", "train": "trainer.cli"}[kind])
+    command = {"extract": "extract", "train": "train", "sglang": "sglang-serve"}[kind]
+    assert argv[0] == default_hsmon() and argv[1] == command
+    module = importlib.import_module(
+        {"extract": "extractor.cli", "train": "trainer.cli", "sglang": "extractor.sglang.serve"}[kind]
+    )
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)
     args = parser.parse_args(argv[2:])
-    assert args.events.endswith("/events.jsonl") and args.job == "example"
+    if kind == "sglang":
+        assert args.dump_dir == "/dev/shm/hsmon" and "--enable-metrics" in args.sglang_args
+        assert args.python == sys.executable
+    else:
+        assert args.events.endswith("/events.jsonl") and args.job == "example"
 
 
 def test_a_daemon_reads_the_installed_config(root: Path, tmp_path: Path) -> None:

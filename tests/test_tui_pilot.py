@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button, Input, OptionList, Static, TabbedContent
+from textual.widgets import Button, Input, Static, TabbedContent
 from tui_documents import documents
 from tui_status_server import StatusServer
 
@@ -23,7 +23,7 @@ from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
 from hsmon.tui.sources import FixedSource, HttpStatusSource
 from hsmon.tui.widgets.connection_bar import ConnectionBar
-from hsmon.tui.widgets.event_log import EventLog
+from hsmon.tui.widgets.event_log import EventLines, EventLog
 from hsmon.tui.widgets.job_header import JobHeader
 
 pytestmark = pytest.mark.asyncio
@@ -90,8 +90,8 @@ async def test_next_previous_and_clicked_tabs() -> None:
 
 def log_text(log: EventLog) -> str:
     """The event log's lines, as shown."""
-    lines = log.query_one("#event-lines", OptionList)
-    return "\n".join(str(lines.get_option_at_index(i).prompt) for i in range(lines.option_count))
+    lines = log.query_one("#event-lines", EventLines)
+    return "\n".join(lines.line_text(i) for i in range(lines.line_count))
 
 
 async def test_event_filter_by_key_and_by_mouse() -> None:
@@ -132,7 +132,7 @@ async def test_enter_or_e_shows_the_whole_event() -> None:
         assert "reject event of extract" in text and '"reason": "too long"' in text and '"row": 2417' in text
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
-        lines = app.screen.query_one("#event-lines", OptionList)
+        lines = app.screen.query_one("#event-lines", EventLines)
         lines.focus()
         await pilot.pause(0.1)
         await pilot.press("home", "down")  # the second line: the chunk
@@ -148,7 +148,7 @@ async def test_help_opens_and_closes() -> None:
     async with running(fixed()) as (app, pilot):
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
-        assert "event log filter" in screen_text(app)
+        assert "event filter" in screen_text(app)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
 

@@ -81,6 +81,33 @@ def gpus_of(devices: Iterable[dict[str, Any]], pids: set[int]) -> list[int]:
     return [d["index"] for d in devices if any(p["pid"] in pids for p in d.get("processes") or [])]
 
 
+def job_gpus(
+    devices: list[dict[str, Any]], procs: list[dict[str, Any]], cache: dict[int, tuple[float, set[int]]]
+) -> tuple[list[int], float | None]:
+    """The GPUs on which these processes (or their children) hold memory, and since when all of them
+    idle. ``cache`` keeps each process's children for 30 s (a server's workers start once)."""
+    import time
+
+    import psutil
+
+    pids: set[int] = set()
+    mono = time.monotonic()
+    for proc in procs:
+        pid = proc["pid"]
+        if not proc["alive"] or pid is None:
+            continue
+        cached = cache.get(pid)
+        if cached is None or mono - cached[0] > 30:
+            try:
+                kids = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+            except psutil.Error:
+                kids = set()
+            cached = cache[pid] = (mono, kids)
+        pids |= {pid, *cached[1]}
+    indices = gpus_of(devices, pids)
+    return indices, idle_since(devices, indices)
+
+
 class GpuTracker:
     """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory."""
 

@@ -97,7 +97,8 @@ class SGLangBackend(Backend):
             orphan = self.dump.take_orphan(row)
             if orphan is not None:
                 try:
-                    states = transports.take_dump(orphan, hidden, captures, self.torch_dtype, len(ids), 0.0)
+                    states = transports.take_dump(orphan, hidden, captures, self.torch_dtype, len(ids), 0.0,
+                                                  [p - 1 for p in self.capture_points])
                     with self._lock:
                         self.stats["orphans_reused"] += 1
                     return states
@@ -161,7 +162,8 @@ class SGLangBackend(Backend):
                                           self._chunk_size[url])
         path = transports.dump_path(payload, url, row)
         try:
-            return transports.take_dump(path, hidden, captures, self.torch_dtype, want, 30.0)
+            return transports.take_dump(path, hidden, captures, self.torch_dtype, want, 30.0,
+                                        [p - 1 for p in self.capture_points])
         except ValueError as exc:
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 

@@ -109,7 +109,8 @@ def wait_for_file(path: Path, timeout: float) -> None:
         delay = min(delay * 2, 0.1)
 
 
-def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int) -> RowStates:
+def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int,
+              layer_ids: list[int] | None = None) -> RowStates:
     """Read and check one dump file: shapes, dtype, token count. ValueError says what is wrong."""
     from safetensors import safe_open
 
@@ -120,6 +121,9 @@ def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: 
             raise ValueError(f"{path.name}: missing tensors (has {sorted(names)})")
         last = fh.get_tensor("hidden_state")
         aux = fh.get_tensor("aux_hidden_state")
+    if layer_ids is not None and meta.get("layer_ids") not in (None, ",".join(map(str, layer_ids))):
+        raise ValueError(f"{path.name}: captured SGLang layer ids {meta.get('layer_ids')}, this run needs "
+                         f"{','.join(map(str, layer_ids))}")
     tokens = int(meta.get("tokens", -1))
     if tokens != want or last.shape != (want, hidden) or aux.shape != (want, captures * hidden):
         raise ValueError(f"{path.name}: {tokens} tokens, hidden_state {list(last.shape)}, aux_hidden_state "
@@ -131,13 +135,13 @@ def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: 
     return RowStates(last, aux)
 
 
-def take_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int,
-              wait_s: float) -> RowStates:
+def take_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int, wait_s: float,
+              layer_ids: list[int] | None = None) -> RowStates:
     """Wait for the file, check it, load it, delete it: its content now lives in the run's memory
     until the writer puts it into its chunk (a crash before that recomputes the row)."""
     wait_for_file(path, wait_s)
     try:
-        return load_dump(path, hidden, captures, dtype, want)
+        return load_dump(path, hidden, captures, dtype, want, layer_ids)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

@@ -6,17 +6,22 @@ opens the whole event.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
+from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import OptionList
-from textual.widgets.option_list import Option
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
-from hsmon.tui.event_text import EVENT_FILTERS, event_line, filtered_events
+from hsmon.tui.event_text import EVENT_FILTERS, event_age, event_summary, filtered_events
 from hsmon.tui.widgets.quiet import QuietStatic
 
 KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "state": "bold cyan",
@@ -42,14 +47,93 @@ class FilterBar(QuietStatic):
             log.which = which
 
 
-class EventLines(OptionList):
-    """The lines themselves; newest at the bottom, kept in view unless a line is highlighted."""
+class EventLines(ScrollView, can_focus=True):
+    """The lines themselves, drawn line by line (only the visible ones): new figures every second
+    redraw this widget alone, never the screen's layout. Up/down/home/end move a highlight,
+    enter or a click opens the line's event."""
 
+    BINDINGS: ClassVar = [
+        Binding("up", "move(-1)", "up", show=False),
+        Binding("down", "move(1)", "down", show=False),
+        Binding("home", "move_to(0)", "first", show=False),
+        Binding("end", "move_to(-1)", "last", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("pagedown", "page(1)", "page down", show=False),
+        Binding("enter", "select", "open", show=False),
+    ]
     DEFAULT_CSS = """
-    EventLines { height: 1fr; border: none; padding: 0; text-wrap: nowrap; text-overflow: ellipsis;
-                 background: transparent; }
-    EventLines:focus { border: none; background-tint: $foreground 3%; }
+    EventLines { height: 1fr; scrollbar-size-horizontal: 0; }
+    EventLines:focus { background-tint: $foreground 3%; }
     """
+
+    class Selected(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    highlighted: reactive[int | None] = reactive(None)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._count = 0
+        self._make: Callable[[int], Text] = lambda index: Text()
+
+    def set_lines(self, count: int, make: Callable[[int], Text], follow: bool) -> None:
+        """Show ``count`` lines, line i being ``make(i)`` (made when drawn: only the visible ones);
+        ``follow`` keeps the newest (last) in view."""
+        self._count, self._make = count, make
+        if self.virtual_size.height != count:
+            self.virtual_size = Size(0, count)
+        if follow:  # once the new height is known
+            self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
+        self.refresh()
+
+    @property
+    def line_count(self) -> int:
+        return self._count
+
+    def line_text(self, index: int) -> str:
+        return self._make(index).plain
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        width = self.scrollable_content_region.width
+        style = self.rich_style
+        if index >= self._count:
+            return Strip.blank(width, style)
+        text = self._make(index)
+        text.truncate(width, overflow="ellipsis")
+        if index == self.highlighted:
+            text.stylize("reverse")
+        strip = Strip(text.render(self.app.console), text.cell_len)
+        return strip.extend_cell_length(width, style).apply_style(style)
+
+    def watch_highlighted(self, index: int | None) -> None:
+        if index is not None:
+            self.scroll_to_region(Region(0, index, 1, 1), animate=False)
+        self.refresh()
+
+    def action_move(self, step: int) -> None:
+        if self._count:
+            start = self._count if self.highlighted is None else self.highlighted
+            self.highlighted = max(0, min(self._count - 1, start + step))
+
+    def action_move_to(self, index: int) -> None:
+        if self._count:
+            self.highlighted = index % self._count
+
+    def action_page(self, pages: int) -> None:
+        self.action_move(pages * max(1, self.scrollable_content_region.height - 1))
+
+    def action_select(self) -> None:
+        if self.highlighted is not None:
+            self.post_message(self.Selected(self.highlighted))
+
+    def on_click(self, event: events.Click) -> None:
+        index = self.scroll_offset.y + event.y
+        if 0 <= index < self._count:
+            self.highlighted = index
+            self.post_message(self.Selected(index))
 
 
 def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
@@ -72,6 +156,7 @@ class EventLog(Vertical):
         self._chosen: list[dict[str, Any]] = []
         self._now: float | None = None
         self._shown: tuple[Any, ...] | None = None
+        self._summaries: dict[tuple[Any, ...], str] = {}
 
     def compose(self) -> ComposeResult:
         yield FilterBar(id="event-filter")
@@ -109,20 +194,24 @@ class EventLog(Vertical):
         keep = _event_key(self._chosen[highlighted]) if highlighted is not None and highlighted < len(
             self._chosen) else None
         self._chosen = chosen
-        options: list[Option] = []
-        for event in chosen:
-            text = Text(event_line(event, self._now), style=KIND_STYLES.get(str(event.get("kind")), ""))
-            options.append(Option(text))
-        if not chosen:
-            what = "" if self.which in ("all", "+heartbeats") else self.which + " "
-            options.append(Option(Text(f"no {what}events yet", style="dim"), disabled=True))
-        lines.clear_options()
-        lines.add_options(options)
+        summaries = {key: self._summaries.get(key) or event_summary(event)
+                     for key, event in zip(map(_event_key, chosen), chosen, strict=True)}
+        self._summaries = summaries  # an event's summary is computed once; only its age moves
+        now = self._now
+        what = "" if self.which in ("all", "+heartbeats") else self.which + " "
+
+        def make(index: int) -> Text:
+            if not chosen:
+                return Text(f"no {what}events yet", style="dim")
+            event = chosen[index]
+            text = Text(f"{event_age(event, now):>7} {summaries[_event_key(event)]}")
+            text.stylize(KIND_STYLES.get(str(event.get("kind")), ""))  # a span: render() drops a base style
+            return text
+
         keys = [_event_key(e) for e in chosen]
-        if keep is not None and keep in keys:
-            lines.highlighted = keys.index(keep)
-        else:
-            lines.call_after_refresh(lines.scroll_end, animate=False, immediate=True)
+        highlight = keys.index(keep) if keep is not None and keep in keys else None
+        lines.set_lines(max(1, len(chosen)), make, follow=highlight is None)
+        lines.highlighted = highlight
 
     def current_event(self) -> dict[str, Any] | None:
         """The highlighted event, else the newest shown."""
@@ -131,10 +220,10 @@ class EventLog(Vertical):
             return self._chosen[highlighted]
         return self._chosen[-1] if self._chosen else None
 
-    def on_option_list_option_selected(self, message: OptionList.OptionSelected) -> None:
+    def on_event_lines_selected(self, message: EventLines.Selected) -> None:
         message.stop()
-        if message.option_index < len(self._chosen):
-            self.open_event(self._chosen[message.option_index])
+        if message.index < len(self._chosen):
+            self.open_event(self._chosen[message.index])
 
     def open_event(self, event: dict[str, Any] | None) -> None:
         from hsmon.tui.screens.event_detail import EventDetailScreen

@@ -147,8 +147,8 @@ def _pack(original: Any, processor: Any, **kwargs: Any) -> int:
     req = kwargs["req"]
     start = kwargs["hidden_state_offset"]
     end = start + kwargs["extend_input_len"]
-    if not kwargs.get("store", True):
-        return original(processor, **kwargs)
+    if not kwargs.get("store", True) or req.return_hidden_states is not True:
+        return original(processor, **kwargs)  # a middle chunk, or return_hidden_states="last"
     aux, last = _rows(kwargs["logits_output"], start, end)
     if last is None:
         _set_marker(req, {"mode": "pack", "ok": False, "error": _NO_LAST})
