@@ -47,7 +47,7 @@ def find_reference(
     if preset != info.get("target"):
         return None, (
             f"the shipped reference drafter is for the {info.get('target')} target; for {preset}, "
-            "docs/train.md has a drafter trained for 10 minutes (bench/drafter_acceptance.py)"
+            f"bench/drafter_acceptance.py --target {preset} trains one for 10 minutes (docs/train.md)"
         )
     if info.get("target_fingerprint") != target_fingerprint(model_dir):
         return None, (
