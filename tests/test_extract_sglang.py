@@ -9,6 +9,7 @@ flags is started for the preflight test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,7 +47,28 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(workdir):
+def plain_server(workdir):
+    """A plain SGLang launch (no capture flags, radix cache on: SGLang's defaults), started first
+    and not waited for, so that its start overlaps the other tests; the preflight test waits."""
+    port = free_port()
+    log = open(workdir / "plain-sglang.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(MODEL), "--device", "cpu",
+         "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native", "--dtype",
+         "float32", "--max-total-tokens", "4096"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1",
+             "PYTHONPATH": str(Path(__file__).parent / "sglang_stubs")})
+    try:
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def server(workdir, plain_server):
     srv = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump")
     try:
         yield srv
@@ -146,7 +169,7 @@ def test_chunked_prefill_json_refuses_short_rows_shm_writes_them_whole(workdir, 
     assert all(d["input_ids"].shape[0] > CHUNK for d in load_output(shm_long).values())
 
 
-def test_preflight_names_the_flags_to_add(workdir, server, data_short):
+def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_short):
     # Wrong layers on the real server: one line naming the flag, exit 2, before any row.
     proc = run_extract(data_short, workdir / "wrong-layers", MODEL, "--layers", "1,2,3",
                        *sglang_args(server, workdir, "json", "x"))
@@ -155,37 +178,24 @@ def test_preflight_names_the_flags_to_add(workdir, server, data_short):
     assert "--return-aux-hidden-state-layer-ids 0 1 2" in proc.stderr
     assert not (workdir / "wrong-layers" / "rows_0-2000").exists()
     # A plain SGLang launch: no capture flags, radix cache on (SGLang's default).
-    port = free_port()
-    log = open(workdir / "plain-sglang.log", "wb")  # noqa: SIM115
-    plain = subprocess.Popen(
-        [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(MODEL), "--device", "cpu",
-         "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native", "--dtype",
-         "float32", "--max-total-tokens", "4096"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": str(Path(__file__).parent / "sglang_stubs")})
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 420
-        while True:
-            proc = run_extract(data_short, workdir / "plain", MODEL, "--backend", "sglang", "--url", url,
-                               "--transport", "json")
-            if "no SGLang server answers" not in proc.stderr and "/health answered" not in proc.stderr:
+    url, plain = plain_server
+    deadline = time.monotonic() + 420
+    while True:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            if resp.status == 200:
                 break
-            assert plain.poll() is None and time.monotonic() < deadline, \
-                (workdir / "plain-sglang.log").read_text()
-            time.sleep(2)
-        last = proc.stderr.strip().splitlines()[-1]
-        assert proc.returncode == 2 and "relaunch it with" in last, proc.stderr
-        assert sum("relaunch" in line for line in proc.stderr.splitlines()) == 1
-        for flag in ("--enable-return-hidden-states", "--enable-return-aux-hidden-states",
-                     "--return-aux-hidden-state-layer-ids 1 3 4", "--disable-radix-cache"):
-            assert flag in proc.stderr, proc.stderr
-        assert "radix cache is on" in proc.stderr
-    finally:
-        os.killpg(plain.pid, signal.SIGKILL)
-        plain.wait()
-        log.close()
+        assert plain.poll() is None and time.monotonic() < deadline, \
+            (workdir / "plain-sglang.log").read_text()
+        time.sleep(1)
+    proc = run_extract(data_short, workdir / "plain", MODEL, "--backend", "sglang", "--url", url,
+                       "--transport", "json")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "relaunch it with" in last, proc.stderr
+    assert sum("relaunch" in line for line in proc.stderr.splitlines()) == 1
+    for flag in ("--enable-return-hidden-states", "--enable-return-aux-hidden-states",
+                 "--return-aux-hidden-state-layer-ids 1 3 4", "--disable-radix-cache"):
+        assert flag in proc.stderr, proc.stderr
+    assert "radix cache is on" in proc.stderr
 
 
 def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, server, data_short, hf_short):

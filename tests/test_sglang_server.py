@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
 
 import pytest
 import torch
@@ -173,6 +175,32 @@ def test_sglang_serve_refuses_bad_layers_with_one_line(tmp_path):
         "hsmon sglang-serve: --layers '2,8': capture points must be distinct and lie in 1..7 for this "
         "8-layer model (the last layer is always returned after the norm)"
     ]
+
+
+def test_a_retry_after_a_client_timeout_mid_prefill_writes_one_whole_file(server, reference):
+    # The client gives up during a many-chunk prefill (SGLang aborts the request on disconnect),
+    # then retries with the same rid, as `hsmon extract` does: the file must hold exactly the
+    # prompt's rows, with nothing left over from the aborted attempt's buffered chunks.
+    ids = prompt(1500, seed=8)  # 24 chunks of 64
+    body = request(ids, "retry-1", {"dump_dir": str(server.dump_root / "job-r")})
+    with pytest.raises(TimeoutError):
+        server.generate(body, timeout=0.2)
+    deadline = time.monotonic() + 180
+    while True:  # until SGLang has finished aborting the first attempt
+        try:
+            meta = server.generate(body, timeout=180)["meta_info"]
+            break
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 400 and "Duplicate request ID" in exc.read().decode(), exc
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    marker = meta["hsmon"][0]
+    assert marker["ok"] is True and marker["tokens"] == 1500, marker
+    aux_ref, last_ref = reference(ids)
+    with safe_open(marker["file"], framework="pt") as fh:
+        assert (fh.get_tensor("aux_hidden_state") - aux_ref).abs().max().item() <= TOL
+        assert (fh.get_tensor("hidden_state") - last_ref).abs().max().item() <= TOL
+    assert sorted(p.name for p in (server.dump_root / "job-r").iterdir()) == ["retry-1.safetensors"]
 
 
 def test_sigterm_to_sglang_serve_stops_the_whole_server(server):
