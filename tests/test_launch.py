@@ -116,6 +116,19 @@ def test_time_limit_and_threads_reach_the_trainer(tmp_path, data_dir):
     assert req is None and "time_limit" in errors["time_limit"] and "whole number" in errors["threads"]
 
 
+def test_target_model_takes_a_preset_name(tmp_path, data_dir, monkeypatch):
+    """`smollm2` reaches `hsmon train --target-model` as a name (the trainer makes the preset);
+    a name that is neither a preset nor a directory is refused, naming the presets."""
+    monkeypatch.chdir(tmp_path)  # no directory called smollm2 here
+    fields = {"data_dir": str(data_dir), "out_dir": str(tmp_path / "drafter")}
+    req, errors = validate_training_request({**fields, "target_model": "smollm2"})
+    assert errors == {} and req is not None and req.target_model == "smollm2"
+    argv = training_argv(req)
+    assert argv[argv.index("--target-model") + 1] == "smollm2"
+    req, errors = validate_training_request({**fields, "target_model": "nosuch"})
+    assert req is None and "nor a preset (embedded, smollm2)" in errors["target_model"]
+
+
 def test_complete_chunks_warning(tmp_path, data_dir):
     assert complete_chunks_warning(data_dir) is None
     unfinished = tmp_path / "unfinished"

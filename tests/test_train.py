@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,15 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from sglang_helpers import assert_sglang_loads_export
 from train_helpers import make_tiny_target, markov_sequences, write_rows
 
 from hsmon.events import iter_events
 from hsmon.layout import MANIFEST_NAME
 from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
-from trainer.evaluate import ngram_draft
+from trainer.speculative import ngram_draft
 
 ROOT = Path(__file__).resolve().parents[1]
-SGLANG_PYTHON = ROOT / ".sglang-venv" / "bin" / "python"
 FAST = ["--threads", "1", "--heartbeat", "0.3"]
 
 torch.set_num_threads(1)
@@ -327,55 +326,10 @@ def test_export_layout(trained):
     )
 
 
-def _sglang_python() -> Path:
-    if not SGLANG_PYTHON.exists():
-        if os.environ.get("HSMON_REQUIRE_SGLANG"):
-            raise AssertionError(f"{SGLANG_PYTHON} missing: run `make sglang-env`")
-        pytest.skip("no .sglang-venv (make sglang-env builds it)")
-    return SGLANG_PYTHON
-
-
 @pytest.mark.slow
 @pytest.mark.sglang
 def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
-    from safetensors.torch import load_file
-
-    python = _sglang_python()
-    export = trained["trained"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "sglang_stubs"), "SGLANG_USE_CPU_ENGINE": "1"}
-    proc = subprocess.run(
-        [str(python), str(ROOT / "tests" / "sglang_checks" / "load_eagle3_export.py"), str(export)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["sglang_class"] == "sglang.srt.models.llama_eagle3.LlamaForCausalLMEagle3"
-    tensors = load_file(export / "model.safetensors")
-    params = report["params"]
-    fills: dict[str, int] = {}
-    for name, shape in report["tensors"].items():
-        received = report["received"][name]
-        if name in ("d2t", "t2d"):
-            continue  # d2t becomes the hot-token map (checked below); SGLang ignores t2d by design
-        assert len(received) == 1, f"{name} was loaded {len(received)} times: {received}"
-        param, shard = received[0]
-        if shard:  # a slice of a fused parameter (qkv, gate_up): rows add up below
-            fills[param] = fills.get(param, 0) + shape[0]
-            assert params[param][1:] == shape[1:], (name, param)
-        elif param == "lm_head.weight":  # SGLang pads the vocabulary dimension
-            assert params[param][1] == shape[1] and params[param][0] >= shape[0]
-        else:
-            assert params[param] == shape, (name, param)
-    for param, rows in fills.items():
-        assert params[param][0] == rows, f"{param}: shards filled {rows} of {params[param][0]} rows"
-    # every parameter was written except the embedding, which SGLang shares from the target
-    assert report["unwritten"] == ["model.embed_tokens.weight"]
-    expected_hot = (tensors["d2t"] + torch.arange(tensors["d2t"].shape[0])).tolist()
-    assert report["hot_token_id"] == expected_hot == tensors["t2d"].nonzero().flatten().tolist()
-    assert report["fc_weight"] == tensors["fc.weight"].float().flatten()[:8].tolist()
+    assert_sglang_loads_export(trained["trained"])
 
 
 @pytest.mark.slow

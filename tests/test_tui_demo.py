@@ -4,6 +4,7 @@ the real TUI in tmux (a 5 s training and one eval prompt, to stay fast), read wi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -51,13 +52,21 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
     accs = re.search(r"held-out accuracy per unroll step +(.+)", out)
     assert accs and all(0 <= float(a) <= 1 for a in accs.group(1).split()), out
     figures = {}
-    for name in ("EAGLE-3", "n-gram"):
-        match = re.search(rf"{name} drafter +depth 1 (\d+\.\d+) +depth 7 (\d+\.\d+)", out)
+    for name, note in (("EAGLE-3", "this demo's"), ("EAGLE-3", "reference drafter: the same command trained"),
+                       ("n-gram", "prompt lookup")):  # fmt: skip
+        match = re.search(rf"{name} drafter +depth 1 (\d+\.\d+) +depth 7 (\d+\.\d+) +{note}", out)
         assert match, out
-        figures[name] = (float(match.group(1)), float(match.group(2)))
+        figures[note] = (float(match.group(1)), float(match.group(2)))
         # one target forward yields at least its own token and at most the 7 drafted plus it
-        assert 1.0 <= figures[name][0] <= 2.0 and 1.0 <= figures[name][1] <= 8.0, figures
+        assert 1.0 <= figures[note][0] <= 2.0 and 1.0 <= figures[note][1] <= 8.0, figures
     assert "outputs equal greedy: yes" in out
+    assert any(line.startswith("  meaning: tokens each verifying target forward yields") for line in lines)
+    # the held-out prompts are requests the target answers, both evaluations saw the same outputs
+    prompts = (tmp_path / "demo" / "heldout-prompts.jsonl").read_text().splitlines()
+    assert len(prompts) == 4 and all("Write a Python function" in p for p in prompts)
+    mine = json.loads((tmp_path / "demo" / "acceptance.json").read_text())
+    ref = json.loads((tmp_path / "demo" / "acceptance-reference.json").read_text())
+    assert mine["greedy_outputs"] == ref["greedy_outputs"] and mine["outputs_match_greedy"]
     assert lines[-1].startswith("demo: OK")
 
 

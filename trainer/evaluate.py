@@ -16,9 +16,10 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainer.speculative import Target, ngram_draft, speculative_decode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts",
         required=True,
         metavar="FILE",
-        help='JSONL of prompts: {"input_ids": [...]} or {"text": "..."} per line',
+        help='JSONL of prompts: {"input_ids": [...]}, {"text": "..."} or {"messages": [...]} '
+        "(rendered with the target's chat template) per line",
     )
     parser.add_argument("--depth", type=int, default=7, help="measure draft depths 1..DEPTH (default 7)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
@@ -65,17 +67,19 @@ class PromptError(ValueError):
     """Unusable prompts file."""
 
 
-@dataclass
-class DecodeResult:
-    tokens: list[int]  # generated tokens (the target's greedy continuation)
-    rounds: int  # verifying target forwards
-    accepted: int  # drafted tokens accepted
-
-
 def read_prompts(
-    path: Path, tokenize: Callable[[str], list[int]] | None, limit: int | None, max_tokens: int
+    path: Path,
+    tokenize: Callable[[str], list[int]] | None,
+    limit: int | None,
+    max_tokens: int,
+    chat: Callable[[list[dict[str, str]]], list[int]] | None = None,
 ) -> list[list[int]]:
-    """Token-id prompts from a JSONL file; a bad line is a PromptError naming it."""
+    """Token-id prompts from a JSONL file; a bad line is a PromptError naming it.
+
+    A line is ``{"input_ids": [...]}``, ``{"text": "..."}``, or a conversation (``"messages"`` or
+    ``"conversations"``) that ``chat`` renders with the target's chat template and its generation
+    prompt, so the target answers it as the assistant.
+    """
     if not path.is_file():
         raise PromptError(f"{path}: no such prompts file; pass a JSONL file with input_ids or text per line")
     prompts = []
@@ -94,8 +98,21 @@ def read_prompts(
                     f"{path}:{number}: text prompt but the target has no tokenizer; give input_ids instead"
                 )
             ids = tokenize(row["text"])
+        elif isinstance(row, dict) and ("messages" in row or "conversations" in row):
+            from extractor.dataset import RowError, normalize_messages
+
+            key = "messages" if "messages" in row else "conversations"
+            if chat is None:
+                raise PromptError(f"{path}:{number}: a conversation but the target has no chat template")
+            try:
+                ids = chat(normalize_messages(row[key], key))
+            except RowError as exc:
+                raise PromptError(f"{path}:{number}: {exc}") from None
         else:
-            raise PromptError(f'{path}:{number}: expected {{"input_ids": [...]}} or {{"text": "..."}}')
+            raise PromptError(
+                f'{path}:{number}: expected {{"input_ids": [...]}}, {{"text": "..."}} '
+                'or {"messages": [...]}'
+            )
         if len(ids) >= 2:
             prompts.append(ids[-max_tokens:])
         if limit and len(prompts) >= limit:
@@ -103,69 +120,6 @@ def read_prompts(
     if not prompts:
         raise PromptError(f"{path}: no prompt with at least 2 tokens")
     return prompts
-
-
-def ngram_draft(tokens: list[int], depth: int, max_n: int) -> list[int]:
-    """Prompt lookup: find the latest earlier occurrence of the longest suffix n-gram (n = max_n..1)
-    and copy what followed it. The copy may run on into the tokens it is proposing, so a repeating
-    pattern is continued to full depth. Empty when no suffix occurred before."""
-    size = len(tokens)
-    for n in range(min(max_n, size - 1), 0, -1):
-        suffix = tokens[size - n :]
-        for start in range(size - n - 1, -1, -1):
-            if tokens[start : start + n] == suffix:
-                extended = list(tokens)
-                for k in range(depth):
-                    extended.append(extended[start + n + k])
-                return extended[size:]
-    return []
-
-
-class Target:
-    """The target in-process: greedy next tokens and the capture-point features of a sequence."""
-
-    def __init__(self, path: Path, capture_points: list[int]) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.points = capture_points
-        self.forwards = 0
-
-    def run(self, tokens: list[int]) -> tuple[Any, Any]:
-        """(greedy next token at every position [L], features [1, L, K*H])."""
-        torch = self.torch
-        self.forwards += 1
-        with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([tokens]), output_hidden_states=True)
-        features = torch.cat([out.hidden_states[p] for p in self.points], dim=-1)
-        return out.logits[0].argmax(-1), features
-
-
-def speculative_decode(
-    target: Target, prompt: list[int], max_new: int, draft: Callable[[list[int], Any], list[int]]
-) -> DecodeResult:
-    """Greedy decoding where ``draft(tokens, features)`` proposes tokens and the target verifies.
-
-    ``tokens`` ends with the target's newest token (its features not computed yet); ``features``
-    cover every earlier position.
-    """
-    greedy, features = target.run(prompt)
-    tokens = [*prompt, int(greedy[-1])]
-    generated, rounds, accepted = 1, 0, 0
-    while generated < max_new:
-        proposal = draft(tokens, features[:, : len(tokens) - 1])[: max_new - generated]
-        greedy, features = target.run(tokens + proposal)
-        base = len(tokens) - 1
-        agree = 0
-        while agree < len(proposal) and int(greedy[base + agree]) == proposal[agree]:
-            agree += 1
-        tokens += [*proposal[:agree], int(greedy[base + agree])]
-        rounds += 1
-        accepted += agree
-        generated += agree + 1
-    return DecodeResult(tokens[len(prompt) :][:max_new], rounds, accepted)
 
 
 def load_drafter(path: Path, target: Path):
@@ -256,6 +210,7 @@ def evaluate(
         "prompts": len(prompts),
         "max_new_tokens": max_new,
         "outputs_match_greedy": True,
+        "greedy_outputs": reference,  # the target's own greedy tokens per prompt (what all variants equal)
     }
     for name, make in (("eagle3", eagle), ("ngram", ngram)):
         per_depth = {}
@@ -320,15 +275,20 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         target_dir = resolve_target(args.target_model)
-        tokenize = None
+        tokenize = chat = None
         try:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(target_dir)
             tokenize = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+            if getattr(tokenizer, "chat_template", None):
+                chat = lambda msgs: list(  # noqa: E731
+                    tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=True)["input_ids"]
+                )
         except Exception:  # a target without a tokenizer: input_ids prompts still work
             tokenize = None
-        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens)
+        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens, chat)
         drafter_dir = Path(args.drafter)
         if not drafter_dir.is_dir():
             raise PromptError(

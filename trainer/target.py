@@ -19,19 +19,19 @@ class TargetError(ValueError):
 
 
 def resolve_target(path: str | None) -> Path:
-    """The target directory given, or the embedded default target (built on first use)."""
-    if path:
-        target = Path(path)
-        if not (target / "config.json").is_file():
-            raise TargetError(f"{target}: no config.json; pass a Hugging Face model directory "
-                              "with --target-model")
-        return target
+    """The target directory given, a preset's (`extractor.targets`: embedded, smollm2), or the
+    embedded default target (built on first use)."""
     try:
-        from extractor.embedded_target import ensure_embedded_target
+        from extractor.targets import ModelUnavailable, resolve_model
     except ImportError as exc:
-        raise TargetError("no --target-model given and the embedded target is not available in this "
-                          "build; pass --target-model DIR") from exc
-    return Path(ensure_embedded_target())
+        if path and (Path(path) / "config.json").is_file():
+            return Path(path)
+        raise TargetError(f"--target-model {path or '(none)'}: presets are not available in this build; "
+                          "pass --target-model DIR") from exc
+    try:
+        return resolve_model(path, "--target-model")
+    except ModelUnavailable as exc:
+        raise TargetError(str(exc)) from None
 
 
 def load_target_config(target: Path) -> dict[str, Any]:

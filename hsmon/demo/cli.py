@@ -18,7 +18,7 @@ from pathlib import Path
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
 from hsmon.demo.pipeline import Pipeline
-from hsmon.demo.prepare import EVAL_PROMPTS
+from hsmon.demo.prepare import EVAL_PROMPTS, PROFILES
 from hsmon.demo.report import finish_eval_in_terminal, headless, summary
 
 
@@ -48,10 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between status lines (headless)")
     parser.add_argument(
+        "--model",
+        choices=sorted(PROFILES),
+        default="embedded",
+        help="target preset: embedded (default, fast) or smollm2 (SmolLM2-135M-Instruct; fewer rows)",
+    )
+    parser.add_argument(
         "--eval-prompts",
         type=int,
-        default=EVAL_PROMPTS,
-        help=f"held-out prompts eval-drafter uses (default {EVAL_PROMPTS})",
+        default=None,
+        help=f"held-out prompts eval-drafter uses (default: the target's, 4 or 3; at most {EVAL_PROMPTS})",
     )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -59,12 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare:
         from hsmon.demo.prepare import prepare
 
-        print(json.dumps(prepare(base)))
+        print(json.dumps(prepare(base, args.model)))
         return 0
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: must be a positive number of seconds")
     if args.train_seconds < 1:
         parser.error(f"--train-seconds {args.train_seconds}: must be at least 1 second")
+    if args.eval_prompts is None:
+        args.eval_prompts = PROFILES[args.model].eval_prompts
     if not 1 <= args.eval_prompts <= EVAL_PROMPTS:
         parser.error(
             f"--eval-prompts {args.eval_prompts}: give 1 to {EVAL_PROMPTS} (the held-out prompts there are)"
@@ -72,14 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
 
     base.mkdir(parents=True, exist_ok=True)
-    print("demo: preparing the target and the sample dataset (first run builds the target) ...", flush=True)
+    print(f"demo: preparing the {args.model} target and the sample dataset (a first run makes the target)",
+          flush=True)  # fmt: skip
+    preparing = time.monotonic()
     made = subprocess.run(
-        [sys.executable, "-m", "hsmon.demo", "--prepare", str(base)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "hsmon.demo", "--prepare", "--model", args.model, str(base)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     if made.returncode != 0:
         print("demo: preparing failed; see the messages above", file=sys.stderr)
         return 1
     setup = json.loads(made.stdout.strip().splitlines()[-1])
+    setup["prepare_seconds"] = time.monotonic() - preparing
+    print(f"demo: prepared in {setup['prepare_seconds']:.1f} s: {setup['model']}", flush=True)
     out, events = base / "extract", base / "events.jsonl"
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(base / "drafter", ignore_errors=True)  # a fresh training, not a resumed one

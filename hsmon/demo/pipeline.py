@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hsmon.demo.prepare import EVAL_DEPTH, EVAL_NEW_TOKENS, EVAL_PROMPTS, TRAIN_FIELDS
+from hsmon.demo.prepare import EVAL_DEPTH, PROFILES
 
 
 def daemon_status(url: str) -> dict[str, Any] | None:
@@ -80,6 +80,7 @@ class Pipeline:
         self.base, self.url, self.token, self.setup = base, url, token, setup
         self.extraction, self.train, self.train_seconds = extraction, train, train_seconds
         self.say, self.on_launched = say, on_launched
+        self.profile = PROFILES[setup.get("preset", "embedded")]
         self.out, self.events = base / "extract", base / "events.jsonl"
         self.drafter = base / "drafter"
         self.phase = "extracting"
@@ -88,7 +89,7 @@ class Pipeline:
         self.ok: bool | None = None
         self.train_pid: int | None = None
         self.eval_proc: subprocess.Popen[str] | None = None
-        self.eval_prompts = EVAL_PROMPTS
+        self.eval_prompts = self.profile.eval_prompts
         self.eval_events = base / "eval-events.jsonl"  # eval-drafter --events: the measurement as a job
         # called with the eval's PID and events file once it runs: the TUI watches it as a job
         self.on_eval_started: Callable[[int, Path], None] = lambda pid, events: None
@@ -138,6 +139,10 @@ class Pipeline:
                 "output": str(self.out),
             }
         ok = self.extraction.returncode == 0 and state == "done" and done is not None
+        if ok and (done["rows_done"] != self.setup["rows"] or done.get("rejects")):
+            self.say(f"demo: the extraction wrote {done['rows_done']} of {self.setup['rows']} rows "
+                     f"({done.get('rejects', 0)} rejected); every row of the sample should pass")  # fmt: skip
+            ok = False
         self.say(
             f"extraction exited {self.extraction.returncode}; the daemon says {state or 'nothing'}: "
             f"{'OK' if ok else 'FAILED'}"
@@ -155,7 +160,7 @@ class Pipeline:
             "out_dir": str(self.drafter),
             "target_model": self.setup["model"],
             "time_limit": f"{self.train_seconds:g}",
-            **TRAIN_FIELDS,
+            **self.profile.train_fields,
         }
         launched = HttpStatusSource(self.url, token=self.token).launch_training(fields)
         if not launched.ok or not launched.job:
@@ -189,42 +194,82 @@ class Pipeline:
             "time_limit_reached": done.get("time_limit_reached"),
             "rows": start.get("rows") if start else None,
             "output": str(self.drafter),
+            "wall_seconds": time.monotonic() - self.phase_started,
         }
+        if done["step"] < 1 or not done.get("eval_accs"):
+            self.say(f"demo: the training ended after {done['step']} steps without a held-out evaluation")
+            return False
         self.say(f"training {job}: the daemon says done: OK")
         return True
 
-    def _evaluate(self) -> bool:
-        self._phase("evaluating")
+    def _eval_drafter(self, drafter: Path, log_name: str, watched: bool = True) -> dict[str, Any] | None:
+        """`hsmon eval-drafter --json` of ``drafter`` on the held-out prompts; None when it failed.
+        ``watched``: announce it through ``on_eval_started`` (the TUI shows it as a job)."""
+        profile = self.profile
         argv = [
             sys.executable, "-m", "hsmon", "eval-drafter",
-            "--drafter", str(self.drafter),
+            "--drafter", str(drafter),
             "--target-model", self.setup["model"],
             "--prompts", self.setup["prompts"],
             "--depth", str(EVAL_DEPTH),
-            "--max-new-tokens", str(EVAL_NEW_TOKENS),
+            "--max-new-tokens", str(profile.eval_new_tokens),
             "--max-prompts", str(self.eval_prompts),
             "--threads", "1",
             "--json",
             "--events", str(self.eval_events),
         ]  # fmt: skip
         self.eval_events.unlink(missing_ok=True)
-        count = min(self.setup["eval_prompts"], self.eval_prompts)
-        self.say(f"demo: hsmon eval-drafter on {count} held-out prompts, depths 1..{EVAL_DEPTH}")
         started = time.monotonic()
-        with open(self.base / "eval.log", "ab") as log:
+        with open(self.base / log_name, "ab") as log:
             self.eval_proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
-            self.on_eval_started(self.eval_proc.pid, self.eval_events)
+            if watched:
+                self.on_eval_started(self.eval_proc.pid, self.eval_events)
             stdout, _ = self.eval_proc.communicate()
         if self.eval_proc.returncode != 0 or self.cancel.is_set():
-            self.say(f"demo: eval-drafter exited {self.eval_proc.returncode}; see {self.base / 'eval.log'}")
-            return False
+            self.say(f"demo: eval-drafter exited {self.eval_proc.returncode}; see {self.base / log_name}")
+            return None
         result = json.loads(stdout.strip().splitlines()[-1])
-        self.results["acceptance"] = {**result, "seconds": time.monotonic() - started}
+        result["seconds"] = time.monotonic() - started
+        if not result["outputs_match_greedy"]:
+            self.say("demo: speculative decoding did not reproduce the target's greedy output")
+            return None
+        return result
+
+    def _evaluate(self) -> bool:
+        from hsmon.demo.reference import find_reference
+
+        self._phase("evaluating")
+        count = min(self.setup["eval_prompts"], self.eval_prompts)
+        self.say(f"demo: hsmon eval-drafter on {count} held-out prompts, depths 1..{EVAL_DEPTH}")
+        result = self._eval_drafter(self.drafter, "eval.log")
+        if result is None:
+            return False
+        self.results["acceptance"] = result
         (self.base / "acceptance.json").write_text(json.dumps(result, indent=1) + "\n")
         lengths = result["acceptance_length"]
         self.say(
             f"acceptance at depth {EVAL_DEPTH}: EAGLE-3 drafter {lengths['eagle3'][str(EVAL_DEPTH)]:.3f}, "
             f"n-gram {lengths['ngram'][str(EVAL_DEPTH)]:.3f} tokens per target forward"
+        )
+        reference, why = find_reference(Path(self.setup["model"]), self.setup.get("preset", "embedded"))
+        self.results["reference_note"] = why
+        if reference is None:
+            self.say(f"demo: {why}")
+            return True
+        self.say(f"demo: {why}: eval-drafter on the same prompts")
+        self.eval_events = self.base / "eval-reference-events.jsonl"  # headless lines follow this one now
+        ref = self._eval_drafter(reference, "eval-reference.log", watched=False)
+        if ref is None:
+            return False
+        same = ref["acceptance_length"]["ngram"] == lengths["ngram"]
+        if not same or ref["greedy_outputs"] != result["greedy_outputs"]:
+            self.say("demo: the two evaluations did not see the same prompts and outputs")
+            return False
+        self.results["reference"] = ref
+        (self.base / "acceptance-reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+        self.say(
+            f"acceptance at depth {EVAL_DEPTH}: reference drafter "
+            f"{ref['acceptance_length']['eagle3'][str(EVAL_DEPTH)]:.3f} tokens per target forward"
         )
         return True
 

