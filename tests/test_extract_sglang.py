@@ -154,6 +154,17 @@ def test_both_transports_equal_hf_and_each_other(workdir, server, data_short, hf
         for key, tensor in data.items():
             assert torch.equal(tensor, outs["shm"][row][key]), f"row {row} {key}: json and shm differ"
     assert not dump_dir(workdir, "short").exists() or not any(dump_dir(workdir, "short").iterdir())
+    # Two --url (two names of the one server: data parallelism as the client sees it): both serve.
+    other_name = server.url.replace("127.0.0.1", "localhost")
+    out = workdir / "two-urls"
+    events = workdir / "two-urls.jsonl"
+    proc = run_extract(data_short, out, MODEL, *SHORT, "--concurrency", "2", "--url", other_name,
+                       *sglang_args(server, workdir, "shm", "two"), events=events)
+    assert proc.returncode == 0, proc.stderr
+    assert events_of(events)[0]["urls"] == [other_name, server.url]
+    per_server = proc.stderr.split("per server: ")[1].splitlines()[0]
+    assert all(int(part.split()[-1]) > 0 for part in per_server.split(", ")), per_server
+    assert_close(out, hf_short, atol=1e-4)
 
 
 def test_chunked_prefill_json_refuses_short_rows_shm_writes_them_whole(workdir, server, data_long, hf_long,

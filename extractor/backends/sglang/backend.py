@@ -175,6 +175,7 @@ class SGLangBackend(Backend):
         if st["requests"]:
             log(f"sglang: {st['requests']} requests ({st['orphans_reused']} dump files reused), request time "
                 f"{st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
-                f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time)")
+                f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time); "
+                f"per server: {', '.join(f'{u} {n}' for u, n in self.pool.served().items())}")
         if self.dump is not None:
             self.dump.clean()

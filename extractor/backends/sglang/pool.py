@@ -34,6 +34,7 @@ class RetryableError(Exception):
 @dataclass
 class _State:
     in_flight: int = 0
+    served: int = 0
     down_since: float | None = None
     last_error: str = ""
     last_retry_event: float = 0.0
@@ -71,6 +72,11 @@ class ServerPool:
             self._state[url].in_flight += 1
             return url
 
+    def served(self) -> dict[str, int]:
+        """Requests answered per server."""
+        with self._lock:
+            return {url: state.served for url, state in self._state.items()}
+
     def release(self, url: str) -> None:
         with self._lock:
             self._state[url].in_flight -= 1
@@ -80,6 +86,7 @@ class ServerPool:
         with self._lock:
             state = self._state[url]
             state.down_since = None
+            state.served += 1
             self._failing_since = None
             paused_at, self._paused_at = self._paused_at, None
         if paused_at is not None:
