@@ -88,7 +88,7 @@ def test_idle_gpus_of_a_live_watched_process_give_the_hint_and_metrics(procs):  
     monitor = Monitor(
         [JobConfig(name="tp", pid=worker.pid, stall_after=1.0)],
         use_watchdog=False,
-        gpu=GpuTracker(nvml=rec, interval=0.01),
+        gpu=GpuTracker(nvml=rec, interval=0.0),  # every tick reads the next frame
     )
     monitor.tick(force_scan=True)  # frame 0: busy
     job = monitor.status_document()["jobs"][0]
