@@ -7,10 +7,13 @@ as before this feature. Recorded servers: a child process replays, on 4 ports, w
 0.5.23 answered (tests/fixtures/sglang_recording/; /health_generate answers 200 after 1 s, as SGLang
 does). Recorded GPUs: tests/fixtures/nvml_recording.json through the pynvml calls the tracker makes.
 Printed: the daemon's CPU (% of one core, and seconds per hour of watching) and its /metrics scrape
-time, with and without. Goals: CPU <= 1 % of a core, scrape time unchanged within noise.
+time, with and without, and the monitor tick's duration (the engine families are rendered by the tick,
+so that a scrape copies bytes: hsmon.engine_metrics). Goals: CPU <= 1 % of a core, scrape time
+unchanged within noise.
 
     python bench/server_watch.py [--seconds 60] [--scrapes 200]
-Ends with: RESULT cpu_pct=... scrape_ms=... scrape_ms_without=... cpu_pct_without=...
+Ends with: RESULT cpu_pct=... scrape_ms=... scrape_ms_without=... cpu_pct_without=... scrape_ratio=...
+tick_ms=... tick_ms_without=...
 """
 
 from __future__ import annotations
@@ -71,11 +74,10 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
     """Child: the daemon's Monitor and HTTP server; prints its URL, serves until stdin closes."""
     sys.path.insert(0, str(REPO / "tests"))
     from nvml_recording import RecordedNvml
-    from prometheus_client import CollectorRegistry
 
     from hsmon.config import JobConfig
     from hsmon.daemon import DaemonServer
-    from hsmon.exporter import MonitorCollector
+    from hsmon.exporter import MetricsEndpoint
     from hsmon.monitor import Monitor
     from hsmon.trackers.gpu import GpuTracker
 
@@ -86,9 +88,7 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
     else:
         gpu = GpuTracker(nvml=RecordedNvml(init_error="Driver Not Loaded"))  # as on a machine without GPUs
     monitor = Monitor([job], use_watchdog=True, gpu=gpu)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorCollector(monitor))
-    server = DaemonServer(("127.0.0.1", 0), monitor, registry, None)
+    server = DaemonServer(("127.0.0.1", 0), monitor, MetricsEndpoint(monitor), None)
     monitor.start()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"http://127.0.0.1:{server.server_address[1]}", flush=True)
@@ -96,10 +96,20 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
     monitor.stop()
 
 
+def tick_ms(body: bytes) -> float:
+    """The daemon's last tick duration (ms) from a /metrics body."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(body.decode()):
+        if family.name == "hsmon_tick_duration_seconds":
+            return family.samples[0].value * 1000
+    raise AssertionError("no hsmon_tick_duration_seconds in /metrics")
+
+
 def measure(
     with_engine: bool, ports: list[int], events: str, seconds: float, scrapes: int
-) -> tuple[float, float]:
-    """(daemon CPU % of a core over ``seconds`` of idle watching, median scrape ms)."""
+) -> tuple[float, float, float]:
+    """(daemon CPU % of a core over ``seconds`` of idle watching, median scrape ms, median tick ms)."""
     mode = "with" if with_engine else "without"
     child = subprocess.Popen(
         [sys.executable, __file__, "--daemon", mode, "--ports", json.dumps(ports), "--events", events,
@@ -114,18 +124,19 @@ def measure(
         time.sleep(seconds)
         cpu1, t1 = sum(proc.cpu_times()[:2]), time.monotonic()
         cpu_pct = 100.0 * (cpu1 - cpu0) / (t1 - t0)
-        times = []
+        times, ticks = [], []
         for _ in range(scrapes):
             start = time.perf_counter()
             with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
                 body = resp.read()
             times.append((time.perf_counter() - start) * 1000)
+            ticks.append(tick_ms(body))
         if with_engine:
             doc = json.loads(urllib.request.urlopen(url + "/api/v1/status", timeout=10).read())
             states = [s["state"] for s in doc["jobs"][0]["servers"]]
             print(f"  {mode}: servers {states}, GPUs {len(doc['gpus']['devices'])}, "
                   f"/metrics {len(body)} bytes")
-        return cpu_pct, statistics.median(times)
+        return cpu_pct, statistics.median(times), statistics.median(ticks)
     finally:
         child.stdin.close()
         child.wait(timeout=30)
@@ -160,8 +171,8 @@ def main() -> None:
                                                 "pid": _sleeper.pid, "rows_total": 10}) + "\n")
             print(f"watching 4 recorded servers (ports {ports}) and 8 recorded GPUs for {a.seconds:.0f} s, "
                   "then none")
-            cpu_with, scrape_with = measure(True, ports, events, a.seconds, a.scrapes)
-            cpu_without, scrape_without = measure(False, ports, events, a.seconds, a.scrapes)
+            cpu_with, scrape_with, tick_with = measure(True, ports, events, a.seconds, a.scrapes)
+            cpu_without, scrape_without, tick_without = measure(False, ports, events, a.seconds, a.scrapes)
     finally:
         recorded.stdin.close()
         recorded.wait(timeout=30)
@@ -172,8 +183,11 @@ def main() -> None:
     print(f"/metrics scrape: {scrape_with:.2f} ms with, {scrape_without:.2f} ms without "
           f"(ratio {scrape_with / scrape_without:.2f}); "
           f"load average {load[0]:.1f} on {psutil.cpu_count()} CPUs")
+    print(f"monitor tick (the engine families render there): {tick_with:.2f} ms with, "
+          f"{tick_without:.2f} ms without, once a second")
     print(f"RESULT cpu_pct={cpu_with:.2f} scrape_ms={scrape_with:.2f} scrape_ms_without={scrape_without:.2f} "
-          f"cpu_pct_without={cpu_without:.2f} scrape_ratio={scrape_with / scrape_without:.2f}")
+          f"cpu_pct_without={cpu_without:.2f} scrape_ratio={scrape_with / scrape_without:.2f} "
+          f"tick_ms={tick_with:.2f} tick_ms_without={tick_without:.2f}")
 
 
 _sleeper: subprocess.Popen[bytes]

@@ -110,11 +110,11 @@ class DaemonServer(ThreadingHTTPServer):
     request_queue_size = 256  # 50+ scrapers connecting at once must not be refused
 
     def __init__(
-        self, address: tuple[str, int], monitor: Any, registry: Any, token: str | None, notifier: Any = None
+        self, address: tuple[str, int], monitor: Any, metrics: Any, token: str | None, notifier: Any = None
     ) -> None:
         super().__init__(address, Handler)
         self.monitor = monitor
-        self.registry = registry
+        self.metrics = metrics  # hsmon.exporter.MetricsEndpoint
         self.token = token
         self.notifier = notifier
         self.launched: dict[str, int] = {}
@@ -142,9 +142,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+            self._send(200, self.server.metrics.render(), CONTENT_TYPE_LATEST)
         elif path == "/api/v1/status":
             self._json(200, self.server.monitor.status_document())
         elif path == "/healthz":
@@ -260,10 +260,8 @@ def run(args: argparse.Namespace) -> int:
     except cfgmod.ConfigError as exc:
         print(f"hsmon daemon: {exc}", file=sys.stderr)
         return 2
-    from prometheus_client import CollectorRegistry
-
     from hsmon import events as ev
-    from hsmon.exporter import MonitorCollector
+    from hsmon.exporter import MetricsEndpoint
     from hsmon.monitor import Monitor
     from hsmon.notify import Notifier
 
@@ -291,10 +289,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"hsmon daemon: {exc}", file=sys.stderr)
             return 2
         monitor.add_listener(notifier)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorCollector(monitor, notifier))
+    metrics = MetricsEndpoint(monitor, notifier)
     try:
-        server = DaemonServer((cfg.host, cfg.port), monitor, registry, token, notifier)
+        server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier)
     except OSError as exc:
         print(
             f"hsmon daemon: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}; pick another --port",

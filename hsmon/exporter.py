@@ -1,5 +1,6 @@
 """Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics at
-scrape time (contract 3: hsmon_ prefix, base units, _total counters, labels job/role only).
+scrape time (contract 3: hsmon_ prefix, base units, _total counters, labels job/role only), plus
+the engine families (servers, GPUs) that the tick thread renders (hsmon.engine_metrics).
 A scrape never touches the filesystem. Every metric is documented in docs/metrics.md."""
 
 from __future__ import annotations
@@ -7,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from hsmon import __version__
+from hsmon.engine_metrics import EngineExposition
 from hsmon.state import STATES
-from hsmon.trackers.server_rules import SERVER_STATES
 
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
 
@@ -90,8 +93,6 @@ class MonitorCollector(Collector):
         yield from self._disk(jobs)
         yield from self._processes(jobs)
         yield from self._events(jobs)
-        yield from self._servers(jobs)
-        yield from self._gpus(doc.get("gpus") or {}, jobs)
         yield from self._extra()
 
     def _progress(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
@@ -244,77 +245,6 @@ class MonitorCollector(Collector):
             _add(last, [job["job"]], e.get("last_event_ts"))
         yield from (lines, bad, last)
 
-    def _servers(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
-        labels = ("job", "server")
-        up = _g("hsmon_server_up", "1 when the server's HTTP front answers", labels)
-        state = _g(
-            "hsmon_server_state", "1 for the server's state (up busy hung down unknown)", (*labels, "state")
-        )
-        latency = _g(
-            "hsmon_server_health_generate_seconds", "how long the last /health_generate took", labels
-        )
-        failures = _c(
-            "hsmon_server_health_generate_failures_total", "/health_generate that failed or timed out", labels
-        )
-        forward = _g(
-            "hsmon_server_last_forward_timestamp_seconds",
-            "when a forward last completed on the server",
-            labels,
-        )
-        info = InfoMetricFamily("hsmon_server", "the server's model and version", labels=list(labels))
-        loads = {
-            "running": _g("hsmon_server_running_requests", "requests the server is running", labels),
-            "queued": _g("hsmon_server_queued_requests", "requests waiting in the server's queue", labels),
-            "token_usage": _g("hsmon_server_token_usage_ratio", "KV cache in use (0-1)", labels),
-            "gen_tokens_per_s": _g(
-                "hsmon_server_generation_tokens_per_second", "tokens generated per second", labels
-            ),
-            "prompt_tokens_per_s": _g(
-                "hsmon_server_prompt_tokens_per_second", "prompt tokens processed per second", labels
-            ),
-        }
-        for job in jobs:
-            for srv in job.get("servers") or []:
-                label = [job["job"], srv["url"]]
-                up.add_metric(label, 1.0 if srv.get("reachable") else 0.0)
-                for s in SERVER_STATES:
-                    state.add_metric([*label, s], 1.0 if srv.get("state") == s else 0.0)
-                health = srv.get("health") or {}
-                _add(latency, label, health.get("latency_s"))
-                _add(failures, label, health.get("failures_total"))
-                _add(forward, label, srv.get("last_forward_ts"))
-                if srv.get("model") or (srv.get("info") or {}).get("version"):
-                    info.add_metric(
-                        label,
-                        {
-                            "model": str(srv.get("model") or ""),
-                            "version": str((srv.get("info") or {}).get("version") or ""),
-                        },
-                    )
-                for key, fam in loads.items():
-                    _add(fam, label, (srv.get("load") or {}).get(key))
-        yield from (up, state, latency, failures, forward, info, *loads.values())
-
-    def _gpus(self, gpus: dict[str, Any], jobs: list[dict[str, Any]]) -> Iterator[Any]:
-        available = _g("hsmon_gpu_available", "1 when NVML answers (0: no driver or no nvidia-ml-py)", ())
-        available.add_metric([], 1.0 if gpus.get("available") else 0.0)
-        labels = ("gpu",)
-        fams = {
-            "utilization": _g("hsmon_gpu_utilization_ratio", "GPU utilization (0-1)", labels),
-            "memory_used_bytes": _g("hsmon_gpu_memory_used_bytes", "GPU memory in use", labels),
-            "memory_total_bytes": _g("hsmon_gpu_memory_total_bytes", "GPU memory in all", labels),
-            "power_watts": _g("hsmon_gpu_power_watts", "GPU power draw", labels),
-            "temperature_celsius": _g("hsmon_gpu_temperature_celsius", "GPU temperature", labels),
-        }
-        for dev in gpus.get("devices") or []:
-            for key, fam in fams.items():
-                _add(fam, [str(dev["index"])], dev.get(key))
-        used = _g("hsmon_job_gpu", "1 for each GPU on which the job's processes hold memory", ("job", "gpu"))
-        for job in jobs:
-            for index in (job.get("gpu") or {}).get("indices") or []:
-                used.add_metric([job["job"], str(index)], 1.0)
-        yield from (available, *fams.values(), used)
-
     def _extra(self) -> Iterator[Any]:
         if self.extra is None:
             return
@@ -323,3 +253,19 @@ class MonitorCollector(Collector):
         sent.add_metric([], getattr(self.extra, "sent_total", 0))
         failed.add_metric([], getattr(self.extra, "failed_total", 0))
         yield from (sent, failed)
+
+
+class MetricsEndpoint:
+    """What /metrics serves: the job families collected at scrape time, then the engine families as
+    the last tick rendered them. Registers its engine renderer as a tick listener of ``monitor``."""
+
+    def __init__(self, monitor: Any, extra: Any = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(MonitorCollector(monitor, extra))
+        self.engine = EngineExposition(monitor)
+        monitor.add_tick_listener(self.engine.refresh)
+        self.engine.refresh()
+
+    def render(self) -> bytes:
+        """The whole exposition in the Prometheus text format."""
+        return generate_latest(self.registry) + self.engine.text()

@@ -7,7 +7,7 @@ when watchdog logs an inotify queue overflow), and decides each job's state with
 
 Stable API (the TUI uses it in-process):
     Monitor(jobs=None, *, scan_interval=2.0, tick_interval=1.0, use_watchdog=True, source="daemon")
-    add_job(JobConfig), remove_job(name), job_names(), start(), stop(), tick(),
+    add_job(JobConfig), remove_job(name), job_names(), start(), stop(), tick(), add_tick_listener(fn),
     status_document() -> dict, job_pid(name) -> int | None
 """
 
@@ -69,6 +69,7 @@ class Monitor:
         self._tick_lock = threading.Lock()
         self._jobs: dict[str, JobRuntime] = {}
         self._listeners: list[TransitionListener] = []
+        self._tick_listeners: list[Callable[[], None]] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._scan_requested = threading.Event()
@@ -133,6 +134,10 @@ class Monitor:
         """``listener(job_doc, previous_state)`` after every tick for every job; previous_state is
         not None only when the state just changed."""
         self._listeners.append(listener)
+
+    def add_tick_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` at the end of every tick, in the tick's thread (the engine metrics render)."""
+        self._tick_listeners.append(listener)
 
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -223,6 +228,11 @@ class Monitor:
                     except Exception:
                         log.exception("state listener failed")
             self.ticks_total += 1
+            for tick_listener in self._tick_listeners:
+                try:
+                    tick_listener()
+                except Exception:
+                    log.exception("tick listener failed")
             self.tick_seconds_last = time.perf_counter() - started
 
     def _log_transition(self, runtime: JobRuntime, previous: str) -> None:

@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 from daemon_helpers import REPO, STORY, child_env
-from prometheus_client import CollectorRegistry, generate_latest
 
 from hsmon.config import JobConfig
-from hsmon.exporter import MonitorCollector
+from hsmon.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
 
@@ -48,9 +47,8 @@ def test_every_exported_metric_is_documented(tmp_path):
         use_watchdog=False,
     )
     monitor.tick(force_scan=True)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorCollector(monitor, Notifier("http://127.0.0.1:9/")))
-    names = set(re.findall(r"^# TYPE (\S+)", generate_latest(registry).decode(), re.M))
+    metrics = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/"))
+    names = set(re.findall(r"^# TYPE (\S+)", metrics.render().decode(), re.M))
     with open(REPO / "docs" / "metrics.md") as fh:
         documented = set(re.findall(r"`(hsmon_[a-z_]+)`", fh.read()))
     assert len(names) > 50

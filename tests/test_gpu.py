@@ -11,10 +11,9 @@ import time
 
 from daemon_helpers import child_env, procs  # noqa: F401
 from nvml_recording import RecordedNvml
-from prometheus_client import CollectorRegistry, generate_latest
 
 from hsmon.config import JobConfig
-from hsmon.exporter import MonitorCollector
+from hsmon.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.trackers.gpu import GpuTracker, gpus_of, idle_since
 
@@ -28,9 +27,7 @@ def test_no_driver_here_is_said_once_and_the_monitor_works(caplog):
     assert gpus["available"] is False and gpus["devices"] == []
     assert "NVML" in gpus["reason"] and "GPUs are not watched" in gpus["reason"]
     assert len([r for r in caplog.records if r.name == "hsmon.gpu"]) == 1
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorCollector(monitor))
-    text = generate_latest(registry).decode()
+    text = MetricsEndpoint(monitor).render().decode()
     assert "hsmon_gpu_available 0.0" in text and "hsmon_gpu_utilization_ratio{" not in text
 
 
@@ -101,10 +98,33 @@ def test_idle_gpus_of_a_live_watched_process_give_the_hint_and_metrics(procs):  
     job = monitor.status_document()["jobs"][0]
     hint = next(h for h in job["hints"] if h["id"] == "gpu-idle")
     assert "GPU 1, 2" in hint["message"]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorCollector(monitor))
-    text = generate_latest(registry).decode()
+    text = MetricsEndpoint(monitor).render().decode()
     assert 'hsmon_gpu_utilization_ratio{gpu="0"} 0.03' in text
     assert 'hsmon_gpu_memory_total_bytes{gpu="7"} 8.5520809984e+10' in text
     assert 'hsmon_job_gpu{gpu="1",job="tp"} 1.0' in text
     assert 'hsmon_gpu_power_watts{gpu="7"}' not in text
+
+
+def test_the_engine_families_are_rendered_by_the_tick_and_a_scrape_copies_them(procs):  # noqa: F811
+    """A scrape serves the engine families as the last tick rendered them (the recording moving
+    changes nothing until the next tick), and job plus engine sections form one valid exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    worker = procs.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    rec = RecordedNvml(pid_map={5001: worker.pid})
+    monitor = Monitor([JobConfig(name="tp", pid=worker.pid)], use_watchdog=False,
+                      gpu=GpuTracker(nvml=rec, interval=0.0))  # fmt: skip
+    metrics = MetricsEndpoint(monitor)
+    monitor.tick(force_scan=True)  # frame 0: GPU 0 at 97 %
+    first = metrics.render().decode()
+    assert 'hsmon_gpu_utilization_ratio{gpu="0"} 0.97' in first
+    rec.advance()  # frame 1 (every GPU at 0 %) is what NVML would say now, but no tick has read it
+    assert 'hsmon_gpu_utilization_ratio{gpu="0"} 0.97' in metrics.render().decode()
+    monitor.tick()
+    text = metrics.render().decode()
+    assert 'hsmon_gpu_utilization_ratio{gpu="0"} 0.0' in text
+    names = [f.name for f in text_string_to_metric_families(text)]
+    assert len(names) == len(set(names))
+    assert {"hsmon_job_state", "hsmon_gpu_available", "hsmon_server_up"} <= set(names)
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint

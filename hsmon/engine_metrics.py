@@ -1,0 +1,139 @@
+"""The inference engine's metric families (SGLang servers and GPUs), rendered once per monitor tick.
+
+Servers and GPUs are sampled on their own schedules (liveness every few seconds, /health_generate
+every 15 s, NVML every 5 s), so their exposition is rendered by the tick thread right after it
+reads them, and a scrape copies the latest bytes: watching 4 servers and 8 GPUs adds ~100 series
+but nothing to the scrape's own time (bench/server_watch.py). The families are contract 3's and
+are documented in docs/metrics.md like every other.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from hsmon.trackers.server_rules import SERVER_STATES
+
+
+def _g(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _add(metric: Any, labels: list[str], value: Any) -> None:
+    if value is not None:
+        metric.add_metric(labels, float(value))
+
+
+class EngineCollector(Collector):
+    """The server and GPU families of one status document (its ``jobs`` and ``gpus``)."""
+
+    def __init__(self, jobs: list[dict[str, Any]], gpus: dict[str, Any]) -> None:
+        self.jobs = jobs
+        self.gpus = gpus
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._servers()
+        yield from self._gpus()
+
+    def _servers(self) -> Iterator[Any]:
+        labels = ("job", "server")
+        up = _g("hsmon_server_up", "1 when the server's HTTP front answers", labels)
+        state = _g(
+            "hsmon_server_state", "1 for the server's state (up busy hung down unknown)", (*labels, "state")
+        )
+        latency = _g(
+            "hsmon_server_health_generate_seconds", "how long the last /health_generate took", labels
+        )
+        failures = CounterMetricFamily(
+            "hsmon_server_health_generate_failures_total",
+            "/health_generate that failed or timed out",
+            labels=list(labels),
+        )
+        forward = _g(
+            "hsmon_server_last_forward_timestamp_seconds",
+            "when a forward last completed on the server",
+            labels,
+        )
+        info = InfoMetricFamily("hsmon_server", "the server's model and version", labels=list(labels))
+        loads = {
+            "running": _g("hsmon_server_running_requests", "requests the server is running", labels),
+            "queued": _g("hsmon_server_queued_requests", "requests waiting in the server's queue", labels),
+            "token_usage": _g("hsmon_server_token_usage_ratio", "KV cache in use (0-1)", labels),
+            "gen_tokens_per_s": _g(
+                "hsmon_server_generation_tokens_per_second", "tokens generated per second", labels
+            ),
+            "prompt_tokens_per_s": _g(
+                "hsmon_server_prompt_tokens_per_second", "prompt tokens processed per second", labels
+            ),
+        }
+        for job in self.jobs:
+            for srv in job.get("servers") or []:
+                label = [job["job"], srv["url"]]
+                up.add_metric(label, 1.0 if srv.get("reachable") else 0.0)
+                for s in SERVER_STATES:
+                    state.add_metric([*label, s], 1.0 if srv.get("state") == s else 0.0)
+                health = srv.get("health") or {}
+                _add(latency, label, health.get("latency_s"))
+                _add(failures, label, health.get("failures_total"))
+                _add(forward, label, srv.get("last_forward_ts"))
+                version = (srv.get("info") or {}).get("version")
+                if srv.get("model") or version:
+                    model = str(srv.get("model") or "")
+                    info.add_metric(label, {"model": model, "version": str(version or "")})
+                for key, fam in loads.items():
+                    _add(fam, label, (srv.get("load") or {}).get(key))
+        yield from (up, state, latency, failures, forward, info, *loads.values())
+
+    def _gpus(self) -> Iterator[Any]:
+        available = _g("hsmon_gpu_available", "1 when NVML answers (0: no driver or no nvidia-ml-py)", ())
+        available.add_metric([], 1.0 if self.gpus.get("available") else 0.0)
+        labels = ("gpu",)
+        fams = {
+            "utilization": _g("hsmon_gpu_utilization_ratio", "GPU utilization (0-1)", labels),
+            "memory_used_bytes": _g("hsmon_gpu_memory_used_bytes", "GPU memory in use", labels),
+            "memory_total_bytes": _g("hsmon_gpu_memory_total_bytes", "GPU memory in all", labels),
+            "power_watts": _g("hsmon_gpu_power_watts", "GPU power draw", labels),
+            "temperature_celsius": _g("hsmon_gpu_temperature_celsius", "GPU temperature", labels),
+        }
+        for dev in self.gpus.get("devices") or []:
+            for key, fam in fams.items():
+                _add(fam, [str(dev["index"])], dev.get(key))
+        used = _g("hsmon_job_gpu", "1 for each GPU on which the job's processes hold memory", ("job", "gpu"))
+        for job in self.jobs:
+            for index in (job.get("gpu") or {}).get("indices") or []:
+                used.add_metric([job["job"], str(index)], 1.0)
+        yield from (available, *fams.values(), used)
+
+
+def render_engine(doc: dict[str, Any]) -> bytes:
+    """The engine families of a status document in the Prometheus text format."""
+    return generate_latest(EngineCollector(doc.get("jobs") or [], doc.get("gpus") or {}))
+
+
+class EngineExposition:
+    """The engine families as the last tick saw them; ``refresh`` is a Monitor tick listener."""
+
+    def __init__(self, monitor: Any) -> None:
+        self.monitor = monitor
+        self._lock = threading.Lock()
+        self._text = b""
+        self.render_seconds_last = 0.0
+
+    def refresh(self) -> None:
+        """Render from the monitor's memory (called by the tick thread after each tick)."""
+        started = time.perf_counter()
+        text = render_engine(self.monitor.status_document())
+        with self._lock:
+            self._text = text
+            self.render_seconds_last = time.perf_counter() - started
+
+    def text(self) -> bytes:
+        """The latest rendering (empty before the first tick)."""
+        with self._lock:
+            return self._text
