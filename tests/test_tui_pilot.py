@@ -365,3 +365,31 @@ async def test_typing_in_a_field_and_escape_returns_the_keys() -> None:
         assert box.value == "3o" and isinstance(app.screen, TrainingScreen)
         await pilot.press("escape", "o")
         await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))
+
+
+async def test_the_process_table_fits_what_it_shows_now_not_what_it_showed() -> None:
+    """A process seen alive with wide figures, then gone, shows as the same table as one only seen
+    gone: what a snapshot shows must not depend on how many documents the TUI rendered on the way."""
+    from textual.app import App, ComposeResult
+
+    from hsmon.tui.widgets.processes import ProcessTable
+
+    alive = {"processes": [{"role": "extractor", "pid": 4242, "alive": True, "status": "sleeping",
+                            "cpu_percent": 99.5, "rss_bytes": 123_456_789_012, "uptime_s": 987_654,
+                            "restarts": 0}]}  # fmt: skip
+    gone = {"processes": [{"role": "extractor", "pid": 4242, "alive": False, "status": "gone"}]}
+
+    class OneTable(App):
+        def compose(self) -> ComposeResult:
+            yield ProcessTable()
+
+    screens = []
+    for history in ([alive, gone], [gone]):
+        app = OneTable()
+        async with app.run_test(size=(80, 8)) as pilot:
+            table = app.query_one(ProcessTable)
+            for job in history:
+                table.show(job)
+                await pilot.pause()
+            screens.append([c.get_render_width(table) for c in table.columns.values()])
+    assert screens[0] == screens[1], screens

@@ -15,7 +15,6 @@ COLUMNS = ("role", "PID", "state", "CPU", "RSS", "uptime", "restarts")
 class ProcessTable(DataTable):
     """Rebuilt only when a figure changed, so an idle job costs nothing."""
 
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._rows: list[tuple[str, ...]] = []
@@ -28,7 +27,10 @@ class ProcessTable(DataTable):
         if rows == self._rows:
             return
         self._rows = rows
-        self.clear()
+        # Columns too: their widths then fit the rows shown now, not the widest ever shown (a
+        # process that was alive with figures and is now gone shows as the same table either way).
+        self.clear(columns=True)
+        self.add_columns(*COLUMNS)
         if rows:
             self.add_rows(rows)
         else:
