@@ -114,7 +114,13 @@ def test_up_from_the_start_event_and_load_rises_while_the_client_works(rig):
     assert peak["running"] >= 1 and peak["queued"] >= 1, peak
     wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running")
     wait_until(lambda: server_doc(rig)["health"]["latency_s"], 30, what="a health_generate answered")
-    text = urllib.request.urlopen(rig["daemon"].url + "/metrics", timeout=10).read().decode()
+
+    def scraped_with_latency() -> str | None:
+        text = urllib.request.urlopen(rig["daemon"].url + "/metrics", timeout=10).read().decode()
+        return text if "hsmon_server_health_generate_seconds{" in text else None
+
+    # the status API is live; the server families are rendered by the next tick (at most 1 s later)
+    text = wait_until(scraped_with_latency, 5, 0.2, what="the latency in /metrics")
     assert f'hsmon_server_state{{job="client",server="{rig["server"].url}",state="up"}} 1.0' in text
     assert f'hsmon_server_up{{job="client",server="{rig["server"].url}"}} 1.0' in text
     assert "hsmon_server_health_generate_seconds{" in text and "hsmon_gpu_available 0.0" in text
@@ -147,6 +153,58 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
     wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running again")
 
 
+def test_a_real_sglang_extraction_names_its_server_and_its_load_rises(rig, tmp_path):
+    """`hsmon extract --backend sglang` (the real client, 8 requests in flight against a server that
+    runs 2) and a daemon given no --server: the server comes from the extraction's own start event,
+    is watched, and its queue rises while the extraction works. The plain client is frozen first and
+    the queue seen drained, so what rises is the extraction's."""
+    from extract_helpers import make_dataset, start_extract, wait_for_event
+
+    server = rig["server"]
+    events = tmp_path / "extract.jsonl"
+    data = make_dataset(tmp_path / "rows.jsonl", rows=2000, seed=3)
+    procs = Procs()
+    client = psutil.Process(rig["client"].pid)
+    client.suspend()
+    try:
+        wait_until(lambda: (server_doc(rig)["load"].get("queued") or 0) == 0, 60, 0.2,
+                   what="the frozen client's requests drained from the queue")  # fmt: skip
+        args = ("--backend", "sglang", "--url", server.url, "--transport", "json", "--max-length", "60",
+                "--concurrency", "8", "--chunk-size", "50")  # fmt: skip
+        err = tmp_path / "extract.err"
+        with open(err, "w") as fh:
+            proc = start_extract(data, tmp_path / "out", EMBEDDED_MODEL, *args, events=events, stderr=fh)
+        procs.procs.append(proc)
+        try:
+            start = wait_for_event(events, lambda e: e["kind"] == "start", proc)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{err.read_text()[-2000:]}") from None
+        assert start["urls"] == [server.url]
+        daemon = Daemon(procs, tmp_path, ["--events", str(events), "--server-interval", "1",
+                                          "--health-interval", str(HEALTH_INTERVAL)], env=child_env())
+        watched = wait_until(lambda: daemon.job().get("servers"), 30, what="the start event's server")
+        assert [s["url"] for s in watched] == [server.url]
+        wait_until(lambda: daemon.job()["servers"][0]["state"] == "up", 30, what="its server up")
+        peak = {"queued": 0.0, "prompt_tokens_per_s": 0.0}
+        peak = {"queued": 0.0, "running": 0.0, "prompt_tokens_per_s": 0.0}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if peak["queued"] >= 1 and peak["prompt_tokens_per_s"] > 0:
+                break
+            load = daemon.job()["servers"][0]["load"]
+            for key in peak:
+                peak[key] = max(peak[key], load.get(key) or 0.0)
+            time.sleep(0.2)
+        assert peak["queued"] >= 1 and peak["prompt_tokens_per_s"] > 0, (peak, err.read_text()[-2000:])
+        job = wait_until(lambda: (j := daemon.job())["state"] in ("running", "done") and j, 30, 0.2,
+                         what="the extraction's job running")  # fmt: skip
+        print(f"while extracting: {peak}, job {job['state']}, {job['progress'].get('rows_done')} rows done")
+        assert job["progress"]["rows_done"] > 0, job
+    finally:
+        client.resume()
+        procs.close()
+
+
 def test_killed_server_reads_down_then_up_after_a_restart_without_metrics(rig):
     server = rig["server"]
     wait_server(rig, "up", 30)
@@ -171,32 +229,3 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
     assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log
-
-
-def test_a_real_sglang_extraction_names_its_server_in_its_start_event(rig, tmp_path):
-    """`hsmon extract --backend sglang` (the real client) and a daemon given no --server: the server
-    comes from the extraction's own start event and is watched."""
-    from extract_helpers import make_dataset, start_extract, wait_for_event
-
-    server = rig["server"]
-    events = tmp_path / "extract.jsonl"
-    data = make_dataset(tmp_path / "rows.jsonl", rows=40, seed=3)
-    procs = Procs()
-    try:
-        args = ("--backend", "sglang", "--url", server.url, "--transport", "json", "--max-length", "60")
-        err = tmp_path / "extract.err"
-        with open(err, "w") as fh:
-            proc = start_extract(data, tmp_path / "out", EMBEDDED_MODEL, *args, events=events, stderr=fh)
-        procs.procs.append(proc)
-        try:
-            start = wait_for_event(events, lambda e: e["kind"] == "start", proc)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{err.read_text()[-2000:]}") from None
-        assert start["urls"] == [server.url]
-        daemon = Daemon(procs, tmp_path, ["--events", str(events), "--server-interval", "1",
-                                          "--health-interval", str(HEALTH_INTERVAL)], env=child_env())
-        watched = wait_until(lambda: daemon.job().get("servers"), 30, what="the start event's server")
-        assert [s["url"] for s in watched] == [server.url]
-        wait_until(lambda: daemon.job()["servers"][0]["state"] == "up", 30, what="its server up")
-    finally:
-        procs.close()
