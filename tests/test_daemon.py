@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -284,7 +285,7 @@ scan_interval = {SCAN}
 name = "story"
 dump_dir = "{tmp_path / "dump"}"
 out_dir = "{tmp_path / "out"}"
-match = "story_job\\\\.py"
+match = '{re.escape(f"story_job.py {tmp_path / 'dump'}")}'
 stall_after = 30
 
 [[job.process]]
