@@ -94,8 +94,8 @@ def in_memory_baseline(target: Path, data: Path, steps: int, batch_tokens: int, 
 
     from trainer.data import build_draft_vocab, build_index, collate, plan_epoch
     from trainer.model import DrafterConfig, Eagle3Drafter
+    from trainer.objective import TTTForward, ttt_loss
     from trainer.target import load_embed_and_head, load_target_config
-    from trainer.train import _TTTForward, ttt_loss
 
     torch.set_num_threads(threads)
     index = build_index(data)
@@ -110,7 +110,7 @@ def in_memory_baseline(target: Path, data: Path, steps: int, batch_tokens: int, 
     with torch.no_grad():
         drafter.embed_tokens.weight.copy_(embed)
     drafter.set_vocab(d2t, t2d)
-    forward = _TTTForward(drafter)
+    forward = TTTForward(drafter)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-3)
     draft_ids = torch.nonzero(t2d).flatten()

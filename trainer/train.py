@@ -1,14 +1,11 @@
 """The EAGLE-3 training loop: TTT unroll, soft cross-entropy, AdamW + warmup/cosine, DDP, exact resume.
 
-The loss of unroll step i is the soft cross-entropy between the drafter's distribution over the
-draft vocabulary and the target's (recomputed from the stored last hidden state with the target's
-frozen lm_head, restricted to the draft vocabulary), over positions whose next token is trained
-on and whose target argmax lies in the draft vocabulary; steps are weighted 0.8^i.
+The objective is trainer/objective.py; rank and world, the heartbeat, the schedule and the RNG
+state are trainer/runtime.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import signal
@@ -20,13 +17,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from hsmon import events as ev
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from trainer.data import (
     INDEX_NAME,
-    Batch,
     DataError,
     DataIndex,
     Prefetcher,
@@ -38,9 +33,9 @@ from trainer.data import (
     save_index,
 )
 from trainer.model import DrafterConfig, Eagle3Drafter
+from trainer.objective import STEP_WEIGHT_DECAY, StepStats, TTTForward, step_stats, ttt_loss
+from trainer.runtime import Dist, Heartbeat, lr_lambda_factory, ranks_in_sync, rng_state, set_rng_state
 from trainer.target import load_embed_and_head, load_target_config
-
-STEP_WEIGHT_DECAY = 0.8
 
 
 @dataclass
@@ -74,146 +69,7 @@ class TrainSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class StepStats:
-    losses: list[float]
-    accs: list[float]
-    counts: list[float]
-
-
-def ttt_loss(
-    model: Eagle3Drafter,
-    batch: Batch,
-    target_head: torch.Tensor,
-    draft_ids: torch.Tensor,
-    length: int,
-    device: torch.device,
-    autocast: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weighted loss (scalar) and per-step sums [3, length]: (loss*count, correct, count)."""
-    aux = batch.aux.to(device, non_blocking=True)
-    next_ids = batch.next_ids.to(device)
-    mask = batch.loss_mask.to(device)
-    seq = next_ids.shape[1]
-    with torch.no_grad():
-        target_logits = batch.target_hidden.to(device) @ target_head.T  # [B, T, V]
-        in_draft = model_vocab_mask(model)[target_logits.argmax(-1)]
-        target_p = torch.softmax(target_logits[..., draft_ids].float(), dim=-1)
-        target_top = target_p.argmax(-1)
-        valid = mask * in_draft.float()
-        pad = length - 1
-        ids_padded = F.pad(next_ids, (0, pad))
-        p_padded = F.pad(target_p, (0, 0, 0, pad))
-        top_padded = F.pad(target_top, (0, pad))
-        valid_padded = F.pad(valid, (0, pad))
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        logits = model(aux, ids_padded, length)
-    total = torch.zeros((), device=device)
-    sums = torch.zeros(3, length, device=device)
-    for i, step_logits in enumerate(logits):
-        p = p_padded[:, i : i + seq]
-        m = valid_padded[:, i : i + seq]
-        logp = torch.log_softmax(step_logits.float(), dim=-1)
-        ce = -(p * logp).sum(-1)
-        count = m.sum()
-        loss_i = (ce * m).sum() / count.clamp(min=1.0)
-        total = total + (STEP_WEIGHT_DECAY**i) * loss_i
-        with torch.no_grad():
-            correct = ((step_logits.argmax(-1) == top_padded[:, i : i + seq]).float() * m).sum()
-            sums[0, i] = loss_i.detach() * count
-            sums[1, i] = correct
-            sums[2, i] = count
-    return total, sums
-
-
-def model_vocab_mask(model: torch.nn.Module) -> torch.Tensor:
-    inner = model.module if hasattr(model, "module") else model
-    return inner.t2d
-
-
-class _TTTForward(torch.nn.Module):
-    """Wraps the drafter so that DDP sees one forward call per step."""
-
-    def __init__(self, drafter: Eagle3Drafter) -> None:
-        super().__init__()
-        self.drafter = drafter
-
-    @property
-    def t2d(self) -> torch.Tensor:
-        return self.drafter.t2d
-
-    def forward(self, aux: torch.Tensor, next_ids: torch.Tensor, length: int) -> list[torch.Tensor]:
-        return self.drafter.ttt_logits(aux, next_ids, length)
-
-
-def lr_lambda_factory(total_steps: int, warmup_steps: int, min_ratio: float):
-    """Linear warmup then cosine decay to ``min_ratio`` of the peak."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
-
-
-class _Dist:
-    """Rank and world of this process (a single process when not under torchrun)."""
-
-    def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.enabled = self.world > 1
-        if torch.cuda.is_available():
-            self.device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(self.device)
-        else:
-            self.device = torch.device("cpu")
-        if self.enabled and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.enabled:
-            dist.barrier()
-
-    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.enabled:
-            dist.all_reduce(tensor)
-        return tensor
-
-    def close(self) -> None:
-        if self.enabled and dist.is_initialized():
-            dist.destroy_process_group()
-
-
-class _Heartbeat:
-    def __init__(self, writer: ev.EventWriter | None, every: float, counters: dict[str, Any]) -> None:
-        self.writer, self.every, self.counters = writer, every, counters
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hsmon-heartbeat", daemon=True)
-        if writer is not None and every > 0:
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                self.writer.emit(ev.HEARTBEAT, **dict(self.counters))
-            except ValueError:  # the writer was closed under us: the run is over
-                return
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
-
-
-def _prepare_index(settings: TrainSettings, world: _Dist) -> DataIndex:
+def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
     """Rank 0 scans the data (or reuses the scan of the run it resumes); others read its result."""
     path = settings.out / INDEX_NAME
     if world.main:
@@ -238,7 +94,7 @@ def _evaluate(
     plan = plan_epoch(rows, settings.batch_tokens, seed=12345, epoch=0)[: settings.eval_batches]
     sums = torch.zeros(3, settings.ttt_length, device=device)
     drafter.eval()
-    forward = _TTTForward(drafter)
+    forward = TTTForward(drafter)
     prefetch = Prefetcher([[rows[i] for i in b] for b in plan])
     try:
         with torch.no_grad():
@@ -249,26 +105,7 @@ def _evaluate(
     finally:
         prefetch.close()
     drafter.train()
-    return _stats(sums)
-
-
-def _stats(sums: torch.Tensor) -> StepStats:
-    counts = sums[2].clamp(min=1.0)
-    return StepStats((sums[0] / counts).tolist(), (sums[1] / counts).tolist(), sums[2].tolist())
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    return step_stats(sums)
 
 
 def _aux_layer_ids(data_dir: Path) -> list[int] | None:
@@ -285,7 +122,7 @@ def _aux_layer_ids(data_dir: Path) -> list[int] | None:
 
 def train(settings: TrainSettings) -> int:
     """Run (or resume) a training; returns the process exit code."""
-    world = _Dist()
+    world = Dist()
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
     stop_requested = threading.Event()
 
@@ -308,7 +145,7 @@ def train(settings: TrainSettings) -> int:
 
 
 def _train(
-    settings: TrainSettings, world: _Dist, writer: ev.EventWriter | None, stop_requested: threading.Event
+    settings: TrainSettings, world: Dist, writer: ev.EventWriter | None, stop_requested: threading.Event
 ) -> int:
     device = world.device
     autocast = device.type == "cuda"
@@ -359,7 +196,7 @@ def _train(
         total_steps = (settings.epochs or 1) * steps_per_epoch
     warmup = max(1, int(settings.warmup_ratio * total_steps))
 
-    forward: torch.nn.Module = _TTTForward(drafter)
+    forward: torch.nn.Module = TTTForward(drafter)
     if world.enabled:
         forward = torch.nn.parallel.DistributedDataParallel(
             forward, device_ids=[device.index] if device.type == "cuda" else None
@@ -383,14 +220,14 @@ def _train(
         scheduler.load_state_dict(ckpt["scheduler"])
         step, epoch, position = ckpt["step"], ckpt["epoch"], ckpt["position"]
         tokens_done = ckpt.get("tokens", 0)
-        _set_rng_state(ckpt["rng"][world.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
+        set_rng_state(ckpt["rng"][world.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
 
     aux_layer_ids = _aux_layer_ids(settings.data_dir)
     counters: dict[str, Any] = {"step": step, "tokens": tokens_done, "total_steps": total_steps}
-    heartbeat = _Heartbeat(writer, settings.heartbeat_s, counters)
+    heartbeat = Heartbeat(writer, settings.heartbeat_s, counters)
 
     def checkpoint() -> Path | None:
-        rng = [_rng_state()]
+        rng = [rng_state()]
         if world.enabled:
             gathered: list[Any] = [None] * world.world
             dist.all_gather_object(gathered, rng[0])
@@ -474,7 +311,7 @@ def _train(
                 if writer and (step % settings.log_every == 0 or step == total_steps):
                     now = time.perf_counter()
                     elapsed = max(now - interval_start, 1e-9)
-                    stats = _stats(sums)
+                    stats = step_stats(sums)
                     weighted = sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses))
                     writer.emit(
                         ev.STEP,
@@ -531,7 +368,7 @@ def _train(
     stats = _eval_and_emit(
         drafter, held_rows, settings, target_head, draft_ids, device, autocast, world, writer, step
     )
-    in_sync = _ranks_in_sync(drafter, world)
+    in_sync = ranks_in_sync(drafter, world)
     if writer:
         writer.emit(
             ev.DONE,
@@ -554,7 +391,7 @@ def _eval_and_emit(
     draft_ids: torch.Tensor,
     device: torch.device,
     autocast: bool,
-    world: _Dist,
+    world: Dist,
     writer: ev.EventWriter | None,
     step: int,
 ) -> StepStats | None:
@@ -583,13 +420,3 @@ def expected_accept_length(accs: list[float]) -> float:
         run *= acc
         total += run
     return total
-
-
-def _ranks_in_sync(drafter: Eagle3Drafter, world: _Dist) -> bool:
-    """True when every process holds the same parameters (DDP kept them together)."""
-    if not world.enabled:
-        return True
-    checksum = torch.stack([p.detach().double().sum() for p in drafter.parameters()]).cpu()
-    gathered = [torch.zeros_like(checksum) for _ in range(world.world)]
-    dist.all_gather(gathered, checksum)
-    return all(torch.equal(gathered[0], g) for g in gathered[1:])
