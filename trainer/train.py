@@ -130,8 +130,11 @@ def train(settings: TrainSettings) -> int:
         stop_requested.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    finished = False
     try:
-        return _train(settings, world, writer, stop_requested)
+        code = _train(settings, world, writer, stop_requested)
+        finished = True
+        return code
     except (DataError, ValueError) as exc:
         if writer:
             writer.emit(ev.ERROR, message=str(exc))
@@ -141,7 +144,7 @@ def train(settings: TrainSettings) -> int:
             signal.signal(sig, handler)
         if writer:
             writer.close()
-        world.close()
+        world.close(finished)
 
 
 def _train(
