@@ -10,24 +10,17 @@ are documented in docs/metrics.md like every other.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from hsmon.metric_families import add_sample as _add
+from hsmon.metric_families import counter as _c
+from hsmon.metric_families import gauge as _g
 from hsmon.trackers.server_rules import SERVER_STATES
-
-
-def _g(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=list(labels))
-
-
-def _add(metric: Any, labels: list[str], value: Any) -> None:
-    if value is not None:
-        metric.add_metric(labels, float(value))
 
 
 class EngineCollector(Collector):
@@ -50,10 +43,8 @@ class EngineCollector(Collector):
         latency = _g(
             "hsmon_server_health_generate_seconds", "how long the last /health_generate took", labels
         )
-        failures = CounterMetricFamily(
-            "hsmon_server_health_generate_failures_total",
-            "/health_generate that failed or timed out",
-            labels=list(labels),
+        failures = _c(
+            "hsmon_server_health_generate_failures_total", "/health_generate that failed or timed out", labels
         )
         forward = _g(
             "hsmon_server_last_forward_timestamp_seconds",
@@ -123,15 +114,12 @@ class EngineExposition:
         self.monitor = monitor
         self._lock = threading.Lock()
         self._text = b""
-        self.render_seconds_last = 0.0
 
     def refresh(self) -> None:
         """Render from the monitor's memory (called by the tick thread after each tick)."""
-        started = time.perf_counter()
         text = render_engine(self.monitor.status_document())
         with self._lock:
             self._text = text
-            self.render_seconds_last = time.perf_counter() - started
 
     def text(self) -> bytes:
         """The latest rendering (empty before the first tick)."""

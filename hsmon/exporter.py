@@ -9,29 +9,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from hsmon import __version__
 from hsmon.engine_metrics import EngineExposition
+from hsmon.metric_families import add_sample as _add
+from hsmon.metric_families import counter as _c
+from hsmon.metric_families import gauge as _g
 from hsmon.state import STATES
 
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
-
-
-def _g(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=list(labels))
-
-
-def _c(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> CounterMetricFamily:
-    return CounterMetricFamily(name, doc, labels=list(labels))
-
-
-def _add(metric: Any, labels: list[str], value: Any) -> None:
-    if value is None:
-        return
-    metric.add_metric(labels, float(value))
 
 
 class MonitorCollector(Collector):

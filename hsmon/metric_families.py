@@ -1,0 +1,22 @@
+"""Builders the exporter's collectors share (hsmon.exporter, hsmon.engine_metrics): a family with
+contract 3's default label, and a sample that is skipped when its figure is unknown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+def gauge(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def counter(name: str, doc: str, labels: tuple[str, ...] = ("job",)) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=list(labels))
+
+
+def add_sample(metric: Any, labels: list[str], value: Any) -> None:
+    """A sample of ``value``, or none when it is not known (never a guess)."""
+    if value is not None:
+        metric.add_metric(labels, float(value))
