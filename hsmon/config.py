@@ -349,18 +349,7 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
     keys = ("dump_dir", "out", "events", "pid", "pidfile", "match", "server")
     if not any(getattr(args, k, None) for k in keys):
         return None
-    intervals = {
-        "server_interval": getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
-        "health_interval": getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
-        "health_timeout": getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
-        "busy_after": getattr(args, "busy_after", DEFAULT_BUSY_AFTER),
-    }
-    keys = ("server_interval", "health_interval", "health_timeout", "busy_after")
-    servers = [
-        ServerSpec(url, *(intervals[k] for k in keys))
-        for url in getattr(args, "server", None) or []
-    ]
-    return JobConfig(
+    job = JobConfig(
         name=args.job or _job_id_from_events(args.events) or "job",
         kind=args.kind,
         dump_dir=_abs(args.dump_dir),
@@ -370,11 +359,18 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
         pidfile=_abs(args.pidfile),
         match=args.match,
         role=args.role,
-        servers=servers,
-        **intervals,
+        server_interval=getattr(args, "server_interval", DEFAULT_SERVER_INTERVAL),
+        health_interval=getattr(args, "health_interval", DEFAULT_HEALTH_INTERVAL),
+        health_timeout=getattr(args, "health_timeout", DEFAULT_HEALTH_TIMEOUT),
+        busy_after=getattr(args, "busy_after", DEFAULT_BUSY_AFTER),
         stall_after=args.stall_after,
         rows_total=args.rows_total,
     )
+    if getattr(args, "server", None):
+        # looked at with the job's intervals, as the servers a start event names will be
+        job.servers = [job.server_spec(url) for url in args.server]
+        job.validate()
+    return job
 
 
 def _job_id_from_events(path: str | None) -> str | None:
