@@ -185,7 +185,6 @@ def test_a_real_sglang_extraction_names_its_server_and_its_load_rises(rig, tmp_p
         watched = wait_until(lambda: daemon.job().get("servers"), 30, what="the start event's server")
         assert [s["url"] for s in watched] == [server.url]
         wait_until(lambda: daemon.job()["servers"][0]["state"] == "up", 30, what="its server up")
-        peak = {"queued": 0.0, "prompt_tokens_per_s": 0.0}
         peak = {"queued": 0.0, "running": 0.0, "prompt_tokens_per_s": 0.0}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
