@@ -27,6 +27,11 @@ class StepStats:
     accs: list[float]
     counts: list[float]
 
+    @property
+    def weighted_loss(self) -> float:
+        """The loss the optimiser minimises: step i weighted ``STEP_WEIGHT_DECAY**i``."""
+        return sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(self.losses))
+
 
 def ttt_loss(
     model: Eagle3Drafter,

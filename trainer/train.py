@@ -33,7 +33,7 @@ from trainer.data import (
     save_index,
 )
 from trainer.model import DrafterConfig, Eagle3Drafter
-from trainer.objective import STEP_WEIGHT_DECAY, StepStats, TTTForward, step_stats, ttt_loss
+from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
 from trainer.runtime import Dist, Heartbeat, lr_lambda_factory, ranks_in_sync, rng_state, set_rng_state
 from trainer.target import load_embed_and_head, load_target_config
 
@@ -315,13 +315,12 @@ def _train(
                     now = time.perf_counter()
                     elapsed = max(now - interval_start, 1e-9)
                     stats = step_stats(sums)
-                    weighted = sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses))
                     writer.emit(
                         ev.STEP,
                         step=step,
                         total_steps=total_steps,
                         epoch=epoch,
-                        loss=weighted,
+                        loss=stats.weighted_loss,
                         losses=stats.losses,
                         accs=stats.accs,
                         lr=scheduler.get_last_lr()[0],
@@ -408,7 +407,7 @@ def _eval_and_emit(
                 rows=len(held_rows),
                 losses=stats.losses,
                 accs=stats.accs,
-                loss=sum(STEP_WEIGHT_DECAY**i * v for i, v in enumerate(stats.losses)),
+                loss=stats.weighted_loss,
                 accept_len_est=expected_accept_length(stats.accs),
             )
     world.barrier()
