@@ -99,38 +99,21 @@ def main(args: argparse.Namespace) -> int:
 def extract(prep: Prepared, args: argparse.Namespace) -> int:
     from extractor.backends import create_backend
     from extractor.backends.base import BackendStopped, RowRejected, RunContext
-    from extractor.writer import ChunkBook, Progress, RejectItem, RowItem, RowWriter
+    from extractor.writer import RejectItem, RowItem, RowWriter
 
     scan = prep.scan
     rows, lengths = list(scan.rows or ()), list(scan.lengths or ())
     rejects = scan.rejects or []
-    late = prep.late_rejects  # rows a backend rejected in an earlier run: planned, never computed
-    skip = prep.done | set(late)
+    skip = prep.done | set(prep.late_rejects)  # late: rows a backend rejected in an earlier run
     prep.out.mkdir(parents=True, exist_ok=True)
     layout.repair_jsonl_tail(prep.manifest_path)
 
-    expected: dict[int, int] = {}
-    for index in rows + [r.index for r in rejects]:
-        start = layout.chunk_bounds(index, prep.chunk_size)[0]
-        expected[start] = expected.get(start, 0) + 1
-    book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
-    for row in sorted(prep.done):
-        book.add_row(prep.manifest.rows[row])
-    for row in late:
-        book.add_reject(row)
+    expected, book, progress = start_books(prep)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
-
+    chunks_recorded = progress.chunks_done
     stop_event = threading.Event()
     quit_heartbeat = threading.Event()
     events = ev.EventWriter(prep.job, path=args.events)
-    chunks_recorded = sum(
-        layout.chunk_dir_name(start, start + prep.chunk_size) in prep.manifest.chunks for start in expected
-    )
-    late_tokens = sum(n for r, n in zip(rows, lengths, strict=True) if r in late)
-    progress = Progress(rows_total=len(rows) - len(late), tokens_total=scan.tokens - late_tokens,
-                        rows_done=len(prep.done), tokens_done=prep.done_tokens, bytes_done=prep.done_bytes,
-                        rejects=len(rejects) + len(late), chunks_done=chunks_recorded,
-                        rejects_by_reason=count_by_class([r.reason for r in rejects] + list(late.values())))
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
@@ -243,6 +226,34 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         return 0
     finally:
         events.close()
+
+
+def start_books(prep: Prepared) -> tuple[dict[int, int], Any, Any]:
+    """The shard's chunks (first row -> rows expected), the chunk book with what earlier runs did,
+    and the counters: rows a backend rejected in an earlier run stay planned (the same batches)
+    but count as rejects, not as rows to do."""
+    from extractor.writer import ChunkBook, Progress
+
+    scan, late = prep.scan, prep.late_rejects
+    rows, lengths, rejects = list(scan.rows or ()), list(scan.lengths or ()), scan.rejects or []
+    expected: dict[int, int] = {}
+    for index in rows + [r.index for r in rejects]:
+        start = layout.chunk_bounds(index, prep.chunk_size)[0]
+        expected[start] = expected.get(start, 0) + 1
+    book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
+    for row in sorted(prep.done):
+        book.add_row(prep.manifest.rows[row])
+    for row in late:
+        book.add_reject(row)
+    chunks_recorded = sum(
+        layout.chunk_dir_name(start, start + prep.chunk_size) in prep.manifest.chunks for start in expected
+    )
+    late_tokens = sum(n for r, n in zip(rows, lengths, strict=True) if r in late)
+    progress = Progress(rows_total=len(rows) - len(late), tokens_total=scan.tokens - late_tokens,
+                        rows_done=len(prep.done), tokens_done=prep.done_tokens, bytes_done=prep.done_bytes,
+                        rejects=len(rejects) + len(late), chunks_done=chunks_recorded,
+                        rejects_by_reason=count_by_class([r.reason for r in rejects] + list(late.values())))
+    return expected, book, progress
 
 
 def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], seconds: float) -> None:
