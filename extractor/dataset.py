@@ -57,6 +57,7 @@ class Row:
     input_ids: list[int]
     loss_mask: list[int]
     truncated: bool = False
+    line: int = 0
 
 
 @dataclass
@@ -114,7 +115,7 @@ def parse_row(raw: bytes, index: int, tokenizer: Tokenizer, limits: Limits, line
             ids, mask, truncated = ids[: limits.max_length], mask[: limits.max_length], True
     except RowError as exc:
         return Reject(index, str(exc), line)
-    return Row(index, ids, mask, truncated)
+    return Row(index, ids, mask, truncated, line)
 
 
 def _tokenize_object(obj: Any, tokenizer: Tokenizer, limits: Limits) -> tuple[list[int], list[int]]:

@@ -91,6 +91,8 @@ class Prepared:
     bytes_free: int
     job: str
     backend_options: dict[str, Any] = field(default_factory=dict)
+    # valid rows a backend rejected in an earlier run (a server's refusal ...): final, like done rows
+    late_rejects: dict[int, str] = field(default_factory=dict)
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -136,9 +138,19 @@ def prepare(args: argparse.Namespace) -> Prepared:
                  else str(resolve_dtype(args.dtype, device)).removeprefix("torch."))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    max_length = args.max_length or max_pos
-    if max_length > max_pos:
-        raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
+    out = Path(args.out)
+    job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
+                                                         if shard.count > 1 else "")
+    sglang_options = None
+    if sglang:  # the servers decide how long a row may be: asked before the dataset is read
+        from extractor.backends.sglang import options
+
+        sglang_options = options.build(args, job, longest_row=1)
+        max_length = options.check_servers(sglang_options, layers, dtype, args.max_length, max_pos)
+    else:
+        max_length = args.max_length or max_pos
+        if max_length > max_pos:
+            raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
     scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size))
@@ -148,7 +160,6 @@ def prepare(args: argparse.Namespace) -> Prepared:
         first = scan.rejects[0]
         raise UsageError(f"no usable row in {data}: all {len(scan.rejects)} rows rejected "
                          f"(row {first.index}, line {first.line}: {first.reason})")
-    out = Path(args.out)
     settings = {
         "dataset": str(data.resolve()), "dataset_sha256": scan.sha256, "model": str(model_dir.resolve()),
         "model_fingerprint": model_fingerprint(model_dir), "backend": args.backend, "dtype": dtype,
@@ -161,22 +172,21 @@ def prepare(args: argparse.Namespace) -> Prepared:
     manifest = layout.read_manifest(out, manifest_path.name) if manifest_path.exists() else layout.Manifest()
     valid = set(scan.rows or ())
     done = {row for row in manifest.rows if row in valid}
+    late = {row: reason for row, reason in manifest.rejects.items() if row in valid and row not in done}
     lengths = dict(zip(scan.rows or (), scan.lengths or (), strict=True))
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-    needed = sum(row_bytes(lengths[r], hidden, len(layers), element) for r in valid - done)
+    needed = sum(row_bytes(lengths[r], hidden, len(layers), element) for r in valid - done - set(late))
     probe = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
     free = shutil.disk_usage(probe).free
-    job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
-                                                         if shard.count > 1 else "")
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
                     num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path, done,
                     sum(lengths[r] for r in done), sum(int(manifest.rows[r].get("bytes", 0)) for r in done),
-                    manifest, needed, free, job)
-    if sglang:
+                    manifest, needed, free, job, late_rejects=late)
+    if sglang_options is not None:
         from extractor.backends.base import ModelInfo
-        from extractor.backends.sglang import options
 
-        opts = options.build(args, job, max((lengths[r] for r in valid - done), default=1))
+        opts = sglang_options
+        opts.longest_row = max((lengths[r] for r in valid - done - set(late)), default=1)
         prep.backend_options = {"options": opts,
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume

@@ -30,6 +30,7 @@ from extractor.prepare import (
 )
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.rejects import count_by_class, summary
 from hsmon.units import format_bytes, format_duration
 
 
@@ -97,33 +98,22 @@ def main(args: argparse.Namespace) -> int:
 
 def extract(prep: Prepared, args: argparse.Namespace) -> int:
     from extractor.backends import create_backend
-    from extractor.backends.base import BackendStopped, RunContext
-    from extractor.writer import ChunkBook, Progress, RowItem, RowWriter
+    from extractor.backends.base import BackendStopped, RowRejected, RunContext
+    from extractor.writer import RejectItem, RowItem, RowWriter
 
     scan = prep.scan
     rows, lengths = list(scan.rows or ()), list(scan.lengths or ())
     rejects = scan.rejects or []
+    skip = prep.done | set(prep.late_rejects)  # late: rows a backend rejected in an earlier run
     prep.out.mkdir(parents=True, exist_ok=True)
     layout.repair_jsonl_tail(prep.manifest_path)
 
-    expected: dict[int, int] = {}
-    for index in rows + [r.index for r in rejects]:
-        start = layout.chunk_bounds(index, prep.chunk_size)[0]
-        expected[start] = expected.get(start, 0) + 1
-    book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
-    for row in sorted(prep.done):
-        book.add_row(prep.manifest.rows[row])
+    expected, book, progress = start_books(prep)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
-
+    chunks_recorded = progress.chunks_done
     stop_event = threading.Event()
     quit_heartbeat = threading.Event()
     events = ev.EventWriter(prep.job, path=args.events)
-    chunks_recorded = sum(
-        layout.chunk_dir_name(start, start + prep.chunk_size) in prep.manifest.chunks for start in expected
-    )
-    progress = Progress(rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
-                        tokens_done=prep.done_tokens, bytes_done=prep.done_bytes, rejects=len(rejects),
-                        chunks_done=chunks_recorded)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
@@ -139,8 +129,9 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         log(f"cannot load the model {prep.model_dir}: {exc}")
         restore_handlers(previous)
         return 1
-    events.emit(ev.START, rows_total=len(rows), tokens_total=scan.tokens, rows_done=len(prep.done),
-                tokens_done=prep.done_tokens, rejects=len(rejects), chunks_total=len(expected),
+    events.emit(ev.START, rows_total=progress.rows_total, tokens_total=progress.tokens_total,
+                rows_done=len(prep.done), tokens_done=prep.done_tokens, rejects=progress.rejects,
+                rejects_by_reason=dict(progress.rejects_by_reason), chunks_total=len(expected),
                 chunks_done=chunks_recorded, layers=prep.layers,
                 num_layers=prep.num_layers, hidden_size=prep.hidden_size, dtype=prep.dtype,
                 out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend.name,
@@ -152,13 +143,15 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
 
     line = ProgressLine(progress)
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
-                       prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update)
+                       prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update,
+                       rejects_path=prep.out / layout.rejects_name(prep.shard.as_tuple))
     try:
         # through the writer, so that a disk already full at start pauses instead of failing
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
                         "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
-                        "rows_total": len(rows), "tokens_total": scan.tokens, "chunks_total": len(expected),
-                        "rejects": len(rejects), "bytes_needed": prep.bytes_needed}])
+                        "rows_total": progress.rows_total, "tokens_total": progress.tokens_total,
+                        "chunks_total": len(expected), "rejects": progress.rejects,
+                        "bytes_needed": prep.bytes_needed}])
         record_rejects(prep, rejects, book, events, writer)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
@@ -184,15 +177,17 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             if stop_event.is_set() or writer.error is not None or writer.abandoned:
                 break
             indices = [rows[p] for p in batch]
-            if all(i in prep.done for i in indices):
+            if all(i in skip for i in indices):
                 continue
             got = fetch.rows(indices)
             for row, pos in zip(got, batch, strict=True):
                 if len(row.input_ids) != lengths[pos]:
                     raise RuntimeError(f"dataset {prep.data} changed during the run (row {row.index})")
             states = backend.extract([r.input_ids for r in got], rows=indices)
-            items = [RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
-                     for r, s in zip(got, states, strict=True) if r.index not in prep.done]
+            items: list[RowItem | RejectItem] = [
+                RejectItem(r.index, r.line, s.reason, len(r.input_ids)) if isinstance(s, RowRejected)
+                else RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
+                for r, s in zip(got, states, strict=True) if r.index not in skip]
             if not writer.submit(items):
                 break
     except BackendStopped:
@@ -224,11 +219,41 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             return 0
         record_ending(prep, writer, "done", snap, seconds)
         events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
+        why = summary(snap["rejects_by_reason"])
         log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
-            f"{format_bytes(snap['bytes_done'])} in {prep.out} ({len(rejects)} rejected)")
+            f"{format_bytes(snap['bytes_done'])} in {prep.out} ({snap['rejects']} rejected"
+            f"{': ' + why if why else ''})")
         return 0
     finally:
         events.close()
+
+
+def start_books(prep: Prepared) -> tuple[dict[int, int], Any, Any]:
+    """The shard's chunks (first row -> rows expected), the chunk book with what earlier runs did,
+    and the counters: rows a backend rejected in an earlier run stay planned (the same batches)
+    but count as rejects, not as rows to do."""
+    from extractor.writer import ChunkBook, Progress
+
+    scan, late = prep.scan, prep.late_rejects
+    rows, lengths, rejects = list(scan.rows or ()), list(scan.lengths or ()), scan.rejects or []
+    expected: dict[int, int] = {}
+    for index in rows + [r.index for r in rejects]:
+        start = layout.chunk_bounds(index, prep.chunk_size)[0]
+        expected[start] = expected.get(start, 0) + 1
+    book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
+    for row in sorted(prep.done):
+        book.add_row(prep.manifest.rows[row])
+    for row in late:
+        book.add_reject(row)
+    chunks_recorded = sum(
+        layout.chunk_dir_name(start, start + prep.chunk_size) in prep.manifest.chunks for start in expected
+    )
+    late_tokens = sum(n for r, n in zip(rows, lengths, strict=True) if r in late)
+    progress = Progress(rows_total=len(rows) - len(late), tokens_total=scan.tokens - late_tokens,
+                        rows_done=len(prep.done), tokens_done=prep.done_tokens, bytes_done=prep.done_bytes,
+                        rejects=len(rejects) + len(late), chunks_done=chunks_recorded,
+                        rejects_by_reason=count_by_class([r.reason for r in rejects] + list(late.values())))
+    return expected, book, progress
 
 
 def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], seconds: float) -> None:
@@ -241,7 +266,7 @@ def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], 
     """
     record = {"type": kind, "ts": time.time(), "rows": snap["rows_done"], "tokens": snap["tokens_done"],
               "bytes": snap["bytes_done"], "chunks": snap["chunks_done"], "rejects": snap["rejects"],
-              "seconds": seconds}
+              "rejects_by_reason": snap["rejects_by_reason"], "seconds": seconds}
     if kind == "stopped":
         record["reason"] = "signal"
     try:
@@ -265,14 +290,17 @@ def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: 
     rejects_path = prep.out / layout.rejects_name(prep.shard.as_tuple)
     layout.repair_jsonl_tail(rejects_path)
     listed = {r.get("row") for r in layout.iter_jsonl(rejects_path)}
+    from extractor.writer import reject_lines
+
     new = [r for r in rejects if r.index not in prep.manifest.rejects]
-    lines = [{"row": r.index, "line": r.line, "reason": r.reason} for r in new if r.index not in listed]
-    writer.append(lines, path=rejects_path)
-    writer.append([{"type": "reject", "row": r.index, "reason": r.reason} for r in new])
+    pairs = [reject_lines(r.index, r.line, r.reason) for r in new]
+    writer.append([line for r, (line, _) in zip(new, pairs, strict=True) if r.index not in listed],
+                  path=rejects_path)
+    writer.append([record for _, record in pairs])
     for r in rejects:
         book.add_reject(r.index)
-    for r in new:
-        events.emit(ev.REJECT, row=r.index, line=r.line, reason=r.reason)
+    for r, (line, _) in zip(new, pairs, strict=True):
+        events.emit(ev.REJECT, row=r.index, line=r.line, reason=r.reason, reason_class=line["class"])
 
 
 class RowFetcher:

@@ -96,9 +96,14 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, UsageError):
             return _fail(str(exc))
         return _fail(f"cannot start the {backend_name} backend: {type(exc).__name__}: {exc}")
+    from extractor.backends.base import RowRejected
+
     per_layer: dict[str, dict[str, float]] = {}
     try:
         fresh = backend.extract([stored_rows[r]["input_ids"].tolist() for r in sample], rows=sample)
+        refused = [(r, s.reason) for r, s in zip(sample, fresh, strict=True) if isinstance(s, RowRejected)]
+        if refused:
+            raise RuntimeError(f"row {refused[0][0]}: {refused[0][1]}")
     except Exception as exc:
         print(f"hsmon verify-data: cannot re-extract the sample: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -33,6 +33,7 @@ import torch
 from extractor.pauses import pause_line, resume_line
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.rejects import classify
 from hsmon.units import format_bytes
 
 # Room kept for manifest growth and filesystem rounding on top of a file's own size.
@@ -48,6 +49,22 @@ class RowItem:
     loss_mask: list[int]
     hidden_state: torch.Tensor  # [seq, H]
     aux_hidden_state: torch.Tensor  # [seq, K*H]
+
+
+@dataclass
+class RejectItem:
+    """A row the backend could not compute (RowRejected): written as a reject, the run goes on."""
+
+    row: int
+    line: int
+    reason: str
+    tokens: int
+
+
+def reject_lines(row: int, line: int, reason: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rejects file's line and the manifest's ``reject`` record of one rejected row."""
+    return ({"row": row, "line": line, "reason": reason, "class": classify(reason)},
+            {"type": "reject", "row": row, "reason": reason})
 
 
 def row_payload(item: RowItem) -> dict[str, torch.Tensor]:
@@ -171,6 +188,7 @@ class Progress:
     rejects: int = 0
     chunks_done: int = 0
     paused: str | None = None
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)  # hsmon.rejects classes
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def snapshot(self) -> dict[str, Any]:
@@ -178,7 +196,7 @@ class Progress:
             return {"rows_done": self.rows_done, "rows_total": self.rows_total,
                     "tokens_done": self.tokens_done, "tokens_total": self.tokens_total,
                     "bytes_done": self.bytes_done, "rejects": self.rejects, "chunks_done": self.chunks_done,
-                    "paused": self.paused}
+                    "paused": self.paused, "rejects_by_reason": dict(self.rejects_by_reason)}
 
 
 class Abandoned(Exception):
@@ -194,20 +212,21 @@ class RowWriter(threading.Thread):
     def __init__(self, out_dir: Path, manifest: Path, book: ChunkBook, capture_points: Sequence[int],
                  events: ev.EventWriter, progress: Progress, stop_event: threading.Event,
                  min_free: int, poll_seconds: float = 2.0, queue_batches: int = 2,
-                 on_rows: Callable[[], None] | None = None) -> None:
+                 on_rows: Callable[[], None] | None = None, rejects_path: Path | None = None) -> None:
         super().__init__(name="hsmon-writer", daemon=True)
         self.out_dir, self.manifest, self.book = out_dir, manifest, book
         self.capture_points = list(capture_points)
         self.events, self.progress, self.stop_event = events, progress, stop_event
         self.min_free, self.poll_seconds = min_free, poll_seconds
         self.on_rows = on_rows
+        self.rejects_path = rejects_path or out_dir / layout.REJECTS_NAME
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_batches)
         self.error: BaseException | None = None
         self.abandoned = False
         self._pause_started = 0.0
 
     # -- main-thread side ---------------------------------------------------------------
-    def submit(self, batch: list[RowItem]) -> bool:
+    def submit(self, batch: list[RowItem | RejectItem]) -> bool:
         """Queue a batch; waits while the queue is full. False if the writer can take no more."""
         while self.is_alive():
             try:
@@ -248,7 +267,16 @@ class RowWriter(threading.Thread):
         while self.queue.get() is not _STOP:
             pass
 
-    def _write_batch(self, batch: list[RowItem]) -> None:
+    def _write_batch(self, batch: list[RowItem | RejectItem]) -> None:
+        self._write_rows([item for item in batch if isinstance(item, RowItem)])
+        self._write_rejects([item for item in batch if isinstance(item, RejectItem)])
+        self.write_completed_chunks()
+        if self.on_rows is not None:
+            self.on_rows()
+
+    def _write_rows(self, batch: list[RowItem]) -> None:
+        if not batch:
+            return
         records = []
         for item in batch:
             data = serialize(row_payload(item))
@@ -270,9 +298,25 @@ class RowWriter(threading.Thread):
                          last_row=records[-1]["row"], **{k: snap[k] for k in
                                                           ("rows_done", "rows_total", "tokens_done",
                                                            "tokens_total", "bytes_done")})
-        self.write_completed_chunks()
-        if self.on_rows is not None:
-            self.on_rows()
+
+    def _write_rejects(self, items: list[RejectItem]) -> None:
+        """Rows the backend rejected: the rejects file, the manifest, then the counters (a row less
+        to do, a reject more, by class) and a ``reject`` event each."""
+        if not items:
+            return
+        lines = [reject_lines(i.row, i.line, i.reason) for i in items]
+        self.append([file_line for file_line, _ in lines], path=self.rejects_path)
+        self.append([record for _, record in lines])
+        for item, (file_line, _) in zip(items, lines, strict=True):
+            self.book.add_reject(item.row)
+            with self.progress.lock:
+                self.progress.rejects += 1
+                self.progress.rows_total -= 1
+                self.progress.tokens_total -= item.tokens
+                by = self.progress.rejects_by_reason
+                by[file_line["class"]] = by.get(file_line["class"], 0) + 1
+            self.events.emit(ev.REJECT, row=item.row, line=item.line, reason=item.reason,
+                             reason_class=file_line["class"])
 
     def write_completed_chunks(self) -> None:
         for record in self.book.completed():

@@ -103,11 +103,16 @@ class MonitorCollector(Collector):
             ),
         ]
         families = {key: _g(name, doc) for key, name, doc, _ in specs}
+        rejected = _c("hsmon_rows_rejected_total", "input rows rejected, by reason class (docs/extract.md)",
+                      ("job", "reason"))
         for job in jobs:
             prog = job.get("progress") or {}
             for key in families:
                 _add(families[key], [job["job"]], prog.get(key))
+            for reason, n in (prog.get("rejects_by_reason") or {}).items():
+                rejected.add_metric([job["job"], reason], n)
         yield from families.values()
+        yield rejected
         step = _g("hsmon_train_step", "training step")
         loss = _g("hsmon_train_loss", "training loss of the first unroll step")
         acc = _g("hsmon_train_accuracy_ratio", "training accuracy of the first unroll step (0-1)")

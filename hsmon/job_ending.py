@@ -69,6 +69,7 @@ def merge_output_progress(
             "chunks_done": out["chunks_complete"],
             "chunks_total": None,
             "rejects": out.get("rejects"),
+            "rejects_by_reason": out.get("rejects_by_reason"),
             "rows_per_s": out_rows_per_s,
             "tokens_per_s": None,
             "bytes_per_s": None,
@@ -77,6 +78,8 @@ def merge_output_progress(
             "last_progress_ts": None,
         }, out)
     progress = dict(progress)
+    if not progress.get("rejects_by_reason") and out.get("rejects_by_reason"):
+        progress["rejects_by_reason"] = out["rejects_by_reason"]
     if progress["rows_total"] is None:
         progress["rows_total"] = rows_total
     if not progress["rows_done"] and out["rows"]:

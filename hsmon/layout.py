@@ -3,7 +3,7 @@
     OUT/rows_{a}-{b}/data_{i}.ckpt     one torch.save dict per input row i, a <= i < b
     OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
     OUT/hsmon-manifest.shard-I-of-N.jsonl   the same, per shard, when --shard is used
-    OUT/rejects.jsonl                  rejected input rows with their reason
+    OUT/rejects.jsonl                  rejected input rows: {"row", "line", "reason", "class"}
     OUT/rejects.shard-I-of-N.jsonl     the same, per shard
 
 Manifest records (one JSON object per line, ``type`` says which):
@@ -13,12 +13,13 @@ Manifest records (one JSON object per line, ``type`` says which):
                                                             ``*_total`` fields are the shard's
                                                             plan (what --dry-run computes)
     {"type": "done", "ts": ts, "rows": n, "tokens": n, "bytes": b, "chunks": n, "rejects": n,
-     "seconds": s}                                          the run wrote every planned row
+     "rejects_by_reason": {class: n}, "seconds": s}         the run wrote every planned row
     {"type": "stopped", "ts": ts, "reason": "signal", "rows": n, ... as done}
                                                             the run stopped on request (SIGTERM)
     {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex,
      "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite]}}
-    {"type": "reject", "row": i, "reason": "..."}
+    {"type": "reject", "row": i, "reason": "..."}           a dataset row, or one a backend could
+                                                            not compute (hsmon.rejects classes)
     {"type": "chunk", "chunk": "rows_a-b", "rows": k, "tokens": n, "bytes": b, "sha256": hex,
      "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..}}}
 

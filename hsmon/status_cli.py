@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hsmon import config as cfgmod
+from hsmon.rejects import summary as rejects_summary
 from hsmon.units import format_bytes, format_duration
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
@@ -169,6 +170,9 @@ def render(doc: dict[str, Any]) -> str:
                 )
             if prog.get("chunks_done") is not None and prog.get("chunks_total"):
                 rows.append(("chunks", f"{prog['chunks_done']} / {prog['chunks_total']}"))
+            if prog.get("rejects"):
+                why = rejects_summary(prog.get("rejects_by_reason"))
+                rows.append(("rejects", f"{prog['rejects']}" + (f": {why}" if why else "")))
             rate = prog.get("rows_per_s")
             if rate:
                 rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))

@@ -72,3 +72,26 @@ def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_rejects_by_reason_reach_the_status_document_and_the_metric(tmp_path):
+    """A run's events (as hsmon extract writes them) -> the progress section -> the counter."""
+    from hsmon import events as ev
+
+    events = tmp_path / "e.jsonl"
+    with ev.EventWriter("x", events) as w:
+        w.emit(ev.START, rows_total=10, rejects=1, rejects_by_reason={"out_of_vocabulary": 1})
+        w.emit(ev.REJECT, row=4, line=5, reason="refused by the server (HTTP 400 from http://s): The input "
+               "(512 tokens) is longer than the model's context length (512 tokens).")
+    monitor = Monitor([JobConfig(name="x", events=str(events))], use_watchdog=False)
+    monitor.tick(force_scan=True)
+    (job,) = monitor.status_document()["jobs"]
+    assert job["progress"]["rejects"] == 2
+    assert job["progress"]["rejects_by_reason"] == {"out_of_vocabulary": 1, "server_too_long": 1}
+    text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+    assert 'hsmon_rows_rejected_total{job="x",reason="server_too_long"} 1.0' in text
+    assert 'hsmon_rows_rejected_total{job="x",reason="out_of_vocabulary"} 1.0' in text
+    with ev.EventWriter("x", events) as w:  # a heartbeat carries the run's own count
+        w.emit(ev.HEARTBEAT, rejects=3, rejects_by_reason={"out_of_vocabulary": 1, "server_too_long": 2})
+    monitor.tick(force_scan=True)
+    assert monitor.status_document()["jobs"][0]["progress"]["rejects_by_reason"]["server_too_long"] == 2

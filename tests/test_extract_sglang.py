@@ -2,7 +2,8 @@
 
 One server for the module (the embedded target, fp32, capture points 2,4,5) with a small
 ``--chunked-prefill-size``, so that the chunked-prefill trap is real: rows cut to 60 tokens pass
-whole over json; longer rows come back short over json and whole through the plugin's dump.
+whole over json; longer rows come back short over json and whole through the plugin's dump. Its
+``--context-length 512`` makes rows at and beyond the server's context cheap to send.
 The server is killed and restarted by the last test; a plain SGLang launch without the capture
 flags is started for the preflight test.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,9 +36,12 @@ from extract_helpers import (
 )
 from sglang_server import EMBEDDED_MODEL, SGLangServer, free_port, sglang_python, start_sglang_server
 
+from hsmon import layout
+
 pytestmark = pytest.mark.slow
 
 CHUNK = 64  # the server's --chunked-prefill-size
+CONTEXT = 512  # the server's --context-length
 SHORT = ("--max-length", "60")  # rows that fit one prefill chunk
 MODEL = EMBEDDED_MODEL
 
@@ -69,7 +74,8 @@ def plain_server(workdir):
 
 @pytest.fixture(scope="module")
 def server(workdir, plain_server):
-    srv = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump")
+    srv = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump",
+                              extra_args=("--context-length", str(CONTEXT)))
     try:
         yield srv
     finally:
@@ -285,3 +291,151 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
     kinds = [e["kind"] for e in events_of(events)]
     assert kinds[-1] == "done" and "retry" in kinds
     assert_close(out, shm_long, atol=1e-5)
+
+
+# -- rows the server refuses or fails on: rejects, and the run goes on ----------------------------
+def edge_rows(workdir: Path) -> tuple[Path, dict[str, int], list[int]]:
+    """Normal rows, one at exactly the server's context length, one with a token id beyond the
+    vocabulary (2048) and one normal long row; returns the file, named row indices, the long row's ids."""
+    import random
+
+    normal = make_dataset(workdir / "edge-normal.jsonl", rows=4, seed=11).read_text().splitlines()
+    rng = random.Random(3)
+    exact = [rng.randint(3, 2000) for _ in range(CONTEXT)]
+    long_row = [rng.randint(3, 2000) for _ in range(300)]
+    lines = [*normal, json.dumps({"input_ids": exact}), json.dumps({"input_ids": [5, 6, 5000, 7]}),
+             json.dumps({"input_ids": long_row})]
+    path = workdir / "edge.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path, {"exact": 4, "vocab": 5, "long": 6}, long_row
+
+
+def closing_line(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if "done:" in line)
+
+
+def rejects_of(out: Path) -> dict[int, dict]:
+    return {r["row"]: r for r in layout.iter_jsonl(out / "rejects.jsonl")}
+
+
+def done_record(out: Path) -> dict:
+    return [r for r in layout.iter_jsonl(out / "hsmon-manifest.jsonl") if r.get("type") == "done"][-1]
+
+
+def status_text(out: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "hsmon", "status", "--out", str(out), "--sample", "0.1"],
+                          capture_output=True, text=True, timeout=120, env=extract_env())
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def edge(workdir):
+    """The edge dataset and its transformers reference, cut to the server's longest input."""
+    data, rows, long_row = edge_rows(workdir)
+    out = workdir / "hf-edge"
+    proc = run_extract(data, out, MODEL, "--max-length", str(CONTEXT - 7))
+    assert proc.returncode == 0, proc.stderr
+    return data, rows, long_row, out
+
+
+def test_default_length_fits_the_server_and_bad_rows_are_rejects(workdir, server, edge):
+    data, rows, _, hf_out = edge
+    info = server.server_info()
+    longest = min(info["max_req_input_len"] - 1, CONTEXT - 1)
+    assert longest == CONTEXT - 7  # SGLang's scheduler keeps 5 positions besides the generated one
+    out = workdir / "edge-default"
+    proc = run_extract(data, out, MODEL, *sglang_args(server, workdir, "shm", "edge"))
+    assert proc.returncode == 0, proc.stderr
+    got = load_output(out)
+    assert got[rows["exact"]]["input_ids"].shape[0] == longest  # truncated to fit, then extracted
+    assert_close(out, hf_out, atol=1e-4)  # every other row too, equal to transformers
+    # The out-of-vocabulary row never reaches the server: SGLang 0.5.23 does not check input ids,
+    # and one such id kills its scheduler (IndexError in the embedding; seen on this server).
+    assert "outside the vocabulary" in rejects_of(out)[rows["vocab"]]["reason"]
+    assert "1 rejected: 1 row with a token id outside the vocabulary" in closing_line(proc.stderr)
+    assert done_record(out)["rejects_by_reason"] == {"out_of_vocabulary": 1}
+    # --no-truncate: the row at the context length is rejected instead, before any request.
+    strict = workdir / "edge-strict"
+    proc = run_extract(data, strict, MODEL, "--no-truncate", *sglang_args(server, workdir, "shm", "edge"))
+    assert proc.returncode == 0, proc.stderr
+    assert rejects_of(strict)[rows["exact"]]["class"] == "too_long"
+    assert rows["exact"] not in load_output(strict) and rows["long"] in load_output(strict)
+    assert re.search(r"rejects +2: 1 row longer than --max-length \(--no-truncate\); 1 row with a token id "
+                     r"outside the vocabulary", status_text(strict)), status_text(strict)
+
+
+def test_a_row_the_server_refuses_is_rejected_with_its_message(workdir, server, edge):
+    """Through a FAKE proxy that hides the server's limits from /server_info (a server that does not
+    publish them): the client's default falls back to the model's positions, and the REAL server
+    refuses the row at its context length with HTTP 400."""
+    from fake_sglang_proxy import FakeSGLangProxy
+
+    data, rows, _, hf_out = edge
+    proxy = FakeSGLangProxy(server.url, hide_limits=True).start()
+    out = workdir / "edge-refused"
+    events = workdir / "edge-refused.jsonl"
+    args = ["--backend", "sglang", "--url", proxy.url, "--transport", "shm", "--dump-dir",
+            str(dump_dir(workdir, "refused"))]
+    try:
+        proc = run_extract(data, out, MODEL, *args, events=events)
+        assert proc.returncode == 0, proc.stderr
+        reason = rejects_of(out)[rows["exact"]]["reason"]
+        assert reason.startswith(f"refused by the server (HTTP 400 from {proxy.url}): ")
+        assert f"The input ({CONTEXT} tokens) is longer than the model's context length" in reason
+        assert "1 row refused by the server: input longer than context" in closing_line(proc.stderr)
+        want, got = load_output(hf_out), load_output(out)
+        assert sorted(got) == sorted(set(want) - {rows["exact"]})
+        for row in got:
+            assert float((got[row]["hidden_state"] - want[row]["hidden_state"]).abs().max()) <= 1e-4
+        assert "1 row refused by the server: input longer than context" in status_text(out)
+        # The same command again: the refused row is not sent again, the run is done at once.
+        sent = proxy.forwarded
+        again = run_extract(data, out, MODEL, *args, events=events)
+        assert again.returncode == 0, again.stderr
+        assert proxy.forwarded == sent and len(rejects_of(out)) == 2
+        assert events_of(events)[-1]["rejects_by_reason"] == {"out_of_vocabulary": 1, "server_too_long": 1}
+    finally:
+        proxy.stop()
+
+
+def test_a_poison_row_is_rejected_after_the_bounded_attempts(workdir, server, edge):
+    """A FAKE proxy answers HTTP 500 to one row (and only to it); the real server does the rest."""
+    from fake_sglang_proxy import FakeSGLangProxy
+
+    data, rows, long_row, hf_out = edge
+    proxy = FakeSGLangProxy(server.url, fail_ids=long_row).start()
+    out = workdir / "edge-poison"
+    events = workdir / "edge-poison.jsonl"
+    try:
+        proc = run_extract(data, out, MODEL, "--backend", "sglang", "--url", proxy.url, "--transport", "shm",
+                           "--dump-dir", str(dump_dir(workdir, "poison")), "--row-attempts", "3",
+                           "--concurrency", "1", events=events)
+    finally:
+        proxy.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert proxy.failed == 3
+    reason = rejects_of(out)[rows["long"]]["reason"]
+    assert reason.startswith("failed on the server 3 times while it answered other requests (last: ")
+    assert "HTTP 500" in reason and "fake proxy" in reason
+    retries = [e for e in events_of(events) if e["kind"] == "retry"]
+    assert [e["reason"] for e in retries] == ["row", "row"] and {e["row"] for e in retries} == {rows["long"]}
+    assert not any(e["kind"] == "pause" for e in events_of(events))  # the server never looked down
+    assert not dump_dir(workdir, "poison").exists()  # the control requests' dump files too
+    want, got = load_output(hf_out), load_output(out)
+    assert sorted(got) == sorted(set(want) - {rows["long"]})
+    for row in got:
+        assert float((got[row]["aux_hidden_state"] - want[row]["aux_hidden_state"]).abs().max()) <= 1e-4
+
+
+def test_explicit_max_length_beyond_the_servers_context_is_refused_up_front(workdir, server, data_short):
+    out = workdir / "too-long-option"
+    proc = run_extract(data_short, out, MODEL, "--max-length", "600",
+                       *sglang_args(server, workdir, "shm", "x"))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert f"--max-length 600: no server accepts inputs that long: {server.url} takes at most " \
+           f"{CONTEXT - 7} tokens (context length {CONTEXT}" in lines[0]
+    assert f"pass --max-length {CONTEXT - 7} or less" in lines[0]
+    assert not out.exists()

@@ -234,3 +234,39 @@ def test_batched_forward_equals_unbatched_and_is_deterministic(tiny_model):  # n
     assert torch.allclose(single.aux_hidden_state, want_aux, atol=1e-6)
     assert torch.allclose(single.hidden_state, hs[-1][0], atol=1e-6)
     backend.close()
+
+
+def test_hf_batch_that_raises_is_retried_row_by_row_and_only_the_failing_row_is_rejected(tiny_model):  # noqa: F811
+    """FAILURE INJECTION (named as such): a forward pre-hook on the real model's decoder raises a
+    CUDA-style out-of-memory error for any input longer than 40 tokens, as a GPU would on one very
+    long row; everything else runs the real model."""
+    from extractor.backends.base import RowRejected
+    from extractor.backends.hf import HFBackend
+    from hsmon.rejects import classify
+
+    backend = HFBackend(tiny_model, device="cpu", dtype="float32")
+    rows = [[1, 5, 9, 200, 7], list(range(3, 60)), [1, 40, 41]]
+    want = [backend.extract([row])[0] for row in (rows[0], rows[2])]
+
+    def fake_oom(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] > 40:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB (injected by the test)")
+
+    hook = backend.decoder.register_forward_pre_hook(fake_oom, with_kwargs=True)
+    got = backend.extract(rows)
+    assert isinstance(got[1], RowRejected)
+    assert got[1].reason.startswith("the model failed on this row alone (57 tokens): RuntimeError: "
+                                    "CUDA out of memory")
+    assert classify(got[1].reason) == "out_of_memory"
+    for alone, states in zip(want, (got[0], got[2]), strict=True):  # computed alone: equal to alone
+        assert torch.equal(alone.hidden_state, states.hidden_state)
+        assert torch.equal(alone.aux_hidden_state, states.aux_hidden_state)
+    hook.remove()
+    # A model that fails on every input is not one row's fault: the error is raised, nothing rejected.
+    hook = backend.decoder.register_forward_pre_hook(
+        lambda *_a, **_k: (_ for _ in ()).throw(RuntimeError("device lost (injected)")), with_kwargs=True)
+    with pytest.raises(RuntimeError, match="device lost"):
+        backend.extract(rows)
+    hook.remove()
+    backend.close()

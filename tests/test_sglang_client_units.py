@@ -160,3 +160,67 @@ def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, c
         "waiting for the server's dump files to be consumed (stop with SIGTERM), checking every 0.02s"
     )
     assert resumed.startswith("hsmon extract: resumed (shm) after 0s: room again in ")
+
+
+def test_longest_input_from_server_info_sets_the_default_and_refuses_a_longer_option():
+    # SGLang 0.5.23 with --context-length 512 and an 8192-token KV pool: max_req_input_len 506,
+    # and it refuses 506 tokens (measured: "Input length (506 tokens) exceeds the maximum allowed
+    # length (506 tokens)"), while 505 goes through.
+    small = preflight.facts_of("http://small", {**INFO, "context_length": 512, "max_req_input_len": 506})
+    big = preflight.facts_of("http://big", {**INFO, "context_length": 4096, "max_req_input_len": 4090})
+    assert small.max_input == 505 and big.max_input == 4089
+    assert preflight.facts_of("http://s", {**INFO, "context_length": 512}).max_input == 511
+    eagle = {**INFO, "context_length": 512, "speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 1,
+             "speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+    assert preflight.facts_of("http://s", eagle).max_input == 512 - 1 - 4
+    assert preflight.resolve_max_length(None, [small, big], 2048) == 505  # the smallest server's
+    assert preflight.resolve_max_length(1000, [small, big], 2048) == 1000  # big takes it
+    with pytest.raises(preflight.PreflightError) as exc:
+        preflight.resolve_max_length(600, [small], 2048)
+    assert str(exc.value).startswith("--max-length 600: no server accepts inputs that long: http://small "
+                                     "takes at most 505 tokens (context length 512")
+    assert "pass --max-length 505 or less" in str(exc.value) and "\n" not in str(exc.value)
+    unknown = preflight.facts_of("http://old", INFO)  # a server that does not say
+    assert unknown.max_input is None
+    assert preflight.resolve_max_length(None, [unknown], 2048) == 2047  # one position to generate
+    assert preflight.resolve_max_length(5000, [unknown], 2048) == 5000  # its own refusal will tell
+
+
+def test_pool_sends_a_row_only_to_servers_that_take_its_length():
+    pool = ServerPool(["http://small", "http://big"], writer()[0], Progress(), threading.Event(),
+                      max_input={"http://small": 505, "http://big": 4089})
+    long_row = [pool.acquire(1000) for _ in range(3)]
+    assert long_row == ["http://big"] * 3  # even with big busy
+    assert pool.acquire(100) == "http://small"
+
+
+def test_server_message_is_the_servers_own_words_on_one_line():
+    from extractor.backends.sglang.transports import server_message
+
+    body = ('{"error":{"message":"The input (512 tokens) is longer than the model\'s context length '
+            '(512 tokens)."}}')
+    assert server_message(400, body) == \
+        "The input (512 tokens) is longer than the model's context length (512 tokens)."
+    assert server_message(422, '{"detail": "bad\\n request"}') == "bad request"
+    assert server_message(404, "Not Found") == "Not Found" and server_message(400, "") == "HTTP 400"
+
+
+def test_reject_reasons_are_classed_and_summed_up_for_a_person():
+    from hsmon.rejects import classify, count_by_class, short_summary, summary
+
+    reasons = ["refused by the server (HTTP 400 from http://s): The input (512 tokens) is longer than the "
+               "model's context length (512 tokens).",
+               "refused by the server (HTTP 400 from http://s): Input length (506 tokens) exceeds the "
+               "maximum allowed length (506 tokens).",
+               "refused by the server (HTTP 422 from http://s): bad field",
+               "failed on the server 3 times while it answered other requests (last: http://s: HTTP 500: x)",
+               "the model failed on this row alone (9000 tokens): OutOfMemoryError: CUDA out of memory",
+               "token id 5000 outside the vocabulary (0..2047)", "too long: 600 tokens > max length 505",
+               "invalid JSON: Expecting value"]
+    assert [classify(r) for r in reasons] == ["server_too_long", "server_too_long", "server_refused",
+                                              "server_failing", "out_of_memory", "out_of_vocabulary",
+                                              "too_long", "invalid_row"]
+    counts = count_by_class(reasons[:2] + reasons[5:6])
+    assert summary(counts) == ("1 row with a token id outside the vocabulary; 2 rows refused by the server: "
+                               "input longer than context")
+    assert short_summary(counts) == "1 vocabulary, 2 server: too long" and summary({}) == ""

@@ -50,6 +50,14 @@ class RowStates:
     aux_hidden_state: Any
 
 
+@dataclass
+class RowRejected:
+    """A row the backend could not compute while it computes others (a server's refusal, a row
+    that fails alone): the run rejects it with ``reason`` and goes on."""
+
+    reason: str
+
+
 class Backend(ABC):
     """Something that computes hidden states for batches of token-id rows."""
 
@@ -58,9 +66,12 @@ class Backend(ABC):
     capture_points: list[int]
 
     @abstractmethod
-    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
-        """Hidden states for each row of ``batch`` (rows may differ in length). ``rows`` are the
-        rows' dataset indices, for backends that name their requests or files by row."""
+    def extract(self, batch: Sequence[Sequence[int]],
+                rows: Sequence[int] | None = None) -> list[RowStates | RowRejected]:
+        """Hidden states for each row of ``batch`` (rows may differ in length), or RowRejected for a
+        row that fails on its own while the backend demonstrably works for other input. ``rows``
+        are the rows' dataset indices, for backends that name their requests or files by row. A
+        failure that is not one row's (server down, model broken) raises or waits, as before."""
 
     def describe(self) -> dict[str, Any]:
         """Backend-specific fields for the run's ``start`` event (e.g. server URLs)."""

@@ -17,7 +17,10 @@ from typing import Any
 
 import torch
 
-from extractor.backends.base import Backend, ModelInfo, RowStates
+from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates
+from hsmon.rejects import BACKEND_FAILED
+
+PROBE_TOKENS = 8  # a row that fails alone is rejected only if its first tokens go through
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -104,8 +107,52 @@ class HFBackend(Backend):
             torch.cuda.synchronize()
         return out.last_hidden_state
 
+    def extract(self, batch: Sequence[Sequence[int]],
+                rows: Sequence[int] | None = None) -> list[RowStates | RowRejected]:
+        """The batch in one forward; if that raises (e.g. out of memory on one long row), each row
+        alone: a row that still fails is rejected when the model demonstrably works (another row
+        of the batch went through, or the failing row's first tokens do); else the error is raised
+        (a broken model or device is not one row's fault, and rejecting every row loses data)."""
+        try:
+            return list(self._forward(batch))
+        except Exception as exc:
+            first = exc
+        self._release()
+        results: list[RowStates | RowRejected] = []
+        failed: list[tuple[int, BaseException]] = []
+        for i, row in enumerate(batch):
+            try:
+                results.extend(self._forward([row]))
+            except Exception as exc:
+                self._release()
+                results.append(RowRejected(""))
+                failed.append((i, exc))
+        if not failed:
+            return results
+        if len(failed) == len(batch) and not self._probe(batch[failed[0][0]]):
+            raise first
+        for i, exc in failed:
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            results[i] = RowRejected(f"{BACKEND_FAILED} ({len(batch[i])} tokens): {message}")
+        return results
+
+    def _probe(self, row: Sequence[int]) -> bool:
+        """Does the model compute at all? The row's first few tokens, alone."""
+        try:
+            self._forward([row[: max(1, min(PROBE_TOKENS, len(row) // 2))]])
+            return True
+        except Exception:
+            self._release()
+            return False
+
+    def _release(self) -> None:
+        """Forget a failed forward's captures and give its memory back (CUDA keeps a cache)."""
+        self._captured.clear()
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
     @torch.inference_mode()
-    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
+    def _forward(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
         ids, attention, lengths = self._padded(batch)
         self._captured.clear()
         out = self.decoder(input_ids=ids, attention_mask=attention, use_cache=False)

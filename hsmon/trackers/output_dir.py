@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hsmon import layout
+from hsmon.rejects import count_by_class
 
 SPECULATORS_RE = re.compile(r"^hs_\d+.*\.safetensors$")
 
@@ -239,6 +240,7 @@ class OutputDirTracker:
             bytes=m.bytes,
             temp_files=sum(d.temps for d in self._dirs.values()),
             rejects=len(m.rejects),
+            rejects_by_reason=count_by_class(list(m.rejects.values())),
             **self._plan,
         )
         return snap

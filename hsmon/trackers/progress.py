@@ -13,6 +13,7 @@ from collections import deque
 from typing import Any
 
 from hsmon import events as ev
+from hsmon.rejects import classify, clean_counts
 from hsmon.trackers.rates import RateWindow
 
 PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
@@ -45,6 +46,7 @@ class ProgressTracker:
         self.chunks_done = 0
         self.chunks_total: int | None = None
         self.rejects = 0
+        self.rejects_by_reason: dict[str, int] = {}  # hsmon.rejects classes
         self.bytes_done = 0
         self.terminal_kind: str | None = None
         self.terminal_ts: float | None = None
@@ -88,6 +90,11 @@ class ProgressTracker:
             self.job_id = e["job"]
         before = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
                   self.log_lines)
+        by_reason = clean_counts(e.get("rejects_by_reason"))
+        if by_reason is not None:  # start, heartbeat, done ... carry the run's own count
+            self.rejects_by_reason = by_reason
+        elif kind == ev.START:
+            self.rejects_by_reason = {}
         if kind == ev.START:
             self.started, self.start_ts = True, ts
             self.terminal_kind = self.terminal_ts = self.paused_reason = None
@@ -142,6 +149,9 @@ class ProgressTracker:
                     setattr(self, attr, int(value))
         elif kind == ev.REJECT:
             self.rejects += 1
+            key = e.get("reason_class")
+            key = key if isinstance(key, str) and len(key) <= 40 else classify(str(e.get("reason", "")))
+            self.rejects_by_reason[key] = self.rejects_by_reason.get(key, 0) + 1
         elif kind == ev.PAUSE:
             self.paused_reason = str(e.get("reason", "unknown"))
         elif kind == ev.RESUME:
@@ -217,6 +227,7 @@ class ProgressTracker:
                 "chunks_done": self.chunks_done,
                 "chunks_total": self.chunks_total,
                 "rejects": self.rejects,
+                "rejects_by_reason": dict(self.rejects_by_reason),
                 "rows_per_s": rows_per_s,
                 "tokens_per_s": tokens_per_s,
                 "bytes_per_s": self._bytes_rate.rate(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -15,10 +16,22 @@ from typing import Any
 import requests
 import torch
 
-from extractor.backends.base import Backend, ModelInfo, RowStates, RunContext
+from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates, RunContext
 from extractor.backends.sglang import preflight, transports
-from extractor.backends.sglang.dumpdir import DumpDir
+from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
+from hsmon.rejects import SERVER_FAILING, SERVER_REFUSED
+
+PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
+RETRYABLE_STATUS = (408, 429)  # and every 5xx
+
+
+class RefusedError(Exception):
+    """An HTTP 4xx for one request: the server's own words in ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message = status, message
 
 
 @dataclass
@@ -34,6 +47,8 @@ class SGLangOptions:
     request_timeout: float = 600.0
     give_up_after: float = 600.0
     longest_row: int = 1
+    row_attempts: int = 3  # failures of one row while its server serves others: then rejected
+    facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
 
 
 class SGLangBackend(Backend):
@@ -48,13 +63,15 @@ class SGLangBackend(Backend):
         self.options = options
         self.transport = options.transport
         self.torch_dtype = getattr(torch, info.dtype)
-        self.facts = preflight.check_servers(options.urls, self.capture_points, self.transport, info.dtype,
-                                             options.dump_dir, timeout=min(options.request_timeout, 30.0))
+        self.facts = options.facts or preflight.check_servers(
+            options.urls, self.capture_points, self.transport, info.dtype, options.dump_dir,
+            timeout=min(options.request_timeout, 30.0))
         self.concurrency = options.concurrency or preflight.default_concurrency(
             self.facts, options.longest_row, self.transport)
         self._chunk_size = {f.url: f.chunked_prefill_size for f in self.facts}
         self.pool = ServerPool(options.urls, context.events, context.progress, context.stop_event,
-                               give_up_s=options.give_up_after)
+                               give_up_s=options.give_up_after,
+                               max_input={f.url: f.max_input for f in self.facts})
         self.dump: DumpDir | None = None
         if self.transport == "shm":
             assert options.dump_dir is not None
@@ -62,7 +79,7 @@ class SGLangBackend(Backend):
                                 context.events, context.progress, context.stop_event)
             self.dump.prepare()
         self._nonce = os.urandom(4).hex()
-        self._attempts = 0
+        self._attempts = self._probes = 0
         self._lock = threading.Lock()
         self._local = threading.local()
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="hsmon-sglang")
@@ -73,7 +90,8 @@ class SGLangBackend(Backend):
         return {"urls": list(self.options.urls), "transport": self.transport, "concurrency": self.concurrency,
                 "dump_dir": self.options.dump_dir}
 
-    def extract(self, batch: Sequence[Sequence[int]], rows: Sequence[int] | None = None) -> list[RowStates]:
+    def extract(self, batch: Sequence[Sequence[int]],
+                rows: Sequence[int] | None = None) -> list[RowStates | RowRejected]:
         rows = list(rows) if rows is not None else list(range(len(batch)))
         futures = [self._executor.submit(self._one, row, list(ids))
                    for row, ids in zip(rows, batch, strict=True)]
@@ -104,23 +122,44 @@ class SGLangBackend(Backend):
                     return states
                 except (ValueError, OSError, RuntimeError):
                     pass  # incomplete or from other settings: removed by take_dump, computed again
-        attempt = 0
+        attempt = strikes = 0
         while True:
             if self.pool.stop_event.is_set():
                 raise Stopped
             if self.dump is not None:
                 self.dump.wait_for_room()
-            url = self.pool.acquire()
+            url = self.pool.acquire(len(ids))
             started = time.perf_counter()
             try:
-                body = self._post(url, row, ids)
+                body = self._post(url, self._rid(row), ids)
             except RetryableError as exc:
+                self.pool.release(url)
+                if self._evidence(url, ids) != "serves":
+                    self.pool.failed(url, str(exc))  # the server's failure, not the row's: pause rules
+                else:  # a poison row: it fails where other requests go through
+                    strikes += 1
+                    if strikes >= self.options.row_attempts:
+                        return RowRejected(f"{SERVER_FAILING} {strikes} times while it answered other "
+                                           f"requests (last: {url}: {exc})")
+                    self.pool.row_failed(url, row, str(exc), strikes)
+                self.pool.wait(backoff_delay(attempt))
+                attempt += 1
+                continue
+            except RefusedError as exc:
+                self.pool.release(url)
+                verdict = self._evidence(url, ids)
+                if verdict == "serves":
+                    return RowRejected(f"{SERVER_REFUSED} (HTTP {exc.status} from {url}): {exc.message}")
+                if verdict == "refuses":
+                    raise RuntimeError(f"row {row}: {url}/generate answered HTTP {exc.status}: "
+                                       f"{exc.message}; a short control request is refused too, so the "
+                                       "server refuses every request: fix it, then run the same command"
+                                       ) from None
                 self.pool.failed(url, str(exc))
                 self.pool.wait(backoff_delay(attempt))
                 attempt += 1
                 continue
-            finally:
-                self.pool.release(url)
+            self.pool.release(url)
             answered = time.perf_counter()
             self.pool.succeeded(url)
             try:
@@ -138,18 +177,39 @@ class SGLangBackend(Backend):
                 self.stats["client_seconds"] += time.perf_counter() - answered
             return states
 
-    def _post(self, url: str, row: int, ids: list[int]) -> bytes:
-        """One /generate call; RetryableError for what another attempt may fix."""
-        body = transports.request_body(self._rid(row), ids, self.transport, self.options.dump_dir)
+    def _evidence(self, url: str, ids: list[int]) -> str:
+        """After a row's request failed on ``url``: does the server answer OTHER requests now? A
+        control request (the row's first few tokens, under a rid of its own) says: "serves",
+        "refuses" (an HTTP 4xx to that too: the server refuses everything) or "down". A row is
+        rejected only on "serves"; on the others the failure is the server's (pause, give up)."""
+        with self._lock:
+            self._probes += 1
+            rid = f"{PROBE_PREFIX}{self._nonce}-{self._probes}"
         try:
-            resp = self._session().post(url + "/generate", json=body, timeout=self.options.request_timeout)
+            body = self._post(url, rid, ids[: max(1, min(PROBE_TOKENS, len(ids) // 2))],
+                              timeout=min(self.options.request_timeout, 60.0))
+        except RefusedError:
+            return "refuses"
+        except RetryableError:
+            return "down"
+        if self.transport == "shm":  # the control's dump file is not a row's: remove it
+            with contextlib.suppress(ValueError, KeyError, TypeError, OSError, RuntimeError):
+                os.unlink(transports.dump_path(json.loads(body), url, -1))
+        return "serves"
+
+    def _post(self, url: str, rid: str, ids: list[int], timeout: float | None = None) -> bytes:
+        """One /generate call; RetryableError for what another attempt may fix (timeouts,
+        connections, 5xx, 408, 429), RefusedError for any other refusal (4xx)."""
+        body = transports.request_body(rid, ids, self.transport, self.options.dump_dir)
+        try:
+            resp = self._session().post(url + "/generate", json=body,
+                                        timeout=timeout or self.options.request_timeout)
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        if resp.status_code >= 500 or resp.status_code == 429:
+        if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
             raise RetryableError(f"HTTP {resp.status_code}: {resp.text[:200]}")
         if resp.status_code != 200:
-            raise RuntimeError(f"row {row}: {url}/generate answered HTTP {resp.status_code}: "
-                               f"{resp.text[:300]}")
+            raise RefusedError(resp.status_code, transports.server_message(resp.status_code, resp.text))
         return resp.content  # parsed by _decode: the client's own time, not the request's
 
     def _decode(self, body: bytes, url: str, row: int, want: int, hidden: int, captures: int) -> RowStates:

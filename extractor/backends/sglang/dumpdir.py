@@ -22,6 +22,7 @@ from hsmon import events as ev
 from hsmon.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
+PROBE_PREFIX = "probe-"  # control requests' rids (see backend._evidence): never a row's file
 _RID = re.compile(r"^r(\d+)-[0-9a-f]+-\d+$")
 
 
@@ -69,7 +70,8 @@ class DumpDir:
             row = row_of(entry.name)
             if entry.name.endswith(DUMP_SUFFIX) and row is not None and row not in self.orphans:
                 self.orphans[row] = entry
-            elif entry.is_file() and (entry.name.endswith(".tmp") or row is not None):
+            elif entry.is_file() and (entry.name.endswith(".tmp") or row is not None
+                                      or entry.name.startswith(PROBE_PREFIX)):
                 entry.unlink(missing_ok=True)
 
     def take_orphan(self, row: int) -> Path | None:
@@ -118,7 +120,8 @@ class DumpDir:
         self.orphans.clear()
         with contextlib.suppress(FileNotFoundError):
             for entry in self.path.iterdir():
-                if entry.is_file() and (row_of(entry.name) is not None or entry.name.endswith(".tmp")):
+                if entry.is_file() and (row_of(entry.name) is not None or entry.name.endswith(".tmp")
+                                        or entry.name.startswith(PROBE_PREFIX)):
                     entry.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.path.rmdir()

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="one request's time limit; a timeout is retried (default 600)")
     group.add_argument("--give-up-after", type=float, default=600.0, metavar="SECONDS",
                        help="stop with an error after this long with every server failing (default 600)")
+    group.add_argument("--row-attempts", type=int, default=3, metavar="N",
+                       help="reject a row after N failures (5xx, timeouts) while its server answers a "
+                       "control request (default 3)")
 
 
 def _usage(message: str) -> Exception:
@@ -62,6 +65,18 @@ def config_dtype(config: Any) -> str:
     return name if name in ("float32", "bfloat16", "float16") else "float32"
 
 
+def check_servers(opts: Any, layers: list[int], dtype: str, max_length: int | None,
+                  max_positions: int) -> int:
+    """Preflight every server (PreflightError, exit 2, on one that cannot serve this run), keep
+    their facts in ``opts`` and return the run's ``--max-length``: the explicit one if a server
+    accepts it, else the longest input the smallest server accepts."""
+    from extractor.backends.sglang import preflight
+
+    opts.facts = preflight.check_servers(opts.urls, layers, opts.transport, dtype, opts.dump_dir,
+                                         timeout=min(opts.request_timeout, 30.0))
+    return preflight.resolve_max_length(max_length, opts.facts, max_positions)
+
+
 def build(args: argparse.Namespace, job: str, longest_row: int) -> Any:
     """Check the options and return SGLangOptions (UsageError on bad ones)."""
     from extractor.backends.sglang.backend import SGLangOptions
@@ -73,8 +88,9 @@ def build(args: argparse.Namespace, job: str, longest_row: int) -> Any:
         min_free = parse_size(args.dump_min_free)
     except ValueError as exc:
         raise _usage(str(exc)) from None
-    if args.concurrency < 0 or args.request_timeout <= 0 or args.give_up_after <= 0:
-        raise _usage("--concurrency must be >= 0, --request-timeout and --give-up-after > 0")
+    if args.concurrency < 0 or args.request_timeout <= 0 or args.give_up_after <= 0 or args.row_attempts < 1:
+        raise _usage("--concurrency must be >= 0, --request-timeout and --give-up-after > 0, "
+                     "--row-attempts >= 1")
     dump_dir = None
     if args.transport == "shm":
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
@@ -84,4 +100,4 @@ def build(args: argparse.Namespace, job: str, longest_row: int) -> Any:
     return SGLangOptions(urls=urls, transport=args.transport, dump_dir=dump_dir,
                          concurrency=args.concurrency, max_dump_bytes=max_dump, dump_min_free=min_free,
                          request_timeout=args.request_timeout, give_up_after=args.give_up_after,
-                         longest_row=longest_row)
+                         longest_row=longest_row, row_attempts=args.row_attempts)

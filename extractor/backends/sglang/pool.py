@@ -38,6 +38,7 @@ class _State:
     down_since: float | None = None
     last_error: str = ""
     last_retry_event: float = 0.0
+    max_input: int | None = None  # the longest row it accepts (preflight), None: unknown
 
 
 BACKOFF_CAP_S = 5.0
@@ -54,21 +55,24 @@ class ServerPool:
     """Spreads requests over the servers by load (fewest in flight, up servers first)."""
 
     def __init__(self, urls: list[str], events: Any, progress: Any, stop_event: threading.Event,
-                 give_up_s: float = 600.0) -> None:
+                 give_up_s: float = 600.0, max_input: dict[str, int | None] | None = None) -> None:
         self.urls = list(urls)
         self.events, self.progress, self.stop_event = events, progress, stop_event
         self.give_up_s = give_up_s
-        self._state = {url: _State() for url in self.urls}
+        self._state = {url: _State(max_input=(max_input or {}).get(url)) for url in self.urls}
         self._lock = threading.Lock()
         self._failing_since: float | None = None
         self._paused_at: float | None = None
         self.retries = 0
 
-    def acquire(self) -> str:
-        """The URL for the next attempt (counted in flight until ``release``)."""
+    def acquire(self, length: int = 0) -> str:
+        """The URL for the next attempt of a ``length``-token row (counted in flight until
+        ``release``): among the servers that accept rows that long, an up one with the fewest
+        requests in flight."""
         with self._lock:
-            up = [u for u in self.urls if self._state[u].down_since is None]
-            url = min(up or self.urls, key=lambda u: self._state[u].in_flight)
+            fits = [u for u in self.urls if (self._state[u].max_input or length) >= length] or self.urls
+            up = [u for u in fits if self._state[u].down_since is None]
+            url = min(up or fits, key=lambda u: self._state[u].in_flight)
             self._state[url].in_flight += 1
             return url
 
@@ -96,6 +100,15 @@ class ServerPool:
             paused_s = time.monotonic() - paused_at
             self.events.emit(ev.RESUME, reason="server", url=url, paused_seconds=round(paused_s, 3))
             resume_line("server", paused_s, f"{url} answers")
+
+    def row_failed(self, url: str, row: int, error: str, attempt: int) -> None:
+        """One row failed on a server that answers other requests: a ``retry`` event (reason
+        ``row``), the server is not marked down."""
+        with self._lock:
+            self.retries += 1
+            retries = self.retries
+        self.events.emit(ev.RETRY, reason="row", url=url, row=row, error=error, attempt=attempt,
+                         retries=retries)
 
     def failed(self, url: str, error: str) -> None:
         """A retryable failure on ``url``; pauses when no server is up; GiveUp after ``give_up_s``."""

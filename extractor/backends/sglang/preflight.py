@@ -17,6 +17,7 @@ from extractor.prepare import UsageError
 
 PLUGIN_VERSION = "1"
 INFO_PATHS = ("/server_info", "/get_server_info")
+GENERATED_TOKENS = 1  # each request generates one token (prefill only): it needs a position
 
 
 class PreflightError(UsageError):
@@ -36,6 +37,8 @@ class ServerFacts:
     model_path: str
     plugin: dict[str, Any] | None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    max_input: int | None = None  # the longest input it accepts (None: it does not say)
+    context_length: int | None = None
 
 
 def fetch_info(url: str, timeout: float) -> dict[str, Any]:
@@ -73,7 +76,54 @@ def facts_of(url: str, info: dict[str, Any]) -> ServerFacts:
         url=url, layer_ids=[int(i) for i in info.get("return_aux_hidden_state_layer_ids") or []],
         dtype=str(info.get("dtype", "auto")), chunked_prefill_size=int(chunk) if chunk else -1,
         max_running_requests=opt_int("max_running_requests"), max_total_tokens=opt_int("max_total_tokens"),
-        model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info)
+        model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info,
+        max_input=max_input_of(info), context_length=opt_int("context_length"))
+
+
+def _int(value: Any) -> int | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return int(value) if ok else None
+
+
+def max_input_of(info: dict[str, Any]) -> int | None:
+    """The longest input (tokens) the server accepts for a one-token generation, from its info.
+
+    SGLang 0.5.23 refuses (HTTP 400) an input when ``len + reserved >= context_length`` or
+    ``len + reserved + max_new_tokens > context_length`` (its tokenizer manager; ``reserved`` is the
+    EAGLE draft slots, 0 without a draft model), and when ``len >= max_req_input_len`` (its
+    scheduler: ``min(context - 1, KV pool - 1) - 5``). None when the info has neither figure.
+    """
+    limits = []
+    scheduler = _int(info.get("max_req_input_len"))
+    if scheduler is not None:
+        limits.append(scheduler - 1)
+    context = _int(info.get("context_length"))
+    if context is not None:
+        reserved = 0
+        if str(info.get("speculative_algorithm") or "").upper().startswith("EAGLE"):
+            topk, steps = _int(info.get("speculative_eagle_topk")), _int(info.get("speculative_num_steps"))
+            reserved = max((topk or 0) * (steps or 0), _int(info.get("speculative_num_draft_tokens")) or 0)
+        limits.append(context - GENERATED_TOKENS - reserved)
+    return max(min(limits), 1) if limits else None
+
+
+def resolve_max_length(requested: int | None, facts: list[ServerFacts], max_positions: int) -> int:
+    """``--max-length`` for the sglang backend: by default the smallest server's longest input (the
+    model's positions less the generated token when no server says); an explicit value that no
+    server accepts is a PreflightError naming the server, its context length and the fix."""
+    known = [(f.max_input, f) for f in facts if f.max_input is not None]
+    if requested is None:
+        return min((n for n, _ in known), default=max_positions - GENERATED_TOKENS)
+    if known and len(known) == len(facts):
+        most, best = max(known, key=lambda pair: pair[0])
+        if requested > most:
+            context = f"context length {best.context_length}" if best.context_length else "its context length"
+            raise PreflightError(
+                f"--max-length {requested}: no server accepts inputs that long: {best.url} takes at most "
+                f"{most} tokens ({context}, less the position of the one generated token and SGLang's "
+                f"own margin); pass --max-length {most} or less, or leave it out (the default fits the "
+                "smallest server)")
+    return requested
 
 
 def check_server(facts: ServerFacts, capture_points: list[int], transport: str, dtype: str,

@@ -33,6 +33,23 @@ class DumpError(RuntimeError):
         self.errno_name = errno_name
 
 
+def server_message(status: int, text: str) -> str:
+    """The server's own words for a refused request, on one line: SGLang answers
+    ``{"error": {"message": ...}}`` (FastAPI ``{"detail": ...}``); else the body's text."""
+    import json
+
+    message: Any = None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        message = message or payload.get("detail") or payload.get("message")
+    return " ".join(str(message or text or f"HTTP {status}").split())[:300]
+
+
 def request_body(rid: str, input_ids: list[int], transport: str, dump_dir: str | None) -> dict[str, Any]:
     """The /generate request of one row: prefill only (one new token), hidden states opted in."""
     mode: dict[str, Any] = {"dump_dir": dump_dir} if transport == "shm" else {"pack_last": True}

@@ -7,6 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
+from hsmon.rejects import short_summary
 from hsmon.tui.view import is_acceptance_job
 from hsmon.tui.widgets.meter import Meter
 
@@ -34,4 +35,5 @@ class ProgressPanel(Vertical):
         self.query_one("#meter-chunks", Meter).set_value(progress.get("chunks_done"),
                                                          progress.get("chunks_total"))
         rejects = progress.get("rejects")
-        self.border_subtitle = f"rejects {rejects}" if rejects else ""
+        why = short_summary(progress.get("rejects_by_reason"))
+        self.border_subtitle = (f"rejects {rejects}" + (f": {why}" if why else "")) if rejects else ""

@@ -1,0 +1,95 @@
+"""A FAKE in front of a REAL SGLang server, for what a healthy real server will not do on demand.
+
+- ``fail_ids``: answer HTTP 500 to every /generate request whose ``input_ids`` equal these (one
+  poison row; any other request, a shorter control request included, goes to the real server);
+- ``hide_limits``: drop ``max_req_input_len`` and ``context_length`` from /server_info (a server
+  that does not publish its limits), so that the real server's own refusal can be met.
+
+Everything else is forwarded unchanged, status and body included.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HIDDEN = ("max_req_input_len", "context_length")
+
+
+class FakeSGLangProxy:
+    """``start()`` serves on a free local port; ``url`` is what the client is given."""
+
+    def __init__(self, upstream: str, fail_ids: list[int] | None = None, hide_limits: bool = False) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.fail_ids = fail_ids
+        self.hide_limits = hide_limits
+        self.failed = 0  # 500s answered to the poison row
+        self.forwarded = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> FakeSGLangProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _reply(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _forward(self, data: bytes | None) -> tuple[int, bytes]:
+                request = urllib.request.Request(proxy.upstream + self.path, data=data,
+                                                 headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=600) as resp:
+                        return resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    return exc.code, exc.read()
+                except OSError as exc:
+                    return 502, json.dumps({"error": {"message": f"fake proxy: {exc}"}}).encode()
+
+            def do_GET(self) -> None:
+                status, body = self._forward(None)
+                if proxy.hide_limits and status == 200 and self.path in ("/server_info", "/get_server_info"):
+                    info = json.loads(body)
+                    for key in HIDDEN:
+                        info.pop(key, None)
+                    body = json.dumps(info).encode()
+                self._reply(status, body)
+
+            def do_POST(self) -> None:
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                poison = proxy.fail_ids is not None and self.path == "/generate"
+                if poison and json.loads(data).get("input_ids") == proxy.fail_ids:
+                    with proxy._lock:
+                        proxy.failed += 1
+                    self._reply(500, b'{"error": {"message": "fake proxy: internal error for this row"}}')
+                    return
+                status, body = self._forward(data)
+                with proxy._lock:
+                    proxy.forwarded += 1
+                self._reply(status, body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="fake-sglang-proxy", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
