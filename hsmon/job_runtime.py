@@ -295,6 +295,7 @@ class JobRuntime:
                 stdout=p["stdout"],
                 stdout_buffered=p["stdout_buffered"],
                 cmdline=p["cmdline"],
+                oom_kill=p.get("oom_kill"),
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]
