@@ -136,11 +136,13 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
     frozen = time.monotonic()
     scheduler.suspend()
     try:
-        wait_server(rig, "hung", 30)
+        srv = wait_server(rig, "hung", 30)
         took = time.monotonic() - frozen
-        assert took <= HEALTH_TIMEOUT + HEALTH_INTERVAL + 0.5, took
-        srv = server_doc(rig)
+        # the last counter movement is seen at most one look (1 s) after the stop, the first unanswered
+        # check goes out at most one health interval after it: hung --health-timeout later
+        assert took <= HEALTH_TIMEOUT + 2 * HEALTH_INTERVAL + 0.5, took
         assert srv["reachable"] is True  # the HTTP front still answers: hung, not down
+        assert srv["detail"].startswith("no forward completed in ") and "counters frozen" in srv["detail"]
         hung = f"server {rig['server'].url} is hung: no forward completed in"
         job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(hung) and j, 20,
                          what="job stalled, the server named")  # the next tick after the server turned
@@ -228,3 +230,41 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
     assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log
+
+
+def test_a_server_answering_503_at_once_is_busy_while_counters_move_and_hung_when_nothing_does(rig):
+    """SGLang with SGLANG_HEALTH_CHECK_TIMEOUT=0 answers every /health_generate 503 at once (a 503 that
+    says nothing about a long forward). While the client's requests move its /metrics counters the
+    server reads busy, never hung; with the client frozen nothing moves and it reads hung within
+    --health-timeout + 2 x interval of the last movement, the reason saying what was seen."""
+    server = rig["server"]
+    crash(server)
+    wait_server(rig, "down", 10)
+    server.extra_args = (*LOAD_ARGS, "--enable-metrics")
+    # /health without a generation, so that `hsmon sglang-serve` still sees it ready
+    server.env = {"SGLANG_HEALTH_CHECK_TIMEOUT": "0", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
+    server.start()
+    srv = wait_server(rig, "busy", 60)
+    assert srv["health"]["sglang_timeout_s"] == 0.0, srv["health"]
+    wait_until(lambda: (server_doc(rig)["health"]["failures_in_row"] or 0) >= 3, 30, 0.2, what="three 503s")
+    states, deadline = [], time.monotonic() + 3 * HEALTH_TIMEOUT
+    while time.monotonic() < deadline:
+        srv = server_doc(rig)
+        states.append((srv["state"], srv["detail"]))
+        time.sleep(0.2)
+    assert {s for s, _ in states} == {"busy"}, states  # the client's tokens move: busy, never hung
+    assert "answered at once; SGLang's own timeout is 0 s" in states[-1][1], states[-1]
+    assert any(" moved " in d for _, d in states), states
+    client = psutil.Process(rig["client"].pid)
+    client.suspend()
+    try:
+        srv = wait_server(rig, "hung", 60)
+        detail = srv["detail"]
+        assert detail.startswith("no forward completed in ") and "/health_generate 503 ×" in detail, detail
+        assert "counters frozen" in detail, detail
+        moved = srv["last_forward_ts"]
+        seen = time.time()
+        assert seen - moved <= HEALTH_TIMEOUT + 2 * HEALTH_INTERVAL + 1.5, (seen - moved, srv)
+    finally:
+        client.resume()
+    wait_server(rig, "busy", 30)
