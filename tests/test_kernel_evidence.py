@@ -47,12 +47,15 @@ def kmsg_records() -> list[str]:
 
 
 def test_the_oom_killers_line_about_the_pid_is_found_in_recorded_kernel_records():
-    messages = [kmsg_message(r) for r in kmsg_records()]
-    assert messages[0] == "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"
-    assert oom_kill_line(messages, 8999) == KILLED
-    assert oom_kill_line(messages, 899) is None and oom_kill_line(messages, 89990) is None  # that PID only
+    records = [kmsg_message(r) for r in kmsg_records()]
+    assert records[0] == (541.864046, "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, "
+                          "oom_score_adj=0")  # fmt: skip
+    assert oom_kill_line(records, 8999) == KILLED
+    assert oom_kill_line(records, 899) is None and oom_kill_line(records, 89990) is None  # that PID only
+    assert oom_kill_line(records, 8999, since=541.0) == KILLED  # it started before the kill
+    assert oom_kill_line(records, 8999, since=542.0) is None  # a later process with the same PID
     global_oom = "Out of memory: Killed process 4242 (python) total-vm:9000kB, anon-rss:8000kB"
-    assert oom_kill_line([*messages, global_oom], 4242) == global_oom
+    assert oom_kill_line([*records, (None, global_oom)], 4242) == global_oom
 
 
 def test_oom_counts_of_cgroup_v1_and_v2_files():
@@ -83,9 +86,10 @@ def test_a_cgroup_oom_count_that_rose_while_the_process_ran_is_evidence(tmp_path
     cg.mkdir(parents=True)
     (proc / "mounts").write_text(f"cgroup2 {tmp_path / 'cg2'} cgroup2 rw 0 0\n")
     (proc / "77" / "cgroup").write_text("0::/job\n")
+    (proc / "77" / "stat").write_text("77 (python -u x.py) S 1 77 77 0 -1 4194304 " + "0 " * 12 + "12345 0\n")
     (cg / "memory.events").write_text(MEMORY_EVENTS.format(1))
     watch = CgroupWatch.of(77, proc=str(proc))
-    assert watch.count == 1
+    assert watch.count == 1 and watch.started == 12345 / os.sysconf("SC_CLK_TCK")
     no_kmsg = str(tmp_path / "no-kmsg")  # the kernel log not readable (not root)
     assert not oom_evidence(watch, kmsg=no_kmsg).killed
     (cg / "memory.events").write_text(MEMORY_EVENTS.format(2))

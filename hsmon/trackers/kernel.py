@@ -37,23 +37,42 @@ def oom_kill_count(text: str) -> int | None:
     return None
 
 
-def kmsg_message(record: str) -> str:
-    """The text of one /dev/kmsg record ("PRIO,SEQ,USEC,FLAGS;TEXT", continuation lines dropped)."""
+def kmsg_message(record: str) -> tuple[float | None, str]:
+    """(seconds since boot, text) of one /dev/kmsg record "PRIO,SEQ,USEC,FLAGS;TEXT" (continuation
+    lines dropped); (None, the line) for a line without that header."""
     head, sep, text = record.partition(";")
-    return text.split("\n", 1)[0] if sep and "," in head else record.split("\n", 1)[0]
+    fields = head.split(",")
+    if sep and len(fields) >= 3 and fields[2].isdigit():
+        return int(fields[2]) / 1e6, text.split("\n", 1)[0]
+    return None, record.split("\n", 1)[0]
 
 
-def oom_kill_line(messages: Iterable[str], pid: int) -> str | None:
-    """The kernel's last "Killed process PID (...)" line about ``pid``, else None."""
+def oom_kill_line(
+    records: Iterable[tuple[float | None, str]], pid: int, since: float | None = None
+) -> str | None:
+    """The kernel's last "Killed process PID (...)" line about ``pid`` logged at or after ``since``
+    (seconds since boot: the process's start, so that a reused PID's old kill does not count)."""
     found = None
-    for message in messages:
+    for when, message in records:
         match = _KILLED.search(message)
-        if match and int(match.group(1)) == pid:
+        if match and int(match.group(1)) == pid and (since is None or when is None or when >= since):
             found = message.strip()
     return found
 
 
-def read_kmsg(path: str = KMSG) -> list[str] | None:
+def start_since_boot(pid: int, proc: str = "/proc") -> float | None:
+    """When ``pid`` started, in seconds since boot (field 22 of /proc/PID/stat), the kernel log's clock."""
+    text = _read(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    try:
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
+
+
+def read_kmsg(path: str = KMSG) -> list[tuple[float | None, str]] | None:
     """The kernel log's records still in the ring buffer (texts); None when not readable (not root)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -122,13 +141,14 @@ class CgroupWatch:
     pid: int
     path: Path | None
     count: int | None
+    started: float | None = None  # seconds since boot
 
     @classmethod
     def of(cls, pid: int, proc: str = "/proc") -> CgroupWatch:
         cgroup, mounts = _read(f"{proc}/{pid}/cgroup"), _read(f"{proc}/mounts")
         path = memory_cgroup_file(cgroup, mounts) if cgroup and mounts else None
         text = _read(path) if path is not None else None
-        return cls(pid, path, oom_kill_count(text) if text else None)
+        return cls(pid, path, oom_kill_count(text) if text else None, start_since_boot(pid, proc))
 
 
 @dataclass(frozen=True)
@@ -157,6 +177,7 @@ def oom_evidence(watch: CgroupWatch, kmsg: str = KMSG) -> OomEvidence:
                 f"its memory cgroup {watch.path.parent} counted {after - watch.count} OOM kill(s) "
                 f"while it ran (oom_kill {watch.count} -> {after})"
             )
-    messages = read_kmsg(kmsg)
-    line = oom_kill_line(messages, watch.pid) if messages else None
+    records = read_kmsg(kmsg)
+    since = None if watch.started is None else watch.started - 1.0  # the two clocks' rounding
+    line = oom_kill_line(records, watch.pid, since) if records else None
     return OomEvidence(line[:300] if line else None, cgroup)
