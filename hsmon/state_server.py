@@ -1,6 +1,8 @@
 """The server state machine: a pure function of one server's measurements (hsmon/trackers/server.py
 measures; this decides; no I/O, no clock, no threads).
 
+``down`` needs a refused connection, or a front that accepted but did not answer for
+``--health-timeout`` seconds (a slow front on a loaded machine is ``busy`` until then).
 ``hung`` needs evidence that no forward completed for ``--health-timeout`` seconds while hsmon kept
 asking: a ``/health_generate`` unanswered (failed or pending) since then, and no other sign of
 forward progress since then either (a ``/health_generate`` that succeeded, the server's ``/metrics``
@@ -28,6 +30,8 @@ class ServerLook:
     reachable: bool = False
     not_sglang: bool = False
     front_error: str | None = None
+    front_unanswered_since: float | None = None  # the liveness looks time out (no refusal) since
+    front_timeouts: int = 0
     health_in_flight_since: float | None = None  # a /health_generate is pending since
     health_ok: bool | None = None  # the last /health_generate that came back
     health_latency_s: float | None = None
@@ -94,6 +98,21 @@ def decide_server(look: ServerLook) -> tuple[str, str]:
     """(state, one-line detail that says what was seen); pure."""
     if not look.looked:
         return "unknown", "not looked at yet"
+    if look.front_unanswered_since is not None:
+        # it accepts connections but does not answer: slow or frozen, down once that lasts
+        silent = max(0.0, look.now - look.front_unanswered_since)
+        seen = f"{look.front_error or 'timed out'} ×{look.front_timeouts}"
+        if silent > look.health_timeout:
+            return (
+                "down",
+                f"the HTTP front has not answered for {silent:.0f} s ({seen}; --health-timeout "
+                f"{look.health_timeout:g} s)",
+            )
+        return (
+            "busy",
+            f"the HTTP front is slow: no answer for {silent:.0f} s ({seen}); down after "
+            f"{look.health_timeout:g} s without one",
+        )
     if not look.reachable:
         return "down", look.front_error or "no answer"
     if look.not_sglang:

@@ -155,6 +155,63 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
     wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running again")
 
 
+def front_of(server: SGLangServer) -> psutil.Process:
+    """The SGLang process that listens on the server's port (its HTTP front, the tokenizer manager)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == server.port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise AssertionError(f"nothing listens on {server.port}")
+
+
+def test_a_slow_http_front_is_busy_never_down_and_a_front_frozen_past_the_timeout_is_down(rig, tmp_path):
+    """The HTTP front stopped (SIGSTOP) for 4.5 s: the daemon's liveness looks (every 1 s, 3 s
+    timeout) time out at least once, as on a machine too loaded to answer in time. A daemon with
+    --health-timeout 10 reads busy, never down nor hung; the front stopped for 16 s reads down
+    within 10 s + a look's 3 s timeout + 1 s interval, and up once it answers again."""
+    server = rig["server"]
+    procs = Procs()
+    try:
+        args = ["--job", "front", "--server", server.url, "--server-interval", "1", "--health-interval", "2",
+                "--health-timeout", "10"]  # fmt: skip
+        daemon = Daemon(procs, tmp_path, args, env=child_env())
+
+        def srv() -> dict:
+            return (daemon.job("front").get("servers") or [{}])[0]
+
+        def note() -> bool:
+            seen.append((srv().get("state"), srv().get("detail")))
+            return seen[-1][0] == "up"
+
+        wait_until(lambda: srv().get("state") == "up" and srv()["health"]["latency_s"], 60, 0.2, what="up")
+        front = front_of(server)
+        seen: list[tuple[str | None, str | None]] = []
+        front.suspend()
+        try:
+            deadline = time.monotonic() + 4.5
+            while time.monotonic() < deadline:
+                note()
+                time.sleep(0.2)
+        finally:
+            front.resume()
+        wait_until(note, 30, 0.2, what="up again")
+        states = {s for s, _ in seen}
+        assert "busy" in states and not states & {"down", "hung"}, seen
+        assert any((d or "").startswith("the HTTP front is slow: no answer for") for _, d in seen), seen
+        front.suspend()
+        stopped = time.monotonic()
+        try:
+            down = wait_until(lambda: srv().get("state") == "down" and srv(), 16, 0.2, what="down")
+            took = time.monotonic() - stopped
+        finally:
+            front.resume()
+        assert took <= 10 + 3 + 1 + 1, took
+        assert down["detail"].startswith("the HTTP front has not answered for "), down
+        wait_until(lambda: srv().get("state") == "up", 30, 0.2, what="up after the long stop")
+        print(f"a 4.5 s stop: {sorted(states)}; a long stop read down after {took:.1f} s")
+    finally:
+        procs.close()
+
+
 def test_a_real_sglang_extraction_names_its_server_and_its_load_rises(rig, tmp_path):
     """`hsmon extract --backend sglang` (the real client, 8 requests in flight against a server that
     runs 2) and a daemon given no --server: the server comes from the extraction's own start event,

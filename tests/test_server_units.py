@@ -89,6 +89,15 @@ def test_state_rule():
     assert state(health_in_flight_since=99.5, unanswered_since=99.5)[0] == "up"
 
 
+def test_a_front_that_times_out_is_busy_until_the_timeout_then_down_a_refusal_is_down_at_once():
+    slow = dict(front_unanswered_since=96.0, front_timeouts=1, front_error="timed out")
+    assert state(**slow) == ("busy", "the HTTP front is slow: no answer for 4 s (timed out ×1); down after "
+                                     "25 s without one")  # fmt: skip
+    assert state(**slow, now=122.0) == ("down", "the HTTP front has not answered for 26 s (timed out ×1; "
+                                                "--health-timeout 25 s)")  # fmt: skip
+    assert state(reachable=False, front_error="[Errno 111] Connection refused")[0] == "down"
+
+
 class Replay:
     """A recorded sequence fed to the real tracker's bookkeeping (no threads, no HTTP): /metrics
     answers and /health_generate outcomes at given times; ``state(t)`` is what the daemon shows."""

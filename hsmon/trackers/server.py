@@ -54,6 +54,8 @@ class ServerTracker:
         self.reachable = False
         self.not_sglang = False
         self.front_error: str | None = None
+        self.front_unanswered_since: float | None = None  # liveness looks time out since
+        self.front_timeouts = 0
         self.liveness_endpoint: str | None = None
         self.metrics_enabled: bool | None = None
         self.metrics_error: str | None = None
@@ -131,6 +133,7 @@ class ServerTracker:
         if self.metrics_enabled is False and "/metrics" in endpoints:
             endpoints.remove("/metrics")
         status, body, used, error = None, b"", None, None
+        started = time.time()
         for path in endpoints:
             try:
                 status, body = http_get(self.url + path, LIVENESS_TIMEOUT)
@@ -145,6 +148,16 @@ class ServerTracker:
         now = time.time()
         with self._lock:
             self.looked = True
+            if error is not None and "timed out" in error:
+                # a front that accepts but does not answer: slow (a loaded machine) or frozen; down
+                # only once it stays so for --health-timeout (the rule), and its state is kept
+                if self.front_unanswered_since is None:
+                    self.front_unanswered_since = started
+                self.front_timeouts += 1
+                self.front_error = error
+                self._log_state(now)
+                return
+            self.front_unanswered_since, self.front_timeouts = None, 0
             if error is not None:
                 if self.reachable:
                     self._disconnect()
@@ -301,6 +314,8 @@ class ServerTracker:
             reachable=self.reachable,
             not_sglang=self.not_sglang,
             front_error=self.front_error,
+            front_unanswered_since=self.front_unanswered_since,
+            front_timeouts=self.front_timeouts,
             health_in_flight_since=self.health_in_flight_since,
             health_ok=self.health_ok,
             health_latency_s=self.health_latency_s,
