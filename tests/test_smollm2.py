@@ -329,11 +329,12 @@ def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2, rep)
     """A 4000-token prompt keeps SmolLM2's scheduler in one prefill for seconds (~10 s on an idle
     2-core machine), longer than the server's own health-check timeout (SGLANG_TIMEOUT, 3 s): SGLang
     answers /health_generate 503 while the forward runs, on any machine. The daemon (--health-timeout
-    120) reads busy, never hung, then up. (The embedded target is too small to be slow.)"""
+    300: the prefill took up to 72 s at load 15 on 2 cores) reads busy, never hung, then up. (The
+    embedded target is too small to be slow.)"""
     procs = Procs()
     try:
         args = ["--job", "serve", "--server", sglang_smollm2.url, "--server-interval", "1",
-                "--health-interval", "1", "--busy-after", "1.5", "--health-timeout", "120"]  # fmt: skip
+                "--health-interval", "1", "--busy-after", "1.5", "--health-timeout", "300"]  # fmt: skip
         daemon = Daemon(procs, work, args, env=child_env())
 
         def server() -> dict:
@@ -344,6 +345,9 @@ def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2, rep)
         health = server()["health"]  # SGLang's own timeout, read from the server's environment
         assert health["sglang_timeout_s"] == SGLANG_TIMEOUT, health
         assert "SGLANG_HEALTH_CHECK_TIMEOUT in the environment of PID" in health["sglang_timeout_source"]
+        if rep == 0:  # and `hsmon status` says it
+            text = hsmon("status", "--url", daemon.url).stdout
+            assert "SGLang's health check gives up at 3 s" in text, text
         # a prompt of its own per repetition: the radix cache would answer a repeated one at once
         ids = [1000 + rep + 7 * i for i in range(4000)]
         prompt = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}
