@@ -1,22 +1,15 @@
 """Server tracker: is the inference server a job talks to up, busy, hung or down, and how loaded.
 
 Each server is looked at by two threads of its own, never by a scrape:
-- liveness and load, every ``interval``: ``/metrics`` (SGLang's own Prometheus text, with
-  ``--enable-metrics``), else ``/model_info``, else ``/v1/models``. These answer without the
-  scheduler, so they tell "the HTTP front is there" and nothing more;
-- a real forward, every ``health_interval``: ``/health_generate`` (a one-token generation; SGLang
-  answers 503 after its own timeout, ``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s by default), never more
-  than one in flight. Server info (``/server_info``: version, capture flags) is read on the same
-  thread once per connect, since it hangs with the scheduler too, and so is SGLang's own timeout
-  (the environment of the process listening on a local server's port).
+- liveness and load, every ``interval``: ``/metrics`` (with ``--enable-metrics``), else
+  ``/model_info``, else ``/v1/models``: these answer without the scheduler (the front is there);
+- a real forward, every ``health_interval``: ``/health_generate`` (SGLang answers 503 after its
+  own ``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s by default), one in flight at most; ``/server_info``
+  and SGLang's own timeout (a local server's environment) once per connect, on the same thread.
 
-States: ``up``, ``busy`` (a forward answers slowly, or not at all while forwards visibly progress),
-``hung`` (no forward completed for ``--health-timeout`` seconds while checks went unanswered),
-``down`` (the front does not answer), ``unknown`` (not looked at yet, or not an SGLang server).
-The pure rules are hsmon/state_server.py (``decide_server``) and server_rules.py (``parse_load``);
-the threads here only measure.
+The states and their evidence are decided by hsmon/state_server.py (``decide_server``); the
+threads here only measure.
 """
-
 from __future__ import annotations
 
 import json
@@ -386,15 +379,11 @@ class ServerTracker:
                     "error": self.health_error,
                     "last_ts": self.health_last_ts,
                     "last_ok_ts": self.health_last_ok_ts,
-                    "in_flight_s": None
-                    if self.health_in_flight_since is None
-                    else max(0.0, now - self.health_in_flight_since),
+                    "in_flight_s": _age(now, self.health_in_flight_since),
                     "checks_total": self.health_checks_total,
                     "failures_total": self.health_failures_total,
                     "failures_in_row": self.health_failures_in_row,
-                    "unanswered_s": None
-                    if self.health_unanswered_since is None
-                    else max(0.0, now - self.health_unanswered_since),
+                    "unanswered_s": _age(now, self.health_unanswered_since),
                     "sglang_timeout_s": self.sglang_timeout[0] if self.sglang_timeout else None,
                     "sglang_timeout_source": self.sglang_timeout[1] if self.sglang_timeout else None,
                 },
@@ -408,3 +397,6 @@ class ServerTracker:
                 },
             }
 
+
+def _age(now: float, since: float | None) -> float | None:
+    return None if since is None else max(0.0, now - since)
