@@ -42,7 +42,10 @@ DEFAULT_PORT = 9108
 
 DEFAULT_SERVER_INTERVAL = 5.0
 DEFAULT_HEALTH_INTERVAL = 15.0
-DEFAULT_HEALTH_TIMEOUT = 25.0  # SGLang's own health_generate timeout is 20 s
+# No forward completed for this long, while /health_generate goes unanswered: hung. SGLang's own
+# /health_generate gives up by itself after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) with a 503, which is
+# one fact among others (a long forward makes it), never a verdict alone.
+DEFAULT_HEALTH_TIMEOUT = 25.0
 DEFAULT_BUSY_AFTER = 5.0  # SGLang answers /health_generate within ~1 s when a forward runs
 
 
@@ -333,7 +336,8 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_HEALTH_TIMEOUT,
         metavar="SECONDS",
-        help=f"a forward not back after this: the server is hung (default {DEFAULT_HEALTH_TIMEOUT:g})",
+        help="no forward completed for this long (checks unanswered, no counter or row moving): the "
+        f"server is hung; its front silent this long: down (default {DEFAULT_HEALTH_TIMEOUT:g})",
     )
     parser.add_argument(
         "--busy-after",

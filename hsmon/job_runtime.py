@@ -96,6 +96,9 @@ class JobRuntime:
         for tracker in self.servers:
             if not tracker.started:
                 tracker.start()
+        if len(self.servers) == 1 and self.progress is not None:
+            # the job's rows arrive from its one server: a sign of forward progress there
+            self.servers[0].note_job_progress(self.progress.last_progress_ts)
 
     def close(self) -> None:
         """Stop the server trackers' threads."""
@@ -292,6 +295,7 @@ class JobRuntime:
                 stdout=p["stdout"],
                 stdout_buffered=p["stdout_buffered"],
                 cmdline=p["cmdline"],
+                oom_kill=p.get("oom_kill"),
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]

@@ -9,7 +9,8 @@ States (contract of issue 3):
     quiet     nothing moved for ``stall_after`` seconds, but no process and no events are watched:
               finished and stalled look alike (a warning, never critical, never notified)
     dead      the process is gone without a ``done``/``stopped`` event, or (a process that writes
-              no events) its log ends with a traceback or a failure line
+              no events) its log ends with a traceback or a failure line, or the kernel says its
+              OOM killer killed it
     exited    a process that writes no events ended with no sign of success or failure: a
               warning, never critical
     paused    the job said so (``pause`` event: disk, shm, server)
@@ -50,6 +51,7 @@ class ProcessFacts:
     stdout: str | None = None
     stdout_buffered: bool = False
     cmdline: str = ""
+    oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
 
 
 @dataclass
@@ -247,6 +249,17 @@ def decide(snap: Snapshot) -> Decision:
     if snap.process_watched and main is not None and gone and not snap.runner_alive:
         if main.seen_alive or snap.evidence_of_job:
             what = f"{main.role} PID {main.pid}" if main.pid else f"the {main.role} process"
+            if main.oom_kill is not None:
+                hints.append(
+                    Hint(
+                        "dead",
+                        "critical",
+                        f"{what} was killed by the kernel's OOM killer ({main.oom_kill}): give it more "
+                        "memory or ask less of it (smaller batches, fewer workers), then rerun the same "
+                        "command to resume.",
+                    )
+                )
+                return Decision("dead", f"{what} was killed by the kernel: {main.oom_kill}", hints)
             if not snap.started and not snap.last_error:
                 return _ended_without_word(snap, what, hints)
             status = "is a zombie" if main.status == "zombie" else "is gone"

@@ -20,7 +20,7 @@ def engine_hints(snap: Snapshot) -> list[Hint]:
                 Hint(
                     "server-hung",
                     "critical",
-                    f"server {server.url} is hung: {_no_forward(snap, server)} ({server.detail}). "
+                    f"server {server.url} is hung: {server.detail}. "
                     "Its scheduler is stuck (a collective, a dead GPU, a frozen process): look with "
                     "`py-spy dump` on its scheduler processes and nvidia-smi, then restart the server; "
                     "the client resumes where it stopped.",

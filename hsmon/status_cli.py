@@ -99,11 +99,15 @@ def _dump_rates(dump: dict[str, Any]) -> str:
 
 
 def _server_summary(srv: dict[str, Any]) -> str:
-    """'UP: model v0.5.23; health 1.0 s; running 2, queued 5, 310 tok/s' (figures only when known)."""
+    """'UP: detail; model v0.5.23; SGLang's health check gives up at 20 s; running 2, queued 5, 310 tok/s'
+    (figures only when known)."""
     parts = [f"{str(srv.get('state')).upper()}: {srv.get('detail') or ''}"]
     info = srv.get("info") or {}
     if srv.get("model"):
         parts.append(f"{srv['model']}" + (f" v{info['version']}" if info.get("version") else ""))
+    health = srv.get("health") or {}
+    if health.get("sglang_timeout_s") is not None:  # SGLang's own /health_generate timeout
+        parts.append(f"SGLang's health check gives up at {health['sglang_timeout_s']:g} s")
     load = srv.get("load") or {}
     figures = [
         f"{name} {load[key]:.0f}" for key, name in (("running", "running"), ("queued", "queued"))

@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +72,7 @@ class SGLangServer:
     dump_root: Path | None = None
     extra_args: Sequence[str] = ()
     dtype: str = "float32"
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the environment (SGLANG_...)
     port: int = 0
     proc: subprocess.Popen | None = field(default=None, repr=False)
     log: Path | None = None
@@ -100,7 +101,7 @@ class SGLangServer:
         self.port = self.port or free_port()
         self.starts += 1
         self.log = self.workdir / f"sglang-server-{self.port}-{self.starts}.log"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         env.setdefault("OMP_NUM_THREADS", "1")
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -164,6 +165,7 @@ def start_sglang_server(
     dump_root: Path | str | None = None,
     extra_args: Sequence[str] = (),
     dtype: str = "float32",
+    env: Mapping[str, str] | None = None,
     port: int | None = None,
     timeout: float = READY_TIMEOUT,
 ) -> SGLangServer:
@@ -172,7 +174,7 @@ def start_sglang_server(
     server = SGLangServer(
         Path(model_dir), Path(workdir), layers=layers, chunked_prefill_size=chunked_prefill_size,
         dump_root=None if dump_root is None else Path(dump_root), extra_args=tuple(extra_args),
-        dtype=dtype, port=port or 0,
+        dtype=dtype, env=dict(env or {}), port=port or 0,
     )
     return server.start(timeout)
 

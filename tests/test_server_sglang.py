@@ -136,11 +136,13 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
     frozen = time.monotonic()
     scheduler.suspend()
     try:
-        wait_server(rig, "hung", 30)
+        srv = wait_server(rig, "hung", 30)
         took = time.monotonic() - frozen
-        assert took <= HEALTH_TIMEOUT + HEALTH_INTERVAL + 0.5, took
-        srv = server_doc(rig)
+        # the last counter movement is seen at most one look (1 s) after the stop, the first unanswered
+        # check goes out at most one health interval after it: hung --health-timeout later
+        assert took <= HEALTH_TIMEOUT + 2 * HEALTH_INTERVAL + 0.5, took
         assert srv["reachable"] is True  # the HTTP front still answers: hung, not down
+        assert srv["detail"].startswith("no forward completed in ") and "counters frozen" in srv["detail"]
         hung = f"server {rig['server'].url} is hung: no forward completed in"
         job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(hung) and j, 20,
                          what="job stalled, the server named")  # the next tick after the server turned
@@ -151,6 +153,63 @@ def test_frozen_scheduler_reads_hung_within_timeout_plus_interval_and_the_job_st
     print(f"hung seen {took:.1f} s after SIGSTOP")
     wait_server(rig, "up", 30)
     wait_until(lambda: rig["daemon"].job("client")["state"] == "running", 30, what="client running again")
+
+
+def front_of(server: SGLangServer) -> psutil.Process:
+    """The SGLang process that listens on the server's port (its HTTP front, the tokenizer manager)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == server.port and conn.pid:
+            return psutil.Process(conn.pid)
+    raise AssertionError(f"nothing listens on {server.port}")
+
+
+def test_a_slow_http_front_is_busy_never_down_and_a_front_frozen_past_the_timeout_is_down(rig, tmp_path):
+    """The HTTP front stopped (SIGSTOP) for 4.5 s: the daemon's liveness looks (every 1 s, 3 s
+    timeout) time out at least once, as on a machine too loaded to answer in time. A daemon with
+    --health-timeout 10 reads busy, never down nor hung; the front stopped for 16 s reads down
+    within 10 s + a look's 3 s timeout + 1 s interval, and up once it answers again."""
+    server = rig["server"]
+    procs = Procs()
+    try:
+        args = ["--job", "front", "--server", server.url, "--server-interval", "1", "--health-interval", "2",
+                "--health-timeout", "10"]  # fmt: skip
+        daemon = Daemon(procs, tmp_path, args, env=child_env())
+
+        def srv() -> dict:
+            return (daemon.job("front").get("servers") or [{}])[0]
+
+        def note() -> bool:
+            seen.append((srv().get("state"), srv().get("detail")))
+            return seen[-1][0] == "up"
+
+        wait_until(lambda: srv().get("state") == "up" and srv()["health"]["latency_s"], 60, 0.2, what="up")
+        front = front_of(server)
+        seen: list[tuple[str | None, str | None]] = []
+        front.suspend()
+        try:
+            deadline = time.monotonic() + 4.5
+            while time.monotonic() < deadline:
+                note()
+                time.sleep(0.2)
+        finally:
+            front.resume()
+        wait_until(note, 30, 0.2, what="up again")
+        states = {s for s, _ in seen}
+        assert "busy" in states and not states & {"down", "hung"}, seen
+        assert any((d or "").startswith("the HTTP front is slow: no answer for") for _, d in seen), seen
+        front.suspend()
+        stopped = time.monotonic()
+        try:
+            down = wait_until(lambda: srv().get("state") == "down" and srv(), 16, 0.2, what="down")
+            took = time.monotonic() - stopped
+        finally:
+            front.resume()
+        assert took <= 10 + 3 + 1 + 1, took
+        assert down["detail"].startswith("the HTTP front has not answered for "), down
+        wait_until(lambda: srv().get("state") == "up", 30, 0.2, what="up after the long stop")
+        print(f"a 4.5 s stop: {sorted(states)}; a long stop read down after {took:.1f} s")
+    finally:
+        procs.close()
 
 
 def test_a_real_sglang_extraction_names_its_server_and_its_load_rises(rig, tmp_path):
@@ -227,4 +286,45 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     assert rig["daemon"].proc.poll() is None
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
-    assert sum(" is down" in line for line in log.splitlines() if "hsmon.server" in line) == 1, log
+    # the killed server's down was logged once, however long it stayed down (the front frozen past
+    # the timeout earlier logged its own down: "the HTTP front has not answered")
+    refused = [line for line in log.splitlines() if "hsmon.server" in line and " is down: [Errno" in line]
+    assert len(refused) == 1, log
+
+
+def test_a_server_answering_503_at_once_is_busy_while_counters_move_and_hung_when_nothing_does(rig):
+    """SGLang with SGLANG_HEALTH_CHECK_TIMEOUT=0 answers every /health_generate 503 at once (a 503 that
+    says nothing about a long forward). While the client's requests move its /metrics counters the
+    server reads busy, never hung; with the client frozen nothing moves and it reads hung within
+    --health-timeout + 2 x interval of the last movement, the reason saying what was seen."""
+    server = rig["server"]
+    crash(server)
+    wait_server(rig, "down", 10)
+    server.extra_args = (*LOAD_ARGS, "--enable-metrics")
+    # /health without a generation, so that `hsmon sglang-serve` still sees it ready
+    server.env = {"SGLANG_HEALTH_CHECK_TIMEOUT": "0", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
+    server.start()
+    srv = wait_server(rig, "busy", 60)
+    assert srv["health"]["sglang_timeout_s"] == 0.0, srv["health"]
+    wait_until(lambda: (server_doc(rig)["health"]["failures_in_row"] or 0) >= 3, 30, 0.2, what="three 503s")
+    states, deadline = [], time.monotonic() + 3 * HEALTH_TIMEOUT
+    while time.monotonic() < deadline:
+        srv = server_doc(rig)
+        states.append((srv["state"], srv["detail"]))
+        time.sleep(0.2)
+    assert {s for s, _ in states} == {"busy"}, states  # the client's tokens move: busy, never hung
+    assert "answered at once; SGLang's own timeout is 0 s" in states[-1][1], states[-1]
+    assert any(" moved " in d for _, d in states), states
+    client = psutil.Process(rig["client"].pid)
+    client.suspend()
+    try:
+        srv = wait_server(rig, "hung", 60)
+        detail = srv["detail"]
+        assert detail.startswith("no forward completed in ") and "/health_generate 503 ×" in detail, detail
+        assert "counters frozen" in detail, detail
+        moved = srv["last_forward_ts"]
+        seen = time.time()
+        assert seen - moved <= HEALTH_TIMEOUT + 2 * HEALTH_INTERVAL + 1.5, (seen - moved, srv)
+    finally:
+        client.resume()
+    wait_server(rig, "busy", 30)

@@ -1,5 +1,6 @@
 """Server tracker arithmetic: the load parser on a real SGLang /metrics capture (and on renamed or
-missing series), and the state rule. The threads and HTTP run against a real server in
+missing series), and the state rule, alone and over recorded sequences fed to the tracker's
+bookkeeping. The threads and HTTP run against a real server in
 tests/test_server_sglang.py."""
 
 from __future__ import annotations
@@ -8,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hsmon.trackers.server_rules import parse_load, server_state
+from hsmon.config import ServerSpec
+from hsmon.state_server import ServerLook, decide_server
+from hsmon.trackers.server import ServerTracker
+from hsmon.trackers.server_rules import parse_load
 
 # SGLang 0.5.23 with --enable-metrics on CPU, captured with curl (tests/fixtures/sglang_recording/README)
 CAPTURE = Path(__file__).parent / "fixtures" / "sglang_recording" / "metrics.txt"
@@ -23,6 +27,8 @@ def test_load_from_a_real_sglang_capture():
         "gen_throughput": 0.0,
         "generation_tokens_total": 1908.0,
         "prompt_tokens_total": 3912.0,
+        "scheduler_tokens_total": 7455.0,
+        "requests_total": 21.0,
     }
 
 
@@ -53,11 +59,11 @@ def test_text_that_is_not_prometheus_gives_nothing_or_raises_value_error():
 
 def state(now=100.0, **kw):
     base = dict(
-        looked=True, reachable=True, not_sglang=False, front_error=None, health_in_flight_since=None,
-        health_ok=True, health_latency_s=1.0, health_error=None, health_timeout=25.0, busy_after=5.0,
+        now=now, looked=True, reachable=True, health_ok=True, health_latency_s=1.0, last_ok_ts=now - 1,
+        health_timeout=25.0, busy_after=5.0,
     )
     base.update(kw)
-    return server_state(now, **base)
+    return decide_server(ServerLook(**base))
 
 
 def test_state_rule():
@@ -68,10 +74,161 @@ def test_state_rule():
     assert state(health_ok=None, health_latency_s=None)[0] == "up"
     assert state() == ("up", "/health_generate answered in 1.0 s")
     assert state(health_latency_s=7.5) == ("busy", "/health_generate took 7.5 s")
-    assert state(health_in_flight_since=94.0)[0] == "busy"  # 6 s pending, under the timeout
-    assert state(health_in_flight_since=74.0)[0] == "hung"  # 26 s pending, over the 25 s timeout
-    assert state(health_ok=False, health_error="HTTP 503") == (
-        "hung", "the HTTP front answers but /health_generate failed (HTTP 503)")
+    pending = dict(health_in_flight_since=94.0, unanswered_since=94.0, last_ok_ts=93.0)
+    assert state(**pending)[0] == "busy"  # 6 s pending, under the timeout
+    assert state(**pending, health_timeout=5.0)[0] == "hung"  # --health-timeout means what it says:
+    assert state(health_in_flight_since=74.0, unanswered_since=74.0, last_ok_ts=73.0)[0] == "hung"  # 26 s
+    # the check failed once, 3 s ago, and nothing else moved: busy, not (yet) hung
+    failed = dict(health_ok=False, health_error="HTTP 503", health_latency_s=20.0, failures_in_row=1,
+                  unanswered_since=77.0, last_ok_ts=76.0)  # fmt: skip
+    assert state(**failed)[0] == "busy"
+    assert state(**failed, now=103.0)[0] == "hung"  # 26 s since the unanswered check went out
+    # ... unless the job's rows kept arriving from this server meanwhile
+    assert state(**failed, now=103.0, job_progress_ts=101.0)[0] == "busy"
+    # a check pending for a moment after a success is not busy
+    assert state(health_in_flight_since=99.5, unanswered_since=99.5)[0] == "up"
+
+
+def test_a_front_that_times_out_is_busy_until_the_timeout_then_down_a_refusal_is_down_at_once():
+    slow = dict(front_unanswered_since=96.0, front_timeouts=1, front_error="timed out")
+    assert state(**slow) == ("busy", "the HTTP front is slow: no answer for 4 s (timed out ×1); down after "
+                                     "25 s without one")  # fmt: skip
+    assert state(**slow, now=122.0) == ("down", "the HTTP front has not answered for 26 s (timed out ×1; "
+                                                "--health-timeout 25 s)")  # fmt: skip
+    assert state(reachable=False, front_error="[Errno 111] Connection refused")[0] == "down"
+
+
+class Replay:
+    """A recorded sequence fed to the real tracker's bookkeeping (no threads, no HTTP): /metrics
+    answers and /health_generate outcomes at given times; ``state(t)`` is what the daemon shows."""
+
+    def __init__(self, health_timeout: float = 120.0, busy_after: float = 1.5) -> None:
+        spec = ServerSpec("http://10.0.0.5:30000", interval=1.0, health_interval=1.0,
+                          health_timeout=health_timeout, busy_after=busy_after)  # fmt: skip
+        self.tracker = ServerTracker(spec, now=0.0)
+
+    def metrics(self, t: float, prompt: float, gen: float, queued: float = 0, running: float = 0) -> None:
+        body = (
+            f'sglang:prompt_tokens_total{{model_name="m"}} {prompt}\n'
+            f'sglang:generation_tokens_total{{model_name="m"}} {gen}\n'
+            f'sglang:num_requests_total{{model_name="m"}} {gen}\n'
+            f'sglang:num_queue_reqs{{tp_rank="0"}} {queued}\n'
+            f'sglang:num_running_reqs{{tp_rank="0"}} {running}\n'
+        )
+        self.tracker.record_metrics(t, body.encode())
+
+    def check(self, start: float, end: float, status: int) -> None:
+        self.tracker.health_started(start)
+        self.tracker.health_done(end, status == 200, end - start, None if status == 200 else f"HTTP {status}")
+
+    def state(self, t: float) -> tuple[str, str]:
+        return self.tracker.facts(t).state, self.tracker.facts(t).detail
+
+
+def test_replay_a_long_prefill_past_sglangs_own_timeout_reads_busy_never_hung():
+    """The issue's failing run: a 22.5 s prefill, SGLang's check gives up at 20 s (503), the next one
+    answers once the prefill is done; nothing else moves meanwhile (one request, no decode)."""
+    r = Replay(health_timeout=120.0)
+    r.metrics(0.0, 100, 10)
+    r.check(0.0, 1.0, 200)
+    r.tracker.health_started(1.0)
+    states = [r.state(t)[0] for t in (2.0, 3.0, 10.0, 20.0)]
+    r.tracker.health_done(21.0, False, 20.0, "HTTP 503")
+    state, detail = r.state(21.5)
+    assert state == "busy", detail
+    assert detail.startswith(
+        "one forward has run 20 s (/health_generate 503 ×1; SGLang's health check gave up at 20 s; "
+        "counters frozen since); queue 0, running 0; hung after 120 s"
+    ), detail
+    r.metrics(22.0, 100, 10)
+    r.tracker.health_started(22.0)
+    states += [r.state(t)[0] for t in (22.5, 23.0)]
+    r.metrics(23.0, 4100, 11)  # the prefill's request finished
+    assert "prompt tokens moved 0 s ago" in r.state(23.0)[1]
+    r.tracker.health_done(23.5, True, 1.5, None)
+    states.append(r.state(24.0)[0])
+    assert states == ["up", "busy", "busy", "busy", "busy", "busy", "up"], states
+    assert r.tracker.snapshot(24.0)["health"]["sglang_timeout_s"] == 20.0  # measured from the 503
+
+
+def test_replay_the_same_prefill_with_a_health_timeout_shorter_than_it_reads_hung():
+    """--health-timeout 10 means "no forward completed in 10 s": the same 22 s forward is hung from 11 s."""
+    r = Replay(health_timeout=10.0)
+    r.metrics(0.0, 100, 10)
+    r.check(0.0, 1.0, 200)
+    r.tracker.health_started(1.0)
+    assert r.state(10.5)[0] == "busy"
+    state, detail = r.state(11.5)
+    assert state == "hung", detail
+    assert detail.startswith("no forward completed in 10 s (--health-timeout 10 s); one pending 10 s"), detail
+
+
+def test_replay_503s_while_the_counters_move_read_busy():
+    """Generation tokens move every second while every /health_generate answers 503: busy for as long
+    as that lasts, the reason saying what moved."""
+    r = Replay(health_timeout=25.0)
+    r.metrics(0.0, 100, 10)
+    r.check(0.0, 0.5, 200)
+    for k in range(4):  # four checks, each given up after 20 s
+        start = 1.0 + 21 * k
+        r.tracker.health_started(start)
+        for t in range(int(start), int(start) + 20):
+            r.metrics(float(t), 100 + t, 10 + 5 * t, queued=3, running=1)
+            assert r.state(float(t) + 0.5)[0] in ("up", "busy")
+        r.tracker.health_done(start + 20, False, 20.0, "HTTP 503")
+    state, detail = r.state(85.5)
+    assert state == "busy", detail
+    assert "/health_generate 503 ×4" in detail and "prompt tokens moved 2 s ago" in detail, detail
+
+
+def test_replay_503s_while_frozen_read_hung_with_what_was_seen():
+    """A SIGSTOPped scheduler: the counters stop, SGLang's check gives up after its 5 s, again and again."""
+    r = Replay(health_timeout=12.0, busy_after=5.0)
+    r.metrics(0.0, 100, 10, queued=3, running=1)
+    r.check(0.0, 0.5, 200)
+    r.metrics(1.0, 120, 20, queued=3, running=1)  # the last movement: frozen from here
+    seen = []
+    for k in range(4):
+        start = 2.0 + 7 * k
+        r.tracker.health_started(start)
+        r.metrics(start + 1, 120, 20, queued=3, running=1)
+        seen.append((start + 4, r.state(start + 4)[0]))
+        r.tracker.health_done(start + 5, False, 5.0, "HTTP 503")
+        seen.append((start + 5.5, r.state(start + 5.5)[0]))
+    assert [s for t, s in seen if t <= 14] == ["up", "busy", "busy"], seen
+    assert [s for t, s in seen if t > 14] == ["hung"] * 5, seen  # from 2 (first unanswered) + 12
+    assert r.state(30.0) == (
+        "hung",
+        "no forward completed in 29 s (--health-timeout 12 s); /health_generate 503 ×4; "
+        "SGLang's health check gave up at 5 s; queue 3, running 1, counters frozen",
+    )
+
+
+def test_replay_success_after_503_is_up_again_and_forgets_the_failures():
+    r = Replay(health_timeout=12.0, busy_after=5.0)
+    r.metrics(0.0, 100, 10)
+    r.check(0.0, 0.5, 200)
+    r.check(1.0, 6.0, 503)
+    r.check(7.0, 12.0, 503)
+    assert r.state(12.5)[0] == "busy"
+    r.check(13.0, 13.2, 200)
+    assert r.state(13.5) == ("up", "/health_generate answered in 0.2 s")
+    assert r.tracker.snapshot(13.5)["health"]["failures_in_row"] == 0
+    r.tracker.health_started(14.0)
+    assert r.state(20.0)[0] == "busy" and r.state(26.5)[0] == "hung"  # counted afresh from 14 s
+
+
+def test_replay_an_immediate_503_on_an_idle_server_reads_hung_after_the_timeout():
+    """A 503 for another reason (answered at once, SGLang's timeout known to be 20 s) on a server where
+    nothing moves: no sign of progress, so hung once --health-timeout has passed."""
+    r = Replay(health_timeout=10.0, busy_after=5.0)
+    r.tracker.sglang_timeout, r.tracker._timeout_looked = (20.0, "SGLang's default (unset for PID 7)"), True
+    r.metrics(0.0, 100, 10)
+    for k in range(6):
+        r.check(1.0 + 2 * k, 1.0 + 2 * k + 0.01, 503)
+    state, detail = r.state(10.5)
+    assert state == "busy" and "answered at once; SGLang's own timeout is 20 s" in detail, detail
+    assert r.state(11.5)[0] == "hung"
 
 
 def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):

@@ -8,6 +8,7 @@ through it equals `--backend hf`, and a long prefill on it reads busy (never hun
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -39,6 +40,9 @@ CHUNK = 10
 EXTRACT_OPTS = ("--chunk-size", str(CHUNK), "--threads", "1", "--batch-tokens", "2048")
 DRAFT_VOCAB = 512
 TRAIN_STEPS = 4
+SGLANG_TIMEOUT = 3  # SGLANG_HEALTH_CHECK_TIMEOUT of the SGLang server (its default: 20 s)
+# Repetitions of the long-prefill test in one session (one server): HSMON_LONG_PREFILL_REPS=10
+LONG_PREFILL_REPS = int(os.environ.get("HSMON_LONG_PREFILL_REPS", "1"))
 
 
 def hsmon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -270,8 +274,10 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
 @pytest.fixture(scope="module")
 def sglang_smollm2(work, smollm2_dir) -> SGLangServer:  # noqa: F811
     """`hsmon sglang-serve` of the converted directory: fp32, the default capture points [2, 15, 27],
-    --enable-metrics for the daemon's load figures."""
-    server = start_sglang_server(smollm2_dir, work, dump_root=work / "dump", extra_args=("--enable-metrics",))
+    --enable-metrics for the daemon's load figures, and SGLang's own /health_generate timeout cut
+    from 20 s to SGLANG_TIMEOUT, so that a long prefill crosses it on any machine."""
+    server = start_sglang_server(smollm2_dir, work, dump_root=work / "dump", extra_args=("--enable-metrics",),
+                                 env={"SGLANG_HEALTH_CHECK_TIMEOUT": str(SGLANG_TIMEOUT)})
     try:
         yield server
     finally:
@@ -318,14 +324,17 @@ def test_extract_through_sglang_equals_transformers(work, dataset, extracted, sg
 
 
 @pytest.mark.sglang
-def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2):
-    """Issue 9's `busy` on a real forward: a 4000-token prompt keeps SmolLM2's scheduler in one
-    prefill for seconds, so /health_generate waits longer than --busy-after but comes back before
-    --health-timeout: busy, never hung, then up. (The embedded target is too small to be slow.)"""
+@pytest.mark.parametrize("rep", range(LONG_PREFILL_REPS))
+def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2, rep):
+    """A 4000-token prompt keeps SmolLM2's scheduler in one prefill for seconds (~10 s on an idle
+    2-core machine), longer than the server's own health-check timeout (SGLANG_TIMEOUT, 3 s): SGLang
+    answers /health_generate 503 while the forward runs, on any machine. The daemon (--health-timeout
+    300: the prefill took up to 72 s at load 15 on 2 cores) reads busy, never hung, then up. (The
+    embedded target is too small to be slow.)"""
     procs = Procs()
     try:
         args = ["--job", "serve", "--server", sglang_smollm2.url, "--server-interval", "1",
-                "--health-interval", "1", "--busy-after", "1.5", "--health-timeout", "120"]  # fmt: skip
+                "--health-interval", "1", "--busy-after", "1.5", "--health-timeout", "300"]  # fmt: skip
         daemon = Daemon(procs, work, args, env=child_env())
 
         def server() -> dict:
@@ -333,7 +342,15 @@ def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2):
 
         wait_until(lambda: server().get("state") == "up" and server()["health"]["latency_s"], 60, 0.2,
                    what="server up, a forward answered")  # fmt: skip
-        prompt = {"input_ids": [1000 + i for i in range(4000)], "sampling_params": {"max_new_tokens": 1}}
+        health = server()["health"]  # SGLang's own timeout, read from the server's environment
+        assert health["sglang_timeout_s"] == SGLANG_TIMEOUT, health
+        assert "SGLANG_HEALTH_CHECK_TIMEOUT in the environment of PID" in health["sglang_timeout_source"]
+        if rep == 0:  # and `hsmon status` says it
+            text = hsmon("status", "--url", daemon.url).stdout
+            assert "SGLang's health check gives up at 3 s" in text, text
+        # a prompt of its own per repetition: the radix cache would answer a repeated one at once
+        ids = [1000 + rep + 7 * i for i in range(4000)]
+        prompt = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}
         answered: list[float] = []
 
         def long_prefill() -> None:
@@ -343,15 +360,23 @@ def test_a_long_prefill_reads_busy_never_hung_then_up(work, sglang_smollm2):
 
         thread = threading.Thread(target=long_prefill)
         thread.start()
-        states = []
+        seen: list[tuple[str, str, int]] = []
         while thread.is_alive():
-            states.append(server().get("state"))
+            srv = server()
+            seen.append((srv.get("state"), srv.get("detail"), srv["health"]["failures_total"]))
             time.sleep(0.2)
         thread.join()
         assert answered, "the long prefill did not come back"
-        states.append(wait_until(lambda: server().get("state") == "up" and "up", 60, 0.2, what="up again"))
-        print(f"4000-token prefill took {answered[0]:.1f} s; daemon states {sorted(set(states))}")
-        assert "busy" in states and "hung" not in states and "down" not in states, states
+        seen.append((wait_until(lambda: server().get("state") == "up" and "up", 60, 0.2, what="up"), "", 0))
+        states = [s for s, _, _ in seen]
+        failures = max(f for _, _, f in seen)
+        busy = [d for s, d, _ in seen if s == "busy"]
+        print(f"4000-token prefill took {answered[0]:.1f} s; daemon states {sorted(set(states))}; "
+              f"/health_generate failures {failures}; last busy reason: {busy[-1] if busy else None}")
+        assert answered[0] > SGLANG_TIMEOUT + 1, "the prefill is shorter than SGLang's timeout: lengthen it"
+        assert "busy" in states and "hung" not in states and "down" not in states, seen
+        # SGLang gave up (503) while the forward ran, and the reason says so
+        assert failures >= 1 and any("SGLang's health check gave up at" in d for d in busy), seen
         job = daemon.job("serve")
         assert job["state"] not in ("stalled", "dead"), job
     finally:

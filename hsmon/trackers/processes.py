@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from hsmon.config import ProcessSpec
+from hsmon.trackers.kernel import CgroupWatch, OomEvidence, oom_evidence
 
 _STATUS = {
     psutil.STATUS_RUNNING: "running",
@@ -105,6 +106,8 @@ class ProcessTracker:
         self._stdout: tuple[str | None, bool] = (None, False)
         # regular files its stdout/stderr went to: kept after it is gone, to read how it ended
         self.log_files: list[str] = []
+        self._cgroup: CgroupWatch | None = None  # the live process's memory cgroup (OOM count)
+        self.oom: OomEvidence | None = None  # what the kernel said once it was gone (read once)
         self._snap: dict[str, Any] = self._gone_snapshot()
 
     def set_pid(self, pid: int) -> None:
@@ -175,7 +178,7 @@ class ProcessTracker:
         self._proc = proc
         return proc
 
-    def _gone_snapshot(self, status: str = "gone") -> dict[str, Any]:
+    def _gone_snapshot(self, status: str = "gone", ended: bool = True) -> dict[str, Any]:
         return {
             "role": self.role,
             "pid": self.pid,
@@ -195,7 +198,17 @@ class ProcessTracker:
             "cmdline": self.spec.describe(),
             "stdout": None,
             "stdout_buffered": False,
+            "oom_kill": self._kernel_evidence() if ended else None,
         }
+
+    def _kernel_evidence(self) -> str | None:
+        """Once per vanished process: the kernel's word on an OOM kill of it (else None)."""
+        watch = self._cgroup
+        if watch is not None and watch.pid == self.pid and self.oom is None:
+            self.oom = oom_evidence(watch)
+        if self.oom is None or not self.oom.killed or watch is None or watch.pid != self.pid:
+            return None
+        return self.oom.reason()
 
     def poll(self) -> dict[str, Any]:
         """Measure now; returns (and keeps) the process's section of the status document."""
@@ -223,7 +236,7 @@ class ProcessTracker:
             self._snap = self._gone_snapshot("zombie")
             return self._snap
         except psutil.AccessDenied:
-            self._snap = self._gone_snapshot()
+            self._snap = self._gone_snapshot(ended=False)
             self._snap.update(alive=True, status="running")
             return self._snap
         if status == "zombie":
@@ -243,6 +256,7 @@ class ProcessTracker:
                 p for p, reg in (self._stdout, stderr) if p and reg and not p.endswith(" (deleted)")
             ))
             self._buffered = stdout_block_buffered(cmdline, _read_environ(proc.pid), self._stdout[1])
+            self._cgroup, self.oom = CgroupWatch.of(proc.pid), None
         self.seen_alive = True
         now = time.time()
         self._snap = {
@@ -264,6 +278,7 @@ class ProcessTracker:
             "cmdline": " ".join(cmdline)[:500],
             "stdout": self._stdout[0],
             "stdout_buffered": self._buffered,
+            "oom_kill": None,
         }
         return self._snap
 

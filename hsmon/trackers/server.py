@@ -1,56 +1,35 @@
 """Server tracker: is the inference server a job talks to up, busy, hung or down, and how loaded.
 
 Each server is looked at by two threads of its own, never by a scrape:
-- liveness and load, every ``interval``: ``/metrics`` (SGLang's own Prometheus text, with
-  ``--enable-metrics``), else ``/model_info``, else ``/v1/models``. These answer without the
-  scheduler, so they tell "the HTTP front is there" and nothing more;
-- a real forward, every ``health_interval``: ``/health_generate`` (a one-token generation; SGLang
-  answers 503 after its own timeout, 20 s by default), never more than one in flight. Server info
-  (``/server_info``: version, capture flags) is read on the same thread once per connect, since it
-  hangs with the scheduler too.
+- liveness and load, every ``interval``: ``/metrics`` (with ``--enable-metrics``), else
+  ``/model_info``, else ``/v1/models``: these answer without the scheduler (the front is there);
+- a real forward, every ``health_interval``: ``/health_generate`` (SGLang answers 503 after its
+  own ``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s by default), one in flight at most; ``/server_info``
+  and SGLang's own timeout (a local server's environment) once per connect, on the same thread.
 
-States: ``up``, ``busy`` (the forward answers, slowly), ``hung`` (the front answers, a forward
-does not come back), ``down`` (the front does not answer), ``unknown`` (not looked at yet, or
-not an SGLang server). The pure rules (``server_state``, ``parse_load``) are in server_rules.py;
-the threads here only measure.
+The states and their evidence are decided by hsmon/state_server.py (``decide_server``); the
+threads here only measure.
 """
-
 from __future__ import annotations
 
 import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from hsmon.config import ServerSpec
 from hsmon.state import ServerFacts
 from hsmon.trackers.rates import RateWindow
-from hsmon.trackers.server_rules import SERVER_STATES, parse_load, server_state
+from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
+from hsmon.trackers.server_rules import COUNTERS, SERVER_STATES, ServerLook, decide_server, parse_load
 
-__all__ = ["SERVER_STATES", "ServerTracker", "parse_load", "server_state"]
+__all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
 
 log = logging.getLogger("hsmon.server")
 
 LIVENESS_TIMEOUT = 3.0
 LIVENESS_ENDPOINTS = ("/metrics", "/model_info", "/v1/models")
-class _Unreachable(Exception):
-    """The HTTP front did not answer (refused, reset, timed out)."""
-
-
-def http_get(url: str, timeout: float) -> tuple[int, bytes]:
-    """(status, body) of a GET; raises _Unreachable when no HTTP answer came back."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, b""
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _Unreachable(str(reason) or type(exc).__name__) from None
 
 
 class ServerTracker:
@@ -68,6 +47,8 @@ class ServerTracker:
         self.reachable = False
         self.not_sglang = False
         self.front_error: str | None = None
+        self.front_unanswered_since: float | None = None  # liveness looks time out since
+        self.front_timeouts = 0
         self.liveness_endpoint: str | None = None
         self.metrics_enabled: bool | None = None
         self.metrics_error: str | None = None
@@ -79,8 +60,12 @@ class ServerTracker:
         self.load: dict[str, float] = {}
         self._gen_rate = RateWindow(30.0)
         self._prompt_rate = RateWindow(30.0)
-        self._counters: tuple[float, float] | None = None
+        self._counters: tuple[float | None, ...] | None = None
         self.last_counters_moved_ts: float | None = None
+        self.counters_moved: str | None = None  # which counter moved last (words for a reason)
+        self.job_progress_ts: float | None = None  # the job's rows arrived (set by the job's tick)
+        self.sglang_timeout: tuple[float, str] | None = None  # SGLang's own timeout, and how known
+        self._timeout_looked = False
         self.health_in_flight_since: float | None = None
         self.health_ok: bool | None = None
         self.health_latency_s: float | None = None
@@ -89,6 +74,8 @@ class ServerTracker:
         self.health_last_ok_ts: float | None = None
         self.health_checks_total = 0
         self.health_failures_total = 0
+        self.health_failures_in_row = 0
+        self.health_unanswered_since: float | None = None
         self._logged_state: str | None = None
 
     # -- threads --------------------------------------------------------------------------------
@@ -139,10 +126,11 @@ class ServerTracker:
         if self.metrics_enabled is False and "/metrics" in endpoints:
             endpoints.remove("/metrics")
         status, body, used, error = None, b"", None, None
+        started = time.time()
         for path in endpoints:
             try:
                 status, body = http_get(self.url + path, LIVENESS_TIMEOUT)
-            except _Unreachable as exc:
+            except Unreachable as exc:
                 error = str(exc)
                 break
             if status == 200:
@@ -153,6 +141,16 @@ class ServerTracker:
         now = time.time()
         with self._lock:
             self.looked = True
+            if error is not None and "timed out" in error:
+                # a front that accepts but does not answer: slow (a loaded machine) or frozen; down
+                # only once it stays so for --health-timeout (the rule), and its state is kept
+                if self.front_unanswered_since is None:
+                    self.front_unanswered_since = started
+                self.front_timeouts += 1
+                self.front_error = error
+                self._log_state(now)
+                return
+            self.front_unanswered_since, self.front_timeouts = None, 0
             if error is not None:
                 if self.reachable:
                     self._disconnect()
@@ -186,10 +184,19 @@ class ServerTracker:
     def _disconnect(self) -> None:
         """Forget what belonged to the previous process: a restarted server is checked afresh."""
         self.health_ok = self.health_latency_s = self.health_error = None
+        self.health_unanswered_since, self.health_failures_in_row = None, 0
+        self.sglang_timeout, self._timeout_looked = None, False
         self.liveness_endpoint = None
         self.metrics_enabled = None
         self.load = {}
         self._counters = None
+
+    def record_metrics(self, now: float, body: bytes) -> None:
+        """A /metrics answer read at ``now`` (what ``look`` does with one; for replays)."""
+        with self._lock:
+            self.looked = self.reachable = True
+            self.metrics_enabled = True
+            self._apply_metrics(now, body)
 
     def _apply_metrics(self, now: float, body: bytes) -> None:
         try:
@@ -205,16 +212,19 @@ class ServerTracker:
             self._gen_rate.add(now, gen)
         if prompt is not None:
             self._prompt_rate.add(now, prompt)
-        counters = (gen or 0.0, prompt or 0.0)
-        if self._counters is not None and counters != self._counters:
-            self.last_counters_moved_ts = now  # requests completed forwards since the last look
+        counters = tuple(load.get(field) for field, _ in COUNTERS)
+        if self._counters is not None:
+            pairs = zip(COUNTERS, self._counters, counters, strict=True)
+            moved = [words for (_, words), a, b in pairs if a != b]
+            if moved:  # forwards completed since the last look
+                self.last_counters_moved_ts, self.counters_moved = now, moved[0]
         self._counters = counters
 
     def _read_model(self) -> None:
         try:
             status, body = http_get(self.url + "/model_info", LIVENESS_TIMEOUT)
             data = json.loads(body) if status == 200 else {}
-        except (_Unreachable, ValueError):
+        except (Unreachable, ValueError):
             return
         if isinstance(data, dict) and isinstance(data.get("model_path"), str):
             with self._lock:
@@ -227,7 +237,7 @@ class ServerTracker:
             try:
                 status, body = http_get(self.url + "/server_info", timeout)
                 data = json.loads(body) if status == 200 else None
-            except (_Unreachable, ValueError):
+            except (Unreachable, ValueError):
                 data = None
             if isinstance(data, dict):
                 with self._lock:
@@ -243,19 +253,30 @@ class ServerTracker:
                         "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
                         "max_total_tokens": data.get("max_total_tokens"),
                     }
-        started = time.time()
+        if not self._timeout_looked:
+            found = sglang_timeout_of(self.url)
+            with self._lock:
+                self._timeout_looked, self.sglang_timeout = True, found
         mono = time.monotonic()
-        with self._lock:
-            self.health_in_flight_since = started
+        self.health_started(time.time())
         ok, error = False, None
         try:
             status, _ = http_get(self.url + "/health_generate", timeout)
             ok = status == 200
             error = None if ok else f"HTTP {status}"
-        except _Unreachable as exc:
+        except Unreachable as exc:
             error = "timed out" if "timed out" in str(exc) else str(exc)
-        latency = time.monotonic() - mono
-        now = time.time()
+        self.health_done(time.time(), ok, time.monotonic() - mono, error)
+
+    def health_started(self, now: float) -> None:
+        """A /health_generate went out at ``now``."""
+        with self._lock:
+            self.health_in_flight_since = now
+            if self.health_unanswered_since is None:
+                self.health_unanswered_since = now
+
+    def health_done(self, now: float, ok: bool, latency: float, error: str | None) -> None:
+        """The /health_generate in flight came back at ``now`` (``error``: "HTTP 503", "timed out"...)."""
         with self._lock:
             self.health_in_flight_since = None
             self.health_checks_total += 1
@@ -265,26 +286,52 @@ class ServerTracker:
             elif ok:
                 self.health_ok, self.health_latency_s, self.health_error = True, latency, None
                 self.health_last_ok_ts = now
+                self.health_unanswered_since, self.health_failures_in_row = None, 0
             else:
                 self.health_failures_total += 1
+                self.health_failures_in_row += 1
                 self.health_ok, self.health_latency_s, self.health_error = False, latency, error
+                if error == "HTTP 503" and latency >= 1.0 and self.sglang_timeout is None:
+                    # SGLang gave up by itself: its timeout, to the second (it looks once a second)
+                    self.sglang_timeout = (float(round(latency)), f"measured: a 503 after {latency:.1f} s")
             self._log_state(now)
 
     # -- reading --------------------------------------------------------------------------------
-    def _state(self, now: float) -> tuple[str, str]:
-        return server_state(
-            now,
+    def look_at(self, now: float) -> ServerLook:
+        """The measurements the state rule reads (call with the lock held)."""
+        return ServerLook(
+            now=now,
+            health_timeout=self.spec.health_timeout,
+            busy_after=self.spec.busy_after,
             looked=self.looked,
             reachable=self.reachable,
             not_sglang=self.not_sglang,
             front_error=self.front_error,
+            front_unanswered_since=self.front_unanswered_since,
+            front_timeouts=self.front_timeouts,
             health_in_flight_since=self.health_in_flight_since,
             health_ok=self.health_ok,
             health_latency_s=self.health_latency_s,
             health_error=self.health_error,
-            health_timeout=self.spec.health_timeout,
-            busy_after=self.spec.busy_after,
+            unanswered_since=self.health_unanswered_since,
+            failures_in_row=self.health_failures_in_row,
+            last_ok_ts=self.health_last_ok_ts,
+            counters_moved_ts=self.last_counters_moved_ts,
+            counters_moved=self.counters_moved,
+            counters_read=any(v is not None for v in self._counters or ()),
+            job_progress_ts=self.job_progress_ts,
+            sglang_timeout_s=self.sglang_timeout[0] if self.sglang_timeout else None,
+            running=self.load.get("running"),
+            queued=self.load.get("queued"),
         )
+
+    def _state(self, now: float) -> tuple[str, str]:
+        return decide_server(self.look_at(now))
+
+    def note_job_progress(self, ts: float | None) -> None:
+        """The job's rows last arrived at ``ts``: a sign of forward progress (a job of one server)."""
+        with self._lock:
+            self.job_progress_ts = ts
 
     def _log_state(self, now: float) -> None:
         """One log line per change of state (a down server does not log every interval)."""
@@ -299,8 +346,8 @@ class ServerTracker:
 
     @property
     def last_forward_ts(self) -> float | None:
-        """When a forward last completed: a health_generate answered, or the token counters moved."""
-        times = [t for t in (self.health_last_ok_ts, self.last_counters_moved_ts) if t is not None]
+        """When a forward last completed: a health_generate answered, counters moved, the job's rows came."""
+        times = [t for t in (self.health_last_ok_ts, self.last_counters_moved_ts, self.job_progress_ts) if t]
         return max(times) if times else None
 
     def facts(self, now: float) -> ServerFacts:
@@ -332,11 +379,13 @@ class ServerTracker:
                     "error": self.health_error,
                     "last_ts": self.health_last_ts,
                     "last_ok_ts": self.health_last_ok_ts,
-                    "in_flight_s": None
-                    if self.health_in_flight_since is None
-                    else max(0.0, now - self.health_in_flight_since),
+                    "in_flight_s": _age(now, self.health_in_flight_since),
                     "checks_total": self.health_checks_total,
                     "failures_total": self.health_failures_total,
+                    "failures_in_row": self.health_failures_in_row,
+                    "unanswered_s": _age(now, self.health_unanswered_since),
+                    "sglang_timeout_s": self.sglang_timeout[0] if self.sglang_timeout else None,
+                    "sglang_timeout_source": self.sglang_timeout[1] if self.sglang_timeout else None,
                 },
                 "last_forward_ts": self.last_forward_ts,
                 "load": {
@@ -347,3 +396,7 @@ class ServerTracker:
                     "prompt_tokens_per_s": self._prompt_rate.rate() if load else None,
                 },
             }
+
+
+def _age(now: float, since: float | None) -> float | None:
+    return None if since is None else max(0.0, now - since)

@@ -1,11 +1,13 @@
-"""The server tracker's pure rules: load figures from a server's Prometheus text, and the state
-from the last measurements (hsmon/trackers/server.py measures; this decides; no I/O here)."""
+"""The server tracker's pure parsing: load figures and progress counters from a server's Prometheus
+text (hsmon/trackers/server.py measures; hsmon/state_server.py decides the state; no I/O here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-SERVER_STATES = ("up", "busy", "hung", "down", "unknown")
+from hsmon.state_server import SERVER_STATES, ServerLook, decide_server
+
+__all__ = ["COUNTERS", "LOAD_SERIES", "SERVER_STATES", "ServerLook", "decide_server", "parse_load"]
 # Series of the server's /metrics, by name without the engine prefix (sglang:, vllm:), first found wins.
 LOAD_SERIES: dict[str, tuple[str, ...]] = {
     "running": ("num_running_reqs", "num_requests_running"),
@@ -14,11 +16,20 @@ LOAD_SERIES: dict[str, tuple[str, ...]] = {
     "gen_throughput": ("gen_throughput",),
     "generation_tokens_total": ("generation_tokens_total",),
     "prompt_tokens_total": ("prompt_tokens_total",),
+    # counted by the scheduler after each forward batch (a prefill chunk moves it), by mode
+    "scheduler_tokens_total": ("realtime_tokens_total",),
+    "requests_total": ("num_requests_total", "request_success_total"),
 }
+# Counters that move only when forwards complete: (load field, words for a reason), in that order.
+COUNTERS = (
+    ("prompt_tokens_total", "prompt tokens"),
+    ("scheduler_tokens_total", "the scheduler's token counts"),
+    ("generation_tokens_total", "generation tokens"),
+    ("requests_total", "finished requests"),
+)
 _WANTED = frozenset(name for names in LOAD_SERIES.values() for name in names)
 # Labels that only say which replica of the same figure a sample is (tensor/pipeline ranks).
 _REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "pid"})
-
 
 
 def parse_load(text: str) -> dict[str, float]:
@@ -51,38 +62,3 @@ def parse_load(text: str) -> dict[str, float]:
                 load[field] = max(groups) if field == "token_usage" else sum(groups)
                 break
     return load
-
-
-def server_state(
-    now: float,
-    *,
-    looked: bool,
-    reachable: bool,
-    not_sglang: bool,
-    front_error: str | None,
-    health_in_flight_since: float | None,
-    health_ok: bool | None,
-    health_latency_s: float | None,
-    health_error: str | None,
-    health_timeout: float,
-    busy_after: float,
-) -> tuple[str, str]:
-    """(state, one-line detail) from the last measurements; pure."""
-    if not looked:
-        return "unknown", "not looked at yet"
-    if not reachable:
-        return "down", front_error or "no answer"
-    if not_sglang:
-        return "unknown", "answers HTTP but is not an SGLang server (no /metrics, /model_info, /v1/models)"
-    in_flight = None if health_in_flight_since is None else max(0.0, now - health_in_flight_since)
-    if in_flight is not None and in_flight > health_timeout:
-        return "hung", f"the HTTP front answers but /health_generate has not come back in {in_flight:.0f} s"
-    if health_ok is False:
-        return "hung", f"the HTTP front answers but /health_generate failed ({health_error})"
-    if in_flight is not None and in_flight > busy_after:
-        return "busy", f"/health_generate pending for {in_flight:.0f} s"
-    if health_ok and health_latency_s is not None and health_latency_s > busy_after:
-        return "busy", f"/health_generate took {health_latency_s:.1f} s"
-    if health_ok is None:
-        return "up", "the HTTP front answers; no forward checked yet"
-    return "up", f"/health_generate answered in {health_latency_s or 0:.1f} s"
