@@ -20,6 +20,7 @@ from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon import layout
+from hsmon.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.units import format_bytes, parse_size
 
 DEFAULT_MIN_FREE = "1G"
@@ -83,10 +84,10 @@ class Prepared:
     scan: ds.ScanResult
     settings: dict[str, Any]
     manifest_path: Path
-    done: set[int]
+    done: RowSet
     done_tokens: int
     done_bytes: int
-    manifest: layout.Manifest
+    manifest: Manifest  # running totals; keeps the row records of chunks not complete yet
     bytes_needed: int
     bytes_free: int
     job: str
@@ -158,29 +159,54 @@ def prepare(args: argparse.Namespace) -> Prepared:
     }
     manifest_path = out / layout.manifest_name(shard.as_tuple)
     check_resume(out, manifest_path, settings)
-    manifest = layout.read_manifest(out, manifest_path.name) if manifest_path.exists() else layout.Manifest()
-    valid = set(scan.rows or ())
-    done = {row for row in manifest.rows if row in valid}
-    lengths = dict(zip(scan.rows or (), scan.lengths or (), strict=True))
+    manifest = (read_manifest(out, manifest_path.name, keep_open_rows=True) if manifest_path.exists()
+                else Manifest(keep_open_rows=True))
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-    needed = sum(row_bytes(lengths[r], hidden, len(layers), element) for r in valid - done)
+    book = resume_book(scan, manifest, lambda length: row_bytes(length, hidden, len(layers), element))
+    if len(book.done) != len(manifest.rows):  # rows the dataset no longer has: count only the others
+        book.done_bytes = sum(int(r.get("bytes", 0)) for r in read_row_records(
+            out, book.done, manifest_path.name).values())
     probe = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
     free = shutil.disk_usage(probe).free
     job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
                                                          if shard.count > 1 else "")
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
-                    num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path, done,
-                    sum(lengths[r] for r in done), sum(int(manifest.rows[r].get("bytes", 0)) for r in done),
-                    manifest, needed, free, job)
+                    num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path,
+                    book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job)
     if sglang:
         from extractor.backends.base import ModelInfo
         from extractor.backends.sglang import options
 
-        opts = options.build(args, job, max((lengths[r] for r in valid - done), default=1))
+        opts = options.build(args, job, book.longest_left or 1)
         prep.backend_options = {"options": opts,
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
     return prep
+
+
+@dataclass
+class ResumeBook:
+    """What a resume starts from, in one pass over the scan (no per-row dicts or sets)."""
+
+    done: RowSet  # rows of this dataset the manifest has
+    done_tokens: int = 0
+    done_bytes: int = 0
+    needed: int = 0  # bytes the rows still to extract will take
+    longest_left: int = 0  # tokens of the longest row still to extract
+
+
+def resume_book(scan: ds.ScanResult, manifest: Manifest, size_of: Any) -> ResumeBook:
+    """Done rows, their tokens and bytes, and what is left, from the scan and the manifest's totals
+    (``size_of(tokens)``: a row's bytes on disk)."""
+    book = ResumeBook(RowSet(), done_bytes=manifest.bytes)
+    for row, length in zip(scan.rows or (), scan.lengths or (), strict=True):
+        if row in manifest.rows:
+            book.done.add(row)
+            book.done_tokens += length
+        else:
+            book.needed += size_of(length)
+            book.longest_left = max(book.longest_left, length)
+    return book
 
 
 def sglang_dtype(dtype: str, config: Any) -> str:

@@ -111,8 +111,9 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         start = layout.chunk_bounds(index, prep.chunk_size)[0]
         expected[start] = expected.get(start, 0) + 1
     book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
-    for row in sorted(prep.done):
-        book.add_row(prep.manifest.rows[row])
+    for record in prep.manifest.open_row_records():  # complete chunks have their record already
+        if record["row"] in prep.done:
+            book.add_row(record)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
 
     stop_event = threading.Event()

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from hsmon.layout import complete_row_files, parse_row_file_name
+from hsmon.layout import parse_row_file_name
+from hsmon.manifest_reader import complete_row_files
 
 DEFAULT_DRAFT_VOCAB = 32000
 INDEX_NAME = "data-index.json"
