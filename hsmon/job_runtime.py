@@ -186,7 +186,7 @@ class JobRuntime:
             self.progress.poll()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
-        if self.output is not None and (scan_output or self.output.reading is not None):
+        if self.output is not None and (scan_output or self.output.loading):
             self.output.scan(background)
             if self.output.reading is not None:
                 self._publish_reading(now)

@@ -97,6 +97,8 @@ class Monitor:
                 raise ValueError(f"a job named {cfg.name!r} is already watched; pick another name")
             runtime = JobRuntime(cfg, time.time())
             runtime.gpu = self.gpu
+            if runtime.output is not None:
+                runtime.output.on_read = self._wake.set  # a manifest read on a thread: tick at once
             self._jobs[cfg.name] = runtime
         if self._thread is not None:
             self._wake.set()

@@ -94,6 +94,8 @@ class OutputDirTracker:
         self._loader: threading.Thread | None = None
         self._loader_reset = False  # the loader met a replaced manifest: start over at the next scan
         self._closing = threading.Event()
+        self._load_done = threading.Event()
+        self.on_read: Callable[[], None] | None = None  # called by the reading thread when it is done
 
     @property
     def manifest(self) -> Manifest:
@@ -101,10 +103,14 @@ class OutputDirTracker:
         return self._manifest
 
     @property
+    def loading(self) -> bool:
+        """True while a manifest is read on a thread, or read and not yet taken in by ``scan``."""
+        return self._loader is not None
+
+    @property
     def reading(self) -> dict[str, Any] | None:
         """While a large manifest is read on a thread: how far ({"bytes_done", "bytes_total"})."""
-        loader = self._loader
-        if loader is None or not loader.is_alive():
+        if self._loader is None or self._load_done.is_set():
             return None
         tails = list(self._manifests.values())
         return {"bytes_done": sum(t.offset for t in tails), "bytes_total": sum(t.size for t in tails)}
@@ -134,9 +140,10 @@ class OutputDirTracker:
         BACKGROUND_BYTES of unread manifest is read on a thread; until it is done the snapshot
         says how far it is (``reading``) and carries no figures."""
         if self._loader is not None:
-            if self._loader.is_alive():
+            if not self._load_done.is_set():
                 self._publish_reading()
                 return
+            self._loader.join()
             self._loader = None
         if self._loader_reset:
             self._loader_reset = False
@@ -148,6 +155,7 @@ class OutputDirTracker:
         for name in manifests:
             self._manifests.setdefault(name, JsonlTail(os.path.join(self.path, name)))
         if background and self._unread(manifests) > BACKGROUND_BYTES:
+            self._load_done.clear()
             self._loader = threading.Thread(target=self._load, args=(manifests,), daemon=True,
                                             name=f"hsmon-manifest-{os.path.basename(self.path)}")
             self._loader.start()
@@ -245,6 +253,9 @@ class OutputDirTracker:
         except Exception:  # the next scan reads on (or over again) in the tick's thread
             log.exception("reading the manifests of %s failed", self.path)
             self._loader_reset = True
+        self._load_done.set()
+        if self.on_read is not None:
+            self.on_read()
 
     def _publish_reading(self) -> None:
         """A snapshot that says the manifest is being read, and how far; no figures yet (a monitor
