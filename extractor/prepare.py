@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
-    scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size))
+    scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size),
+                   progress=ScanLog(data))
     if scan.lines == 0:
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     if not scan.rows and scan.rejects:
@@ -182,6 +184,22 @@ def prepare(args: argparse.Namespace) -> Prepared:
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
     return prep
+
+
+class ScanLog:
+    """Says how far the dataset scan is, every ``every`` seconds (a large dataset takes minutes)."""
+
+    def __init__(self, data: Path, every: float = 5.0) -> None:
+        self.data, self.every = data, every
+        self.size = max(1, data.stat().st_size)
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, rows: int, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            log(f"scanning {self.data}: {rows} rows, {100 * read / self.size:.0f} % of "
+                f"{format_bytes(self.size)} in {now - self.started:.0f} s")
 
 
 @dataclass
