@@ -19,6 +19,7 @@ from typing import Any
 
 from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, row_bytes
+from extractor.scan_cache import cached_scan
 from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon import layout
 from hsmon.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
@@ -143,8 +144,12 @@ def prepare(args: argparse.Namespace) -> Prepared:
         raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
-    scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size),
-                   progress=ScanLog(data))
+    fingerprint = model_fingerprint(model_dir)
+    scan, cached = cached_scan(data, tokenizer, limits, fingerprint=fingerprint,
+                               owner=f"shard {shard.index}/{shard.count}, chunk {args.chunk_size}",
+                               owns=lambda i: shard.owns_row(i, args.chunk_size), progress=ScanLog(data))
+    if cached:
+        log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     if scan.lines == 0:
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     if not scan.rows and scan.rejects:
@@ -154,7 +159,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     out = Path(args.out)
     settings = {
         "dataset": str(data.resolve()), "dataset_sha256": scan.sha256, "model": str(model_dir.resolve()),
-        "model_fingerprint": model_fingerprint(model_dir), "backend": args.backend, "dtype": dtype,
+        "model_fingerprint": fingerprint, "backend": args.backend, "dtype": dtype,
         "device_type": device.split(":")[0], "layers": layers, "max_length": max_length,
         "truncate": not args.no_truncate, "chunk_size": args.chunk_size, "batch_tokens": args.batch_tokens,
         "shard": [shard.index, shard.count],

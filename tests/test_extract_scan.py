@@ -89,3 +89,26 @@ def test_span_mask_equals_the_overlap_rule():
         want = [1 if e > s and any(s < b and e > a for a, b in spans) else 0 for s, e in offsets]
         assert ds.span_mask(offsets, spans) == want
         assert ds.span_mask(offsets, list(reversed(spans))) == want  # unordered spans: the plain rule
+
+
+def test_a_repeated_scan_comes_from_the_cache_and_a_changed_dataset_does_not(tmp_path, tokenizer):
+    from extractor.scan_cache import cached_scan
+
+    limits = ds.Limits(vocab_size=512, max_length=64)
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(mixed_rows(120, seed=3)) + "\n")
+    kwargs = {"fingerprint": "model-a", "owner": "shard 0/1", "owns": None, "cache_dir": tmp_path / "cache"}
+    first, cached = cached_scan(path, tokenizer, limits, **kwargs)
+    assert not cached
+    again, cached = cached_scan(path, tokenizer, limits, **kwargs)
+    assert cached and list(again.rows) == list(first.rows) and list(again.lengths) == list(first.lengths)
+    assert (again.lines, again.truncated, again.sha256) == (first.lines, first.truncated, first.sha256)
+    assert [(r.index, r.reason, r.line) for r in again.rejects] == [
+        (r.index, r.reason, r.line) for r in first.rejects]
+    _, cached = cached_scan(path, tokenizer, ds.Limits(vocab_size=512, max_length=32), **kwargs)
+    assert not cached  # other limits, another scan
+    _, cached = cached_scan(path, tokenizer, limits, **{**kwargs, "fingerprint": "model-b"})
+    assert not cached  # another tokenizer
+    path.write_text("\n".join(mixed_rows(120, seed=4)) + "\n")
+    changed, cached = cached_scan(path, tokenizer, limits, **kwargs)
+    assert not cached and changed.sha256 != first.sha256
