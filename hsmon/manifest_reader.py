@@ -7,7 +7,7 @@ row's full record (verify-data's sample, a resume's unfinished chunks) asks for 
 :func:`read_row_records` streams the file again, and ``Manifest(keep_open_rows=True)`` keeps the
 records of chunks that have no chunk record yet (a resume's ChunkBook).
 
-:class:`JsonlTail` reads an append-only file incrementally by byte offset, in bounded blocks,
+:class:`JsonlTail` reads an append-only file incrementally by byte offset, in 1 MiB blocks,
 parsing with orjson; a partial last line waits for its end, a line cut by the writer's repair
 (``layout.repair_jsonl_tail``) is read again from its start, a truncated or replaced file says
 so (``reset``). An idle poll is one ``stat``.
@@ -30,7 +30,7 @@ import orjson
 
 from hsmon import layout
 
-BLOCK_BYTES = 4 * 1024 * 1024
+BLOCK_BYTES = 1024 * 1024
 # Row indices below this live in the bitmap (32 MiB at most); others, or negative ones, in a set.
 BITMAP_ROWS = 1 << 28
 
@@ -178,11 +178,11 @@ def _count(value: Any) -> int:
         return 0
 
 
-def parse_lines(data: bytes, handle: Callable[[dict[str, Any]], None]) -> int:
-    """Feed each JSON object line of ``data`` (complete lines) to ``handle``; bad lines are skipped.
-    Returns the number of objects."""
+def parse_lines(lines: list[bytes], handle: Callable[[dict[str, Any]], None]) -> int:
+    """Feed each line that is a JSON object to ``handle``; bad lines are skipped. Returns the
+    number of objects."""
     n = 0
-    for raw in data.split(b"\n"):
+    for raw in lines:
         if not raw:
             continue
         try:
@@ -255,10 +255,9 @@ class JsonlTail:
                     if not block:
                         break
                     self.offset += len(block)
-                    data = self._partial + block
-                    cut = data.rfind(b"\n") + 1
-                    self._partial = data[cut:]
-                    n += parse_lines(data[:cut], handle)
+                    lines = (self._partial + block).split(b"\n")
+                    self._partial = lines.pop()  # what follows the last newline: a partial line
+                    n += parse_lines(lines, handle)
         except OSError:
             pass
         return n

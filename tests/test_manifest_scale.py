@@ -147,7 +147,12 @@ def test_a_monitor_answers_while_it_reads_a_large_manifest(tmp_path, monkeypatch
         monitor.start()
         assert time.monotonic() - started < 10
         assert entered.wait(10)
-        (job,) = monitor.status_document()["jobs"]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the next tick publishes the first block's progress
+            (job,) = monitor.status_document()["jobs"]
+            if (job["output"]["reading"] or {}).get("bytes_done"):
+                break
+            time.sleep(0.02)
         assert job["state"] == "starting" and "reading the manifest" in job["reason"], job["reason"]
         reading = job["output"]["reading"]
         size = (out / layout.MANIFEST_NAME).stat().st_size
