@@ -11,7 +11,8 @@ dataset of the same rows, then measures, on real processes:
   its CPU while rows are appended at 50 rows/s (``--append-seconds``; the status must count them);
 - ``hsmon status --out DIR`` (one shot): wall time and peak RSS;
 - ``hsmon extract DATA --out DIR --dry-run`` over that manifest (the resume's scan and bookkeeping)
-  and over an empty directory: wall time and peak RSS, and the difference.
+  and over an empty directory, each with an empty scan cache: wall time and peak RSS, and the
+  difference; then the resume again with the dataset's scan cached (``resume_cached``).
 
 Ends with one RESULT line: the figures of the largest size and their ratio to the smallest's.
 
@@ -95,10 +96,10 @@ LAUNCHER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1
             "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
 
 
-def timed_child(cmd: list[str]) -> tuple[float, int, int, str]:
+def timed_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int, str]:
     """(wall s, peak RSS bytes, exit status, output) of a child process."""
     started = time.perf_counter()
-    proc = subprocess.run([PY, "-c", LAUNCHER, *cmd], env=ENV, stdout=subprocess.PIPE,
+    proc = subprocess.run([PY, "-c", LAUNCHER, *cmd], env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - started
     text, _, peak = proc.stdout.rpartition("PEAK_RSS_KB ")
@@ -190,12 +191,16 @@ def measure_size(rows: int, args: argparse.Namespace, work: Path) -> dict[str, f
     print(f"[{rows} rows] built in {time.perf_counter() - t:.0f} s: manifest {mb:.0f} MB", flush=True)
     fig = {"manifest_mb": mb}
     extract = [PY, "-m", "hsmon", "extract", str(data), "--dry-run"]
-    wall, peak, code, text = timed_child([*extract, "--out", str(size_dir / "empty")])
+    # each with a scan cache of its own, empty: both scan the dataset, the resume reads the manifest too
+    wall, peak, code, text = timed_child([*extract, "--out", str(size_dir / "empty")],
+                                         {"HSMON_CACHE": str(size_dir / "cache-fresh")})
     fig["fresh_s"], fig["fresh_rss_mb"] = wall, peak / 1e6
-    wall, peak, code, text = timed_child([*extract, "--out", str(out)])
-    if "rows to extract 0" not in text:
-        raise RuntimeError(f"the resume's dry run did not see every row done (exit {code}):\n{text[-2000:]}")
-    fig["resume_s"], fig["resume_rss_mb"] = wall, peak / 1e6
+    for key in ("resume", "resume_cached"):  # the scan cache cold, then warm
+        wall, peak, code, text = timed_child([*extract, "--out", str(out)],
+                                             {"HSMON_CACHE": str(size_dir / "cache-resume")})
+        if "rows to extract 0" not in text:
+            raise RuntimeError(f"the resume's dry run did not see every row done ({code}):\n{text[-2000:]}")
+        fig[f"{key}_s"], fig[f"{key}_rss_mb"] = wall, peak / 1e6
     fig["resume_over_fresh_mb"] = fig["resume_rss_mb"] - fig["fresh_rss_mb"]
     wall, peak, code, text = timed_child([PY, "-m", "hsmon", "status", "--out", str(out), "--job", "scale"])
     if f" {rows} rows" not in text:

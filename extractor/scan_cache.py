@@ -4,7 +4,8 @@ tokenize it again (300,000 conversations take many minutes to tokenize; hashing 
 The key is the dataset's sha256 with everything that changes the scan's result: the tokenizer's
 files (the model fingerprint), the tokenizer libraries' versions, the limits and which rows this
 shard owns. Entries live in ``$HSMON_CACHE/scans`` (default ~/.cache/hsmon/scans), one small file
-each (16 bytes a row), written atomically; an unreadable entry is scanned again.
+each (a JSON header line, then two int64 arrays: 16 bytes a row), written atomically; an unreadable
+entry is scanned again.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def cached_scan(path: Path, tokenizer: Any, limits: ds.Limits, *, fingerprint: s
     from extractor.embedded_target import default_cache_dir
 
     sha = file_sha256(path)
-    entry = (cache_dir or default_cache_dir() / "scans") / f"{scan_key(sha, fingerprint, limits, owner)}.json"
+    entry = (cache_dir or default_cache_dir() / "scans") / f"{scan_key(sha, fingerprint, limits, owner)}.scan"
     loaded = _load(entry, sha)
     if loaded is not None:
         return loaded, True
@@ -59,26 +60,35 @@ def cached_scan(path: Path, tokenizer: Any, limits: ds.Limits, *, fingerprint: s
 
 
 def _save(entry: Path, result: ds.ScanResult) -> None:
-    rows, lengths = array("q", result.rows or ()), array("q", result.lengths or ())
-    payload = {"v": SCAN_VERSION, "sha256": result.sha256, "lines": result.lines,
-               "truncated": result.truncated, "rows": rows.tobytes().hex(),
-               "lengths": lengths.tobytes().hex(),
-               "rejects": [[r.index, r.reason, r.line] for r in result.rejects or ()]}
-    layout.atomic_write(entry, lambda fh: fh.write(json.dumps(payload).encode()))
+    """A JSON header line, then the rows' and the lengths' int64 arrays (no copy of them is made)."""
+    rows, lengths = result.rows, result.lengths
+    if not isinstance(rows, array) or not isinstance(lengths, array):
+        rows, lengths = array("q", rows or ()), array("q", lengths or ())
+    header = {"v": SCAN_VERSION, "sha256": result.sha256, "lines": result.lines,
+              "truncated": result.truncated, "rows": len(rows),
+              "rejects": [[r.index, r.reason, r.line] for r in result.rejects or ()]}
+
+    def write(fh: Any) -> None:
+        fh.write(json.dumps(header).encode() + b"\n")
+        rows.tofile(fh)
+        lengths.tofile(fh)
+
+    layout.atomic_write(entry, write)
 
 
 def _load(entry: Path, sha256: str) -> ds.ScanResult | None:
     try:
-        payload = json.loads(entry.read_bytes())
-        if payload.get("v") != SCAN_VERSION or payload.get("sha256") != sha256:
-            return None
-        rows, lengths = array("q"), array("q")
-        rows.frombytes(bytes.fromhex(payload["rows"]))
-        lengths.frombytes(bytes.fromhex(payload["lengths"]))
-        rejects = [ds.Reject(int(i), str(reason), int(line)) for i, reason, line in payload["rejects"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        with open(entry, "rb") as fh:
+            header = json.loads(fh.readline())
+            if header.get("v") != SCAN_VERSION or header.get("sha256") != sha256:
+                return None
+            rows, lengths = array("q"), array("q")
+            rows.fromfile(fh, int(header["rows"]))
+            lengths.fromfile(fh, int(header["rows"]))
+            if fh.read(1):
+                return None
+        rejects = [ds.Reject(int(i), str(reason), int(line)) for i, reason, line in header["rejects"]]
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
         return None
-    if len(rows) != len(lengths):
-        return None
-    return ds.ScanResult(lines=int(payload["lines"]), rows=rows, lengths=lengths,  # type: ignore[arg-type]
-                         rejects=rejects, truncated=int(payload["truncated"]), sha256=sha256)
+    return ds.ScanResult(lines=int(header["lines"]), rows=rows, lengths=lengths,  # type: ignore[arg-type]
+                         rejects=rejects, truncated=int(header["truncated"]), sha256=sha256)
