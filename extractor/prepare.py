@@ -148,8 +148,6 @@ def prepare(args: argparse.Namespace) -> Prepared:
     scan, cached = cached_scan(data, tokenizer, limits, fingerprint=fingerprint,
                                owner=f"shard {shard.index}/{shard.count}, chunk {args.chunk_size}",
                                owns=lambda i: shard.owns_row(i, args.chunk_size), progress=ScanLog(data))
-    if cached:
-        log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     if scan.lines == 0:
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     if not scan.rows and scan.rejects:
@@ -166,6 +164,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
     }
     manifest_path = out / layout.manifest_name(shard.as_tuple)
     check_resume(out, manifest_path, settings)
+    if cached:  # after the checks: a refused command says one line
+        log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     manifest = (read_manifest(out, manifest_path.name, keep_open_rows=True) if manifest_path.exists()
                 else Manifest(keep_open_rows=True))
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
