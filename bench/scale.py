@@ -46,6 +46,7 @@ from synthetic_output import row_record, write_synthetic_output  # noqa: E402
 from hsmon import layout  # noqa: E402
 
 PY = sys.executable
+LAST_CPU_S = [0.0]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 APPEND_RATE = 50.0  # rows/s
 GOALS = ("daemon RSS at the largest size <= 1.5x the smallest's and <= 150 MB; idle CPU <= 0.5 %; "
@@ -70,7 +71,15 @@ def extract_settings(data: Path, scratch: Path) -> dict[str, Any]:
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return prepare(parser.parse_args([str(data), "--out", str(scratch / "settings-probe")])).settings
+    saved = os.environ.get("HSMON_CACHE")
+    os.environ["HSMON_CACHE"] = str(scratch / "cache-probe")  # the scan cache: not the user's
+    try:
+        return prepare(parser.parse_args([str(data), "--out", str(scratch / "settings-probe")])).settings
+    finally:
+        if saved is None:
+            os.environ.pop("HSMON_CACHE", None)
+        else:
+            os.environ["HSMON_CACHE"] = saved
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -93,17 +102,21 @@ def get(url: str, timeout: float = 10.0) -> bytes:
 # Runs a command and reports its peak RSS. A small launcher of its own: a child forked from this
 # (large) process would report this process's RSS as its peak (the high-water mark survives exec).
 LAUNCHER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
-            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print('CPU_S', u.ru_utime + u.ru_stime, 'PEAK_RSS_KB', u.ru_maxrss); sys.exit(code)")
 
 
 def timed_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int, str]:
-    """(wall s, peak RSS bytes, exit status, output) of a child process."""
+    """(wall s, peak RSS bytes, exit status, output) of a child process; its CPU seconds are in
+    ``LAST_CPU_S`` (wall time on a loaded machine says little)."""
     started = time.perf_counter()
     proc = subprocess.run([PY, "-c", LAUNCHER, *cmd], env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - started
-    text, _, peak = proc.stdout.rpartition("PEAK_RSS_KB ")
-    return wall, int(peak.split()[0]) * 1024, proc.returncode, text
+    text, _, tail = proc.stdout.rpartition("CPU_S ")
+    cpu, _, peak = tail.split()[:3]
+    LAST_CPU_S[0] = float(cpu)
+    return wall, int(peak) * 1024, proc.returncode, text
 
 
 def measure_daemon(out: Path, rows: int, args: argparse.Namespace, work: Path) -> dict[str, float]:
@@ -194,20 +207,21 @@ def measure_size(rows: int, args: argparse.Namespace, work: Path) -> dict[str, f
     # each with a scan cache of its own, empty: both scan the dataset, the resume reads the manifest too
     wall, peak, code, text = timed_child([*extract, "--out", str(size_dir / "empty")],
                                          {"HSMON_CACHE": str(size_dir / "cache-fresh")})
-    fig["fresh_s"], fig["fresh_rss_mb"] = wall, peak / 1e6
+    fig["fresh_s"], fig["fresh_cpu_s"], fig["fresh_rss_mb"] = wall, LAST_CPU_S[0], peak / 1e6
     for key in ("resume", "resume_cached"):  # the scan cache cold, then warm
         wall, peak, code, text = timed_child([*extract, "--out", str(out)],
                                              {"HSMON_CACHE": str(size_dir / "cache-resume")})
         if "rows to extract 0" not in text:
             raise RuntimeError(f"the resume's dry run did not see every row done ({code}):\n{text[-2000:]}")
-        fig[f"{key}_s"], fig[f"{key}_rss_mb"] = wall, peak / 1e6
+        fig[f"{key}_s"], fig[f"{key}_cpu_s"], fig[f"{key}_rss_mb"] = wall, LAST_CPU_S[0], peak / 1e6
     fig["resume_over_fresh_mb"] = fig["resume_rss_mb"] - fig["fresh_rss_mb"]
     wall, peak, code, text = timed_child([PY, "-m", "hsmon", "status", "--out", str(out), "--job", "scale"])
     if f" {rows} rows" not in text:
         raise RuntimeError(f"hsmon status --out did not count {rows} rows (exit {code}):\n{text[-2000:]}")
-    fig["status_s"], fig["status_rss_mb"] = wall, peak / 1e6
+    fig["status_s"], fig["status_cpu_s"], fig["status_rss_mb"] = wall, LAST_CPU_S[0], peak / 1e6
     fig.update(measure_daemon(out, rows, args, size_dir))
-    print(f"[{rows} rows] " + ", ".join(f"{k} {v:.3g}" for k, v in fig.items()), flush=True)
+    print(f"[{rows} rows] " + ", ".join(f"{k} {v:.3g}" for k, v in fig.items())
+          + f" (load average now {os.getloadavg()[0]:.2f})", flush=True)
     if not args.keep:
         shutil.rmtree(size_dir)
     return fig
@@ -237,9 +251,9 @@ def main() -> int:
     print(f"goals: {GOALS}")
     fields = [f"rows={big}", f"baseline_rows={small}"]
     fields += [f"{k}={results[big][k]:.3f}" for k in keys]
-    fields += [f"{k}_ratio={ratio[k]:.2f}" for k in ("rss_mb", "idle_cpu_pct", "scrape_ms", "first_status_s",
-                                                    "status_s", "status_rss_mb", "resume_s", "resume_rss_mb",
-                                                    "append_cpu_pct")]
+    ratios = ("rss_mb", "idle_cpu_pct", "scrape_ms", "first_status_s", "status_s", "status_cpu_s",
+              "status_rss_mb", "resume_s", "resume_cpu_s", "resume_rss_mb", "append_cpu_pct")
+    fields += [f"{k}_ratio={ratio[k]:.2f}" for k in ratios]
     fields.append(f"load={load:.2f}")
     print("RESULT " + " ".join(fields))
     return 0

@@ -4,8 +4,8 @@ tokenize it again (300,000 conversations take many minutes to tokenize; hashing 
 The key is the dataset's sha256 with everything that changes the scan's result: the tokenizer's
 files (the model fingerprint), the tokenizer libraries' versions, the limits and which rows this
 shard owns. Entries live in ``$HSMON_CACHE/scans`` (default ~/.cache/hsmon/scans), one small file
-each (a JSON header line, then two int64 arrays: 16 bytes a row), written atomically; an unreadable
-entry is scanned again.
+each (a JSON header line, then two int64 arrays: 16 bytes a row), written atomically, the 32 most recent
+kept; an unreadable entry is scanned again.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from extractor import dataset as ds
 from hsmon import layout
 
 SCAN_VERSION = 1  # bump when the scan's result for the same inputs changes
+KEEP_ENTRIES = 32  # the most recent scans kept (each ~16 bytes a row)
 
 
 def file_sha256(path: Path) -> str:
@@ -56,7 +57,15 @@ def cached_scan(path: Path, tokenizer: Any, limits: ds.Limits, *, fingerprint: s
     if result.sha256 == sha:  # the file did not change while it was read
         with contextlib.suppress(OSError):  # a cache not written costs the next run a scan, nothing else
             _save(entry, result)
+            _prune(entry.parent)
     return result, False
+
+
+def _prune(directory: Path, keep: int = KEEP_ENTRIES) -> None:
+    """Remove all but the ``keep`` most recently written entries."""
+    entries = sorted(directory.glob("*.scan"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[keep:]:
+        old.unlink(missing_ok=True)
 
 
 def _save(entry: Path, result: ds.ScanResult) -> None:

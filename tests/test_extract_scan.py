@@ -112,3 +112,8 @@ def test_a_repeated_scan_comes_from_the_cache_and_a_changed_dataset_does_not(tmp
     path.write_text("\n".join(mixed_rows(120, seed=4)) + "\n")
     changed, cached = cached_scan(path, tokenizer, limits, **kwargs)
     assert not cached and changed.sha256 != first.sha256
+    from extractor.scan_cache import _prune
+
+    assert len(list((tmp_path / "cache").glob("*.scan"))) == 4
+    _prune(tmp_path / "cache", keep=1)
+    assert len(list((tmp_path / "cache").glob("*.scan"))) == 1
