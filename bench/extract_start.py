@@ -67,7 +67,7 @@ def per_row_scan(path: Path, tokenizer: object, limits: ds.Limits, rows: int) ->
 def first_row_seconds(data: Path, model: str, work: Path, timeout: float) -> float:
     """Seconds from the start of a real `hsmon extract` to its first rows event."""
     events = work / "events.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HSMON_CACHE": str(work / "cache")}  # no cached scan
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "hsmon", "extract", str(data), "--out", str(work / "out"),
                              "--model", model, "--events", str(events)], env=env,
