@@ -145,6 +145,7 @@ def manifest_rows(data_dir: Path, max_length: int | None) -> list[RowRef] | None
         return None
     listings: dict[str, set[str]] = {}
     rows: dict[int, RowRef] = {}
+    base = str(data_dir) + os.sep
     for record in iter_records(data_dir):
         row, chunk, tokens = record.get("row"), record.get("chunk"), record.get("tokens")
         if record.get("type") != "row" or not isinstance(row, int) or not isinstance(chunk, str):
@@ -159,7 +160,7 @@ def manifest_rows(data_dir: Path, max_length: int | None) -> list[RowRef] | None
         name = row_file_name(row)
         length = int(tokens or 0) if max_length is None else min(int(tokens or 0), max_length)
         if name in listings[chunk] and length >= 2:  # listed in the manifest but gone: skipped
-            rows[row] = RowRef(str(data_dir / chunk / name), row, length)
+            rows[row] = RowRef(base + chunk + os.sep + name, row, length)
     return [rows[r] for r in sorted(rows)]
 
 
