@@ -173,17 +173,25 @@ def test_both_transports_equal_hf_and_each_other(workdir, server, data_short, hf
     assert_close(out, hf_short, atol=1e-4)
 
 
-def test_chunked_prefill_json_refuses_short_rows_shm_writes_them_whole(workdir, server, data_long, hf_long,
-                                                                      shm_long):
-    out = workdir / "json-long"
-    proc = run_extract(data_long, out, MODEL, *sglang_args(server, workdir, "json", "long"))
-    assert proc.returncode == 1
-    assert "--chunked-prefill-size" in proc.stderr and "--transport shm" in proc.stderr, proc.stderr
-    assert "returned hidden states for" in proc.stderr
-    for row, data in load_output(out).items():  # nothing short was written
-        assert data["hidden_state"].shape[1] == data["input_ids"].shape[0], row
-    assert_close(shm_long, hf_long, atol=1e-4)
-    assert all(d["input_ids"].shape[0] > CHUNK for d in load_output(shm_long).values())
+def test_json_returns_rows_four_times_the_prefill_chunk_whole(workdir, server, data_long, hf_long, shm_long):
+    # Rows of 4x the server's --chunked-prefill-size and more, 4 in flight (so they also share
+    # prefill batches): the plugin's pack mode keeps every chunked-prefill piece, so json equals
+    # transformers; before, this stopped with "returned hidden states for 64 of 256 tokens".
+    import random
+
+    rng = random.Random(21)
+    data = workdir / "json-4x.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": [rng.randint(3, 2000) for _ in range(n)]}) + "\n"
+                            for n in (4 * CHUNK, 4 * CHUNK, 4 * CHUNK + 17, 5 * CHUNK, 4 * CHUNK + 1, 300)))
+    ref = workdir / "hf-4x"
+    proc = run_extract(data, ref, MODEL)
+    assert proc.returncode == 0, proc.stderr
+    out = workdir / "json-4x"
+    proc = run_extract(data, out, MODEL, *sglang_args(server, workdir, "json", "4x", "--concurrency", "4"))
+    assert proc.returncode == 0, proc.stderr
+    assert_close(out, ref, atol=1e-4)
+    assert min(d["input_ids"].shape[0] for d in load_output(out).values()) == 4 * CHUNK
+    assert_close(shm_long, hf_long, atol=1e-4)  # and shm, on the long rows of the module
 
 
 def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_short):

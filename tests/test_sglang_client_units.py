@@ -111,9 +111,10 @@ def test_preflight_accepts_a_fitting_server_and_names_every_missing_flag():
         check({**INFO, "pp_size": 2})
 
 
-def test_default_concurrency_keeps_json_rows_within_one_prefill_chunk():
+def test_default_concurrency_fills_the_batch_for_both_transports():
+    # json no longer has to fit one prefill chunk: the plugin's pack mode keeps every piece
     facts = [preflight.facts_of("http://s", {**INFO, "chunked_prefill_size": 1000})]
-    assert preflight.default_concurrency(facts, longest_row=300, transport="json") == 3
+    assert preflight.default_concurrency(facts, longest_row=300, transport="json") == 8
     assert preflight.default_concurrency(facts, longest_row=300, transport="shm") == 8
     two = [*facts, preflight.facts_of("http://t", {**INFO, "max_total_tokens": 1200})]
     assert preflight.default_concurrency(two, longest_row=300, transport="shm") == 8 + 4

@@ -158,7 +158,7 @@ def test_a_failed_write_leaves_one_error_line_that_the_client_reads(tmp_path):
     # the error file cannot go into the missing directory either: the client times out, naming it
     ticket = transports.DumpTicket(tmp_path / "d" / "job" / "r3-ab-1.safetensors",
                                    tmp_path / "d" / "job" / "r3-ab-1.error", "r3-ab-1", "http://srv:1", 90)
-    with pytest.raises(transports.DumpLate, match="http://srv:1: request r3-ab-1: dump file .* within 0 s"):
+    with pytest.raises(transports.DumpLate, match=r"http://srv:1: request r3-ab-1: dump file .* within 0 s"):
         transports.wait_for_file(ticket, 0.05)
     # where it can, the error reaches the client as one line, and the error file is consumed
     job_dir = tmp_path / "ok"
@@ -171,7 +171,8 @@ def test_a_failed_write_leaves_one_error_line_that_the_client_reads(tmp_path):
                                    "r4-ab-1", "http://srv:1", 90)
     with pytest.raises(transports.DumpError) as err:
         transports.wait_for_file(ticket, 5.0)
-    assert "http://srv:1: request r4-ab-1: the plugin could not write the dump file: writing" in str(err.value)
+    assert "http://srv:1: request r4-ab-1: the plugin could not write the dump file: writing" in str(
+        err.value)
     assert "\n" not in str(err.value) and not (job_dir / "r4-ab-1.error").exists()
     assert sorted(p.name for p in job_dir.iterdir()) == ["r4-ab-1.safetensors"]  # no .tmp left
 
