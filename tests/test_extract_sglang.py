@@ -301,6 +301,48 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
     assert_close(out, shm_long, atol=1e-5)
 
 
+def test_server_killed_with_writes_queued_resumes_with_nothing_short(workdir, data_long, shm_long,
+                                                                     monkeypatch):
+    # A server whose writer thread is slow (1 s a file, made deterministic) is killed with -9
+    # while responses are out and their files still queued: the client's waits time out (naming
+    # the server and the request), the server reads down, the rows are sent again once it is
+    # back, and no half-written .tmp is ever read as a row.
+    monkeypatch.setenv("HSMON_DUMP_WAIT_S", "5")
+    slow = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump",
+                               extra_args=("--context-length", str(CONTEXT)),
+                               env={"HSMON_PLUGIN_WRITE_DELAY_S": "1.0"})
+    out = workdir / "queued-kill"
+    events = workdir / "queued-kill.jsonl"
+    args = sglang_args(slow, workdir, "shm", "queued", "--batch-tokens", "256", "--concurrency", "4")
+    proc = start_extract(data_long, out, MODEL, *args, events=events)
+    try:
+        wait_until(lambda: _queue_depth(slow) >= 2 or None, 120, interval=0.2, what="dump writes queued")
+        slow.kill()
+        pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
+        assert pause["reason"] == "server" and pause["url"] == slow.url
+        slow.env = {}
+        slow.start()
+        assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        slow.stop()
+    kinds = [e["kind"] for e in events_of(events)]
+    assert kinds[-1] == "done" and "resume" in kinds, kinds
+    assert_close(out, shm_long, atol=1e-5)  # every row whole and equal to the uninterrupted run
+    assert not dump_dir(workdir, "queued").exists() or not any(dump_dir(workdir, "queued").iterdir())
+    late = [e["error"] for e in events_of(events) if e["kind"] in ("retry", "pause") and "did not appear" in
+            e.get("error", "")]
+    assert late and all(slow.url in m and "request r" in m for m in late), late
+
+
+def _queue_depth(server: SGLangServer) -> int:
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        info = json.loads(urllib.request.urlopen(server.url + "/server_info", timeout=10).read())
+        return max(s["hsmon_capture"]["queue_depth"] for s in info["internal_states"])
+    return 0
+
+
 # -- rows the server refuses or fails on: rejects, and the run goes on ----------------------------
 def edge_rows(workdir: Path) -> tuple[Path, dict[str, int], list[int]]:
     """Normal rows, one at exactly the server's context length, one with a token id beyond the

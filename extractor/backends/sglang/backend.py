@@ -176,10 +176,14 @@ class SGLangBackend(Backend):
                 continue
             except transports.DumpLate as exc:
                 # the response came, the file never did: a server killed with the write queued
-                # reads "down" (pause, retry the row); one that serves cannot write where we read
-                if self._evidence(url, ids) == "serves":
-                    raise RuntimeError(f"row {row}: {exc}") from None
-                self.pool.failed(url, str(exc))
+                # reads "down" (pause, then the row again); one that serves (restarted meanwhile,
+                # or writing where we cannot read) gets the row again, a bounded number of times
+                if self._evidence(url, ids) != "serves":
+                    self.pool.failed(url, str(exc))
+                else:
+                    strikes += 1
+                    if strikes >= self.options.row_attempts:
+                        raise RuntimeError(f"row {row}: {exc}") from None
                 self.pool.wait(backoff_delay(attempt))
                 attempt += 1
                 continue
