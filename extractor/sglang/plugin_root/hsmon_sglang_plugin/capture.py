@@ -198,7 +198,7 @@ def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
     pending = _pending[rid]
     # a copy: a slice would keep the whole batch's tensor alive (and on the GPU); pack's rows go
     # into the response on this thread anyway, so they take the synchronous copy
-    pending.pieces.append(writer.copy(aux, last, force_sync=mode == "pack"))
+    pending.pieces.append(writer.copy(aux, last, force_sync=mode == "pack" or _old_path(options)))
     if middle:
         pending.hook_s += time.perf_counter() - started
         return end
@@ -220,6 +220,12 @@ def _pack(req: Any, pieces: list[Piece]) -> dict:
     packed = torch.cat([aux, last], dim=-1)
     req.hidden_states.append(packed.tolist())
     return {"mode": "pack", "ok": True, "rows": packed.shape[0], "width": packed.shape[1]}
+
+
+def _old_path(options: dict) -> bool:
+    """``{"sync_write": true}``: copy and write on the scheduler's thread, as before the writer
+    thread (kept for bench/plugin_hook.py's before/after comparison in one run)."""
+    return options.get("sync_write") is True
 
 
 def _forget_abandoned() -> None:
@@ -258,8 +264,9 @@ def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
         "sglang_version": facts["sglang_version"],
         "plugin_version": PLUGIN_VERSION,
     }
-    path = "sync" if writer.sync else ("async" if all(p.pooled for p in pieces) else "fallback")
-    done = writer.submit(Job(rid, dump_dir, pieces, metadata))
+    sync = writer.sync or _old_path(options)
+    path = "sync" if sync else ("async" if all(p.pooled for p in pieces) else "fallback")
+    done = writer.submit(Job(rid, dump_dir, pieces, metadata), sync=sync)
     if done is not None:
         if not done["ok"]:
             logger.warning("hsmon capture plugin: %s", done["error"])

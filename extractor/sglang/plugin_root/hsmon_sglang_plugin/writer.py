@@ -128,11 +128,12 @@ class Writer:
         with self._lock:
             self.stats.pool_bytes_in_use -= sum(p.nbytes for p in pieces if p.pooled)
 
-    def submit(self, job: Job) -> dict | None:
+    def submit(self, job: Job, sync: bool = False) -> dict | None:
         """Queue the request for the writer thread (None), or, when a piece missed the pool,
-        write it here and return the marker (the counted fallback)."""
-        if self.sync or not all(p.pooled for p in job.pieces):
-            if not self.sync:
+        write it here and return the marker (the counted fallback); ``sync``: the old path."""
+        sync = sync or self.sync
+        if sync or not all(p.pooled for p in job.pieces):
+            if not sync:
                 with self._lock:
                     self.stats.sync_fallbacks += 1
             return self._write(job)
