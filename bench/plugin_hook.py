@@ -19,8 +19,8 @@ over a request's pieces) and read from /server_info (``internal_states[0].hsmon_
 Tokens/s: prompt tokens over the wall time of the batch, for dump modes until every file is
 renamed (the client's wait included) and removed.
 
-Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB; dump >= 0.97x no-capture tokens/s at
-2,048-token prompts. Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
+Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run counts);
+dump >= 0.97x no-capture tokens/s at 2,048-token prompts. Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
 before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
 """
 
@@ -168,8 +168,9 @@ def main() -> int:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
-    after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"] if s[2] <= 100]
-    old = [s for (m, _), r in results.items() if m == "before" for s in r["samples"] if s[2] <= 100]
+    after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"]]
+    old = [s for (m, _), r in results.items() if m == "before" for s in r["samples"]]
+    biggest = max((s[2] for s in after), default=0.0)
     ms_after, ms_old = [s[1] for s in after], [s[1] for s in old]
     per_mb = pct([s[1] / s[2] for s in after if s[2] > 0], 0.5)
     per_mb_old = pct([s[1] / s[2] for s in old if s[2] > 0], 0.5)
@@ -179,7 +180,8 @@ def main() -> int:
     pack_ratio = results[("pack", ref)]["tps"] / none_tps if ("pack", ref) in results else float("nan")
     print(f"model: random Llama, 4 layers, hidden {args.hidden}, fp32, capture 1,2,3; {args.requests} "
           f"requests per mode and length at concurrency {CONCURRENCY}; chunked prefill {CHUNK}")
-    print(f"hook (dumps <= 100 MB): after p50 {pct(ms_after, .5):.3f} ms p99 {pct(ms_after, .99):.3f} ms "
+    print(f"hook (every dump, up to {biggest:.1f} MB): after p50 {pct(ms_after, .5):.3f} ms p99 "
+          f"{pct(ms_after, .99):.3f} ms "
           f"({per_mb:.3f} ms/MB); before p50 {pct(ms_old, .5):.3f} ms p99 {pct(ms_old, .99):.3f} ms "
           f"({per_mb_old:.3f} ms/MB); goal p99 <= 1 ms")
     print(f"tokens/s at {ref}-token prompts: dump / none {dump_ratio:.3f} (goal >= 0.97), pack / none "
