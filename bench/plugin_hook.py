@@ -20,7 +20,8 @@ Tokens/s: prompt tokens over the wall time of the batch, for dump modes until ev
 renamed (the client's wait included) and removed.
 
 Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run counts);
-dump >= 0.97x no-capture tokens/s at 2,048-token prompts. Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
+dump >= 0.97x no-capture tokens/s at 2,048-token prompts.
+Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
 before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
 """
 
