@@ -115,10 +115,15 @@ class Writer:
         if pooled and aux.is_cuda:
             host_aux = torch.empty(aux.shape, dtype=aux.dtype, pin_memory=True)
             host_last = torch.empty(last.shape, dtype=last.dtype, pin_memory=True)
+            stream = torch.cuda.current_stream()
+            # the batch's tensors may come from another stream (the forward's): tell the caching
+            # allocator they are in use on this one until the copies are done
+            aux.record_stream(stream)
+            last.record_stream(stream)
             host_aux.copy_(aux, non_blocking=True)
             host_last.copy_(last, non_blocking=True)
             event = torch.cuda.Event()
-            event.record()  # on the current stream, after the copies
+            event.record(stream)  # after the copies
             return Piece(host_aux, host_last, event, nbytes, True)
         # CPU (the batch's tensors are reused after the hook), or no room: a synchronous copy
         return Piece(aux.to("cpu", copy=True), last.to("cpu", copy=True), None, nbytes, pooled)
