@@ -173,17 +173,25 @@ def test_both_transports_equal_hf_and_each_other(workdir, server, data_short, hf
     assert_close(out, hf_short, atol=1e-4)
 
 
-def test_chunked_prefill_json_refuses_short_rows_shm_writes_them_whole(workdir, server, data_long, hf_long,
-                                                                      shm_long):
-    out = workdir / "json-long"
-    proc = run_extract(data_long, out, MODEL, *sglang_args(server, workdir, "json", "long"))
-    assert proc.returncode == 1
-    assert "--chunked-prefill-size" in proc.stderr and "--transport shm" in proc.stderr, proc.stderr
-    assert "returned hidden states for" in proc.stderr
-    for row, data in load_output(out).items():  # nothing short was written
-        assert data["hidden_state"].shape[1] == data["input_ids"].shape[0], row
-    assert_close(shm_long, hf_long, atol=1e-4)
-    assert all(d["input_ids"].shape[0] > CHUNK for d in load_output(shm_long).values())
+def test_json_returns_rows_four_times_the_prefill_chunk_whole(workdir, server, data_long, hf_long, shm_long):
+    # Rows of 4x the server's --chunked-prefill-size and more, 4 in flight (so they also share
+    # prefill batches): the plugin's pack mode keeps every chunked-prefill piece, so json equals
+    # transformers; before, this stopped with "returned hidden states for 64 of 256 tokens".
+    import random
+
+    rng = random.Random(21)
+    data = workdir / "json-4x.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": [rng.randint(3, 2000) for _ in range(n)]}) + "\n"
+                            for n in (4 * CHUNK, 4 * CHUNK, 4 * CHUNK + 17, 5 * CHUNK, 4 * CHUNK + 1, 300)))
+    ref = workdir / "hf-4x"
+    proc = run_extract(data, ref, MODEL)
+    assert proc.returncode == 0, proc.stderr
+    out = workdir / "json-4x"
+    proc = run_extract(data, out, MODEL, *sglang_args(server, workdir, "json", "4x", "--concurrency", "4"))
+    assert proc.returncode == 0, proc.stderr
+    assert_close(out, ref, atol=1e-4)
+    assert min(d["input_ids"].shape[0] for d in load_output(out).values()) == 4 * CHUNK
+    assert_close(shm_long, hf_long, atol=1e-4)  # and shm, on the long rows of the module
 
 
 def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_short):
@@ -291,6 +299,48 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
     kinds = [e["kind"] for e in events_of(events)]
     assert kinds[-1] == "done" and "retry" in kinds
     assert_close(out, shm_long, atol=1e-5)
+
+
+def test_server_killed_with_writes_queued_resumes_with_nothing_short(workdir, data_long, shm_long,
+                                                                     monkeypatch):
+    # A server whose writer thread is slow (1 s a file, made deterministic) is killed with -9
+    # while responses are out and their files still queued: the client's waits time out (naming
+    # the server and the request), the server reads down, the rows are sent again once it is
+    # back, and no half-written .tmp is ever read as a row.
+    monkeypatch.setenv("HSMON_DUMP_WAIT_S", "5")
+    slow = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump",
+                               extra_args=("--context-length", str(CONTEXT)),
+                               env={"HSMON_PLUGIN_WRITE_DELAY_S": "1.0"})
+    out = workdir / "queued-kill"
+    events = workdir / "queued-kill.jsonl"
+    args = sglang_args(slow, workdir, "shm", "queued", "--batch-tokens", "256", "--concurrency", "4")
+    proc = start_extract(data_long, out, MODEL, *args, events=events)
+    try:
+        wait_until(lambda: _queue_depth(slow) >= 2 or None, 120, interval=0.2, what="dump writes queued")
+        slow.kill()
+        pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
+        assert pause["reason"] == "server" and pause["url"] == slow.url
+        slow.env = {}
+        slow.start()
+        assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        slow.stop()
+    kinds = [e["kind"] for e in events_of(events)]
+    assert kinds[-1] == "done" and "resume" in kinds, kinds
+    assert_close(out, shm_long, atol=1e-5)  # every row whole and equal to the uninterrupted run
+    assert not dump_dir(workdir, "queued").exists() or not any(dump_dir(workdir, "queued").iterdir())
+    late = [e["error"] for e in events_of(events) if e["kind"] in ("retry", "pause") and "did not appear" in
+            e.get("error", "")]
+    assert late and all(slow.url in m and "request r" in m for m in late), late
+
+
+def _queue_depth(server: SGLangServer) -> int:
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        info = json.loads(urllib.request.urlopen(server.url + "/server_info", timeout=10).read())
+        return max(s["hsmon_capture"]["queue_depth"] for s in info["internal_states"])
+    return 0
 
 
 # -- rows the server refuses or fails on: rejects, and the run goes on ----------------------------

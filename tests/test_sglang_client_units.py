@@ -111,9 +111,10 @@ def test_preflight_accepts_a_fitting_server_and_names_every_missing_flag():
         check({**INFO, "pp_size": 2})
 
 
-def test_default_concurrency_keeps_json_rows_within_one_prefill_chunk():
+def test_default_concurrency_fills_the_batch_for_both_transports():
+    # json no longer has to fit one prefill chunk: the plugin's pack mode keeps every piece
     facts = [preflight.facts_of("http://s", {**INFO, "chunked_prefill_size": 1000})]
-    assert preflight.default_concurrency(facts, longest_row=300, transport="json") == 3
+    assert preflight.default_concurrency(facts, longest_row=300, transport="json") == 8
     assert preflight.default_concurrency(facts, longest_row=300, transport="shm") == 8
     two = [*facts, preflight.facts_of("http://t", {**INFO, "max_total_tokens": 1200})]
     assert preflight.default_concurrency(two, longest_row=300, transport="shm") == 8 + 4
@@ -123,12 +124,14 @@ def test_dump_dir_orphans_are_kept_by_row_temporaries_removed(tmp_path: Path):
     d = tmp_path / "dump"
     d.mkdir()
     (d / "r5-abcd1234-3.safetensors").write_bytes(b"x")
-    (d / ".r6-abcd1234-4.safetensors.tmp").write_bytes(b"x")
+    (d / ".r6-abcd1234-4.safetensors.tmp").write_bytes(b"x")  # a server killed mid-write
+    (d / "r8-abcd1234-5.error").write_text('{"error": "x", "errno": "ENOSPC"}\n')  # never a row
     (d / "unrelated.txt").write_text("keep")
     assert row_of("r5-abcd1234-3.safetensors") == 5 and row_of("other.safetensors") is None
     dump = DumpDir(d, 1 << 20, 0, writer()[0], Progress(), threading.Event())
     dump.prepare()
-    assert not (d / ".r6-abcd1234-4.safetensors.tmp").exists()
+    assert not (d / ".r6-abcd1234-4.safetensors.tmp").exists() and not (d / "r8-abcd1234-5.error").exists()
+    assert dump.take_orphan(8) is None
     assert dump.take_orphan(5) == d / "r5-abcd1234-3.safetensors" and dump.take_orphan(5) is None
     (d / "r7-ffff0000-1.safetensors").write_bytes(b"late")  # a request that finished after the end
     dump.clean()

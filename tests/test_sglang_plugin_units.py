@@ -20,7 +20,9 @@ from tests.sglang_server import sglang_python
 
 sys.path.insert(0, str(serve.PLUGIN_ROOT))
 import hsmon_sglang_plugin as plugin
-from hsmon_sglang_plugin import dump
+from hsmon_sglang_plugin import dump, writer
+
+from extractor.backends.sglang import transports
 
 
 def test_version_check_refuses_untested_and_honours_the_override():
@@ -102,6 +104,86 @@ def test_write_dump_on_a_full_tmpfs_reports_enospc_and_leaves_nothing(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+def _job(w: writer.Writer, dump_dir: Path, rid: str, seq: int = 30, pieces: int = 3) -> writer.Job:
+    """A request of ``pieces`` chunked-prefill pieces copied through ``w`` (as the hook does)."""
+    torch.manual_seed(seq)
+    copied = [w.copy(torch.randn(seq, 48), torch.randn(seq, 16)) for _ in range(pieces)]
+    return writer.Job(rid, str(dump_dir), copied, {"rid": rid, "tokens": str(seq * pieces)})
+
+
+def _wait(path: Path, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, path
+        time.sleep(0.005)
+
+
+def test_the_writer_thread_writes_after_the_hook_returns_and_frees_the_pool(tmp_path, monkeypatch):
+    monkeypatch.setenv(writer.WRITE_DELAY_ENV, "0.3")  # a slow writer, made deterministic
+    w = writer.Writer(pool_bytes=1 << 20)
+    job = _job(w, tmp_path / "d", "r1")
+    expected = torch.cat([p.aux for p in job.pieces]), torch.cat([p.last for p in job.pieces])
+    assert w.snapshot()["pool_bytes_in_use"] == 3 * 30 * 64 * 4
+    assert w.submit(job) is None  # queued: the hook returns before the file exists
+    assert not (tmp_path / "d" / "r1.safetensors").exists() and w.snapshot()["queue_depth"] == 1
+    _wait(tmp_path / "d" / "r1.safetensors")
+    with safe_open(str(tmp_path / "d" / "r1.safetensors"), framework="pt") as fh:
+        assert torch.equal(fh.get_tensor("aux_hidden_state"), expected[0])
+        assert torch.equal(fh.get_tensor("hidden_state"), expected[1])
+    w.drain()
+    stats = w.snapshot()
+    assert stats["pool_bytes_in_use"] == 0 and stats["queue_depth"] == 0 and stats["files_written"] == 1
+    assert stats["sync_fallbacks"] == 0 and stats["write_seconds"] > 0
+
+
+def test_a_full_pool_falls_back_to_a_counted_synchronous_write(tmp_path):
+    w = writer.Writer(pool_bytes=2 * 30 * 64 * 4)  # room for two pieces of three
+    job = _job(w, tmp_path, "r2")
+    assert [p.pooled for p in job.pieces] == [True, True, False]
+    marker = w.submit(job)  # written here, on the caller's (the scheduler's) thread
+    assert marker is not None and marker["ok"] is True and marker["tokens"] == 90
+    assert (tmp_path / "r2.safetensors").exists()
+    stats = w.snapshot()
+    assert stats["sync_fallbacks"] == 1 and stats["pool_bytes_in_use"] == 0
+
+
+def test_a_failed_write_leaves_one_error_line_that_the_client_reads(tmp_path):
+    (tmp_path / "d").write_text("a file where the dump directory should be")
+    w = writer.Writer(pool_bytes=1 << 20)
+    assert w.submit(_job(w, tmp_path / "d" / "job", "r3-ab-1")) is None
+    w.drain()
+    assert w.snapshot()["write_errors"] == 1
+    # the error file cannot go into the missing directory either: the client times out, naming it
+    ticket = transports.DumpTicket(tmp_path / "d" / "job" / "r3-ab-1.safetensors",
+                                   tmp_path / "d" / "job" / "r3-ab-1.error", "r3-ab-1", "http://srv:1", 90)
+    with pytest.raises(transports.DumpLate, match=r"http://srv:1: request r3-ab-1: dump file .* within 0 s"):
+        transports.wait_for_file(ticket, 0.05)
+    # where it can, the error reaches the client as one line, and the error file is consumed
+    job_dir = tmp_path / "ok"
+    job_dir.mkdir()
+    (job_dir / "r4-ab-1.safetensors").mkdir()  # the rename onto a directory fails
+    w2 = writer.Writer(pool_bytes=1 << 20)
+    assert w2.submit(_job(w2, job_dir, "r4-ab-1")) is None
+    w2.drain()
+    ticket = transports.DumpTicket(job_dir / "r4-ab-1.safetensors" / "x", job_dir / "r4-ab-1.error",
+                                   "r4-ab-1", "http://srv:1", 90)
+    with pytest.raises(transports.DumpError) as err:
+        transports.wait_for_file(ticket, 5.0)
+    assert "http://srv:1: request r4-ab-1: the plugin could not write the dump file: writing" in str(
+        err.value)
+    assert "\n" not in str(err.value) and not (job_dir / "r4-ab-1.error").exists()
+    assert sorted(p.name for p in job_dir.iterdir()) == ["r4-ab-1.safetensors"]  # no .tmp left
+
+
+def test_the_old_synchronous_path_is_kept_for_comparisons(tmp_path):
+    w = writer.Writer(sync=True)
+    job = _job(w, tmp_path, "r5")
+    assert not any(p.pooled for p in job.pieces)
+    assert w.submit(job)["ok"] is True and w.snapshot()["sync_fallbacks"] == 0
+
+
 @pytest.mark.sglang
 def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_parallelism():
     # One process (importing sglang takes long): SGLang's own load_plugins() twice, first with a
@@ -148,6 +230,8 @@ def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_par
     assert lines["PATCHED AFTER"] == "PATCHED AFTER " + str(sorted([
         "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
         "_append_prefill_hidden_states",
+        "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController."
+        "get_internal_state",
         "sglang.srt.server_args.ServerArgs.resolve_once",
         "sglang.srt.utils.common.build_server_info",
     ]))

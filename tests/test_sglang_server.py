@@ -7,6 +7,7 @@ in four. Every tensor is compared with transformers' hidden states of the same m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -81,10 +82,14 @@ def test_dump_mode_writes_whole_prompts_equal_to_transformers(server, reference,
     meta = server.generate(request(ids, f"row-{n}", {"dump_dir": str(job)}))["meta_info"]
     marker = meta["hsmon"][0]
     file = job / f"row-{n}.safetensors"
-    assert marker == {"mode": "dump", "ok": True, "file": str(file), "tokens": n,
-                      "bytes": file.stat().st_size}
+    # the writer thread writes after the response: the marker says where, and how much
+    assert marker == {"mode": "dump", "ok": True, "file": str(file),
+                      "error_file": str(job / f"row-{n}.error"), "tokens": n,
+                      "tensor_bytes": n * 4 * 128 * 4, "queued": True}
     assert meta["hidden_states"] == []  # nothing big over HTTP
+    wait_for(file)
     assert not (job / f".row-{n}.safetensors.tmp").exists()
+    assert n * 4 * 128 * 4 < file.stat().st_size < n * 4 * 128 * 4 + 1024
     aux_ref, last_ref = reference(ids)
     with safe_open(str(file), framework="pt") as fh:
         assert fh.metadata() == {"rid": f"row-{n}", "tokens": str(n), "layer_ids": "1,3,4",
@@ -107,11 +112,41 @@ def test_pack_mode_returns_captured_layers_then_the_last_layer(server, reference
     assert (packed - torch.cat([aux_ref, last_ref], dim=-1)).abs().max().item() <= TOL
 
 
-def test_pack_mode_keeps_the_stock_chunked_prefill_row_loss(server):
-    # Documented trap: the json path keeps SGLang's behaviour; the client must see short rows.
-    meta = server.generate(request(prompt(200, seed=2), "pack-200", {"pack_last": True}))["meta_info"]
-    assert len(meta["hidden_states"][0]) == 200 - 3 * CHUNK
-    assert meta["hsmon"][0]["rows"] == 200 - 3 * CHUNK
+def test_pack_mode_keeps_every_chunked_prefill_piece(server, reference):
+    # Stock SGLang returns only the last piece (200 - 3 * 64 rows); pack mode the whole row.
+    ids = prompt(200, seed=2)
+    meta = server.generate(request(ids, "pack-200", {"pack_last": True}))["meta_info"]
+    assert meta["hsmon"][0] == {"mode": "pack", "ok": True, "rows": 200, "width": 4 * 128}
+    packed = torch.tensor(meta["hidden_states"][0])
+    aux_ref, last_ref = reference(ids)
+    assert (packed - torch.cat([aux_ref, last_ref], dim=-1)).abs().max().item() <= TOL
+
+
+def test_server_info_counts_the_hook_and_the_writer(server):
+    before = capture_state(server)
+    assert before["pool_limit_bytes"] > 0 and before["sync_fallbacks"] == 0
+    job = server.dump_root / "job-c"
+    server.generate(request(prompt(100, seed=9), "count-1", {"dump_dir": str(job)}))
+    wait_for(job / "count-1.safetensors")
+    after = capture_state(server)
+    assert after["requests"] == before["requests"] + 1
+    assert after["files_written"] == before["files_written"] + 1 and after["write_seconds"] > 0
+    assert after["queue_depth"] == 0 and after["pool_bytes_in_use"] == 0
+    path, hook_ms, mb = after["hook_samples"][-1]
+    assert path == "async" and hook_ms > 0 and mb == round(100 * 4 * 128 * 4 / 1e6, 4)
+
+
+def capture_state(server) -> dict:
+    (state,) = server.server_info()["internal_states"]
+    return state["hsmon_capture"]
+
+
+def wait_for(path, timeout: float = 60.0) -> None:
+    """The plugin's writer thread renames the file after the response."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} not written within {timeout} s"
+        time.sleep(0.01)
 
 
 def test_requests_without_opt_in_are_stock(server, reference):
@@ -132,6 +167,7 @@ def test_requests_without_opt_in_are_stock(server, reference):
     })
     assert "hsmon" not in both[0]["meta_info"] and both[1]["meta_info"]["hsmon"][0]["ok"] is True
     assert torch.equal(torch.tensor(both[0]["meta_info"]["hidden_states"][0]), stock)
+    wait_for(server.dump_root / "job-b" / "dump-b.safetensors")
     assert sorted(server.dump_root.rglob("*")) == sorted(
         [*before, server.dump_root / "job-b", server.dump_root / "job-b" / "dump-b.safetensors"]
     )
@@ -154,12 +190,17 @@ def test_a_full_dump_dir_fails_the_dump_not_the_request(server):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(full)], check=True)
     try:
         big = server.generate(request(prompt(200, seed=5), "big-1", {"dump_dir": str(full / "job")}))
-        marker = big["meta_info"]["hsmon"][0]
-        assert marker["ok"] is False and marker["errno"] == "ENOSPC", marker
-        assert list((full / "job").iterdir()) == []  # no partial file, no leftover .tmp
+        assert big["meta_info"]["hsmon"][0]["queued"] is True  # the failure comes later, as a file
+        error = full / "job" / "big-1.error"
+        wait_for(error)
+        info = json.loads(error.read_text())
+        assert info["errno"] == "ENOSPC" and "big-1.safetensors" in info["error"], info
+        assert len(error.read_text().splitlines()) == 1
+        assert [p.name for p in (full / "job").iterdir()] == ["big-1.error"]  # no partial file, no .tmp
         # the server still serves, and the same dump dir works for a row that fits
         small = server.generate(request(prompt(10, seed=6), "small-1", {"dump_dir": str(full / "job")}))
         assert small["meta_info"]["hsmon"][0]["ok"] is True
+        wait_for(full / "job" / "small-1.safetensors")
     finally:
         subprocess.run(["umount", str(full)], check=True)
 
@@ -196,6 +237,7 @@ def test_a_retry_after_a_client_timeout_mid_prefill_writes_one_whole_file(server
             time.sleep(0.2)
     marker = meta["hsmon"][0]
     assert marker["ok"] is True and marker["tokens"] == 1500, marker
+    wait_for(server.dump_root / "job-r" / "retry-1.safetensors")
     aux_ref, last_ref = reference(ids)
     with safe_open(marker["file"], framework="pt") as fh:
         assert (fh.get_tensor("aux_hidden_state") - aux_ref).abs().max().item() <= TOL

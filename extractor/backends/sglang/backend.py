@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from hsmon.rejects import SERVER_FAILING, SERVER_REFUSED
 
 PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
 RETRYABLE_STATUS = (408, 429)  # and every 5xx
+DUMP_WAIT_ENV = "HSMON_DUMP_WAIT_S"
 
 
 class RefusedError(Exception):
@@ -48,6 +49,8 @@ class SGLangOptions:
     give_up_after: float = 600.0
     longest_row: int = 1
     row_attempts: int = 3  # failures of one row while its server serves others: then rejected
+    # seconds from the response to the file's rename (the plugin's writer thread may lag behind)
+    dump_wait: float = field(default_factory=lambda: float(os.environ.get(DUMP_WAIT_ENV) or 120.0))
     facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
 
 
@@ -171,6 +174,19 @@ class SGLangBackend(Backend):
                 self.pool.wait(backoff_delay(attempt))
                 attempt += 1
                 continue
+            except transports.DumpLate as exc:
+                # the response came, the file never did: a server killed with the write queued
+                # reads "down" (pause, then the row again); one that serves (restarted meanwhile,
+                # or writing where we cannot read) gets the row again, a bounded number of times
+                if self._evidence(url, ids) != "serves":
+                    self.pool.failed(url, str(exc))
+                else:
+                    strikes += 1
+                    if strikes >= self.options.row_attempts:
+                        raise RuntimeError(f"row {row}: {exc}") from None
+                self.pool.wait(backoff_delay(attempt))
+                attempt += 1
+                continue
             with self._lock:
                 self.stats["requests"] += 1
                 self.stats["request_seconds"] += answered - started
@@ -194,7 +210,10 @@ class SGLangBackend(Backend):
             return "down"
         if self.transport == "shm":  # the control's dump file is not a row's: remove it
             with contextlib.suppress(ValueError, KeyError, TypeError, OSError, RuntimeError):
-                os.unlink(transports.dump_path(json.loads(body), url, -1))
+                ticket = transports.dump_path(json.loads(body), url, -1)
+                with contextlib.suppress(RuntimeError):
+                    transports.wait_for_file(ticket, 10.0)
+                os.unlink(ticket.path)
         return "serves"
 
     def _post(self, url: str, rid: str, ids: list[int], timeout: float | None = None) -> bytes:
@@ -222,8 +241,8 @@ class SGLangBackend(Backend):
                                           self._chunk_size[url])
         path = transports.dump_path(payload, url, row)
         try:
-            return transports.take_dump(path, hidden, captures, self.torch_dtype, want, 30.0,
-                                        [p - 1 for p in self.capture_points])
+            return transports.take_dump(path, hidden, captures, self.torch_dtype, want,
+                                        self.options.dump_wait, [p - 1 for p in self.capture_points])
         except ValueError as exc:
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 

@@ -2,7 +2,8 @@
 request, orphaned files from an earlier run reused or removed, and a clean directory at the end.
 
 Dump files are named ``<rid>.safetensors`` with ``rid = r<row>-<run nonce>-<attempt>``, so a
-resumed run knows which row an orphan holds; the plugin writes ``.<rid>.safetensors.tmp`` first.
+resumed run knows which row an orphan holds; the plugin writes ``.<rid>.safetensors.tmp`` first
+(a server killed mid-write leaves only that, removed here) and ``<rid>.error`` when it fails.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from hsmon import events as ev
 from hsmon.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
+ERROR_SUFFIX = ".error"  # the plugin's writer could not write the file: never an orphan, removed
 PROBE_PREFIX = "probe-"  # control requests' rids (see backend._evidence): never a row's file
 _RID = re.compile(r"^r(\d+)-[0-9a-f]+-\d+$")
 
 
 def row_of(name: str) -> int | None:
     """The row a dump file (or rid) belongs to, None for other files."""
-    rid = name.removesuffix(DUMP_SUFFIX)
+    rid = name.removesuffix(DUMP_SUFFIX).removesuffix(ERROR_SUFFIX)
     match = _RID.match(rid)
     return int(match.group(1)) if match else None
 

@@ -196,11 +196,9 @@ def check_servers(urls: list[str], capture_points: list[int], transport: str, dt
 def default_concurrency(facts: list[ServerFacts], longest_row: int, transport: str) -> int:
     """Requests in flight, over all servers: enough to keep each server's batch full, no more.
 
-    With the json transport, a row can be split by chunked prefill when it shares a prefill
-    batch with other rows (the batch's token budget is ``--chunked-prefill-size``), and stock
-    SGLang then drops the middle chunks. So json keeps the rows in flight on one server within
-    that budget; shm (the plugin buffers the pieces) does not need to.
-    """
+    Both transports get every chunked-prefill piece (the plugin keeps them in pack mode as in
+    dump mode), so the chunk budget does not bound json's concurrency (``transport`` is kept
+    for callers)."""
     total = 0
     longest = max(longest_row, 1)
     for fact in facts:
@@ -209,7 +207,5 @@ def default_concurrency(facts: list[ServerFacts], longest_row: int, transport: s
             per = min(per, fact.max_running_requests)
         if fact.max_total_tokens:
             per = min(per, max(1, fact.max_total_tokens // longest))
-        if transport == "json" and fact.chunked_prefill_size > 0:
-            per = min(per, max(1, fact.chunked_prefill_size // longest))
         total += max(per, 1)
     return total

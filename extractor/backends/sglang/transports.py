@@ -3,15 +3,19 @@
 - ``json``: in the HTTP response. The plugin's pack mode puts the K captured layers and the last
   layer (after the final norm) side by side in ``meta_info.hidden_states[0]`` ([seq, K*H + H]);
   stock SGLang can return only one of the two per request.
-- ``shm``: the plugin writes ``<dump_dir>/<rid>.safetensors`` (``hidden_state`` [seq, H],
-  ``aux_hidden_state`` [seq, K*H]) before it answers; the response carries metadata only.
+- ``shm``: the plugin's writer thread writes ``<dump_dir>/<rid>.safetensors`` (``hidden_state``
+  [seq, H], ``aux_hidden_state`` [seq, K*H]), possibly after the response, which carries only
+  where the file will be; the client waits for the rename, or for ``<rid>.error`` (a failed
+  write, one line of JSON).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,10 @@ import numpy as np
 import torch
 
 from extractor.backends.base import RowStates
+
+
+class DumpLate(RuntimeError):
+    """The dump file (and no error file) did not appear in time after the response."""
 
 
 class ShortRowError(RuntimeError):
@@ -36,8 +44,6 @@ class DumpError(RuntimeError):
 def server_message(status: int, text: str) -> str:
     """The server's own words for a refused request, on one line: SGLang answers
     ``{"error": {"message": ...}}`` (FastAPI ``{"detail": ...}``); else the body's text."""
-    import json
-
     message: Any = None
     try:
         payload = json.loads(text)
@@ -101,29 +107,60 @@ def decode_json(response: dict[str, Any], hidden: int, captures: int, dtype: tor
     return RowStates(last, aux)
 
 
-def dump_path(response: dict[str, Any], url: str, row: int) -> Path:
-    """The dump file the plugin reports having written (DumpError if it could not)."""
+@dataclass
+class DumpTicket:
+    """Where the plugin will put (or has put) one request's file, from its marker."""
+
+    path: Path
+    error_path: Path
+    rid: str
+    url: str
+    tokens: int | None
+
+
+def dump_path(response: dict[str, Any], url: str, row: int) -> DumpTicket:
+    """Where the dump file will be (DumpError if the plugin already knows it cannot write it)."""
     info = marker(response, url)
     if info.get("mode") != "dump":
         raise RuntimeError(f"row {row}: {url}: the plugin did not dump the request ({info})")
     if not info.get("ok", False):
         raise DumpError(f"row {row}: {url}: the plugin could not write the dump file: {info.get('error')}",
                         info.get("errno"))
-    return Path(str(info["file"]))
+    path = Path(str(info["file"]))
+    error = info.get("error_file")
+    rid = path.name.removesuffix(".safetensors")
+    tokens = info.get("tokens")
+    return DumpTicket(path, Path(str(error)) if error else path.with_name(f"{rid}.error"), rid, url,
+                      int(tokens) if isinstance(tokens, int) else None)
 
 
-def wait_for_file(path: Path, timeout: float) -> None:
-    """The plugin renames before it answers; a network filesystem may still show it late."""
+def wait_for_file(ticket: DumpTicket, timeout: float) -> None:
+    """Wait for the writer thread's rename of the file, or its ``<rid>.error`` (DumpError)."""
     deadline = time.monotonic() + timeout
-    delay = 0.002
-    while not path.exists():
+    delay = 0.001
+    while not ticket.path.exists():
+        if ticket.error_path.exists():
+            raise _error_file(ticket)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"dump file {path} did not appear within {timeout:.0f} s of the response: is "
-                               "the server on another machine? (--transport shm needs a directory both "
-                               "see; use "
-                               "--transport json)")
+            raise DumpLate(f"{ticket.url}: request {ticket.rid}: dump file {ticket.path} did not appear "
+                           f"within {timeout:.0f} s of the response (the server died with the write "
+                           "queued, or it is on another machine: --transport shm needs a directory both "
+                           "see; use --transport json)")
         time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+        delay = min(delay * 2, 0.05)
+
+
+def _error_file(ticket: DumpTicket) -> DumpError:
+    try:
+        text = ticket.error_path.read_text()
+        info = json.loads(text)
+    except (OSError, ValueError):
+        info = {"error": "unreadable error file", "errno": None}
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ticket.error_path)
+    return DumpError(f"{ticket.url}: request {ticket.rid}: the plugin could not write the dump file: "
+                     f"{info.get('error')}", info.get("errno"))
 
 
 def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int,
@@ -152,11 +189,13 @@ def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: 
     return RowStates(last, aux)
 
 
-def take_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int, wait_s: float,
-              layer_ids: list[int] | None = None) -> RowStates:
+def take_dump(path: Path | DumpTicket, hidden: int, captures: int, dtype: torch.dtype, want: int,
+              wait_s: float, layer_ids: list[int] | None = None) -> RowStates:
     """Wait for the file, check it, load it, delete it: its content now lives in the run's memory
     until the writer puts it into its chunk (a crash before that recomputes the row)."""
-    wait_for_file(path, wait_s)
+    if isinstance(path, DumpTicket):
+        wait_for_file(path, wait_s)
+        path = path.path
     try:
         return load_dump(path, hidden, captures, dtype, want, layer_ids)
     finally:

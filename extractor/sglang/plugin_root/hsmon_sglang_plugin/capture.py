@@ -9,37 +9,53 @@ the AROUND hook there reads both tensors for requests that opted in and leaves e
 to SGLang.
 
 Opt-in, per request, through ``sampling_params.custom_params["hsmon"]``:
-- ``{"dump_dir": DIR}``: buffer every chunked-prefill piece (stock SGLang discards the middle
-  chunks), then write ``DIR/<rid>.safetensors`` (``dump.write_dump``); nothing big goes back
-  over ZMQ/HTTP.
-- ``{"pack_last": true}``: ``meta_info.hidden_states[0]`` becomes ``[rows, K*H + H]``, the
-  captured layers then the last layer; otherwise stock (chunked prefill still drops rows).
+- ``{"dump_dir": DIR}``: copy every chunked-prefill piece to the host as it passes (stock SGLang
+  discards the middle chunks); when the last piece is in, hand the request to the writer thread
+  (``writer.py``), which writes ``DIR/<rid>.safetensors`` (or ``DIR/<rid>.error``) off the
+  scheduler's thread. The response may come before the file: the marker says where it will be.
+- ``{"pack_last": true}``: every piece is kept too; ``meta_info.hidden_states[0]`` becomes the
+  whole row, ``[rows, K*H + H]``, the captured layers then the last layer.
 Each opted-in request gets ``meta_info["hsmon"] = [marker]`` through SGLang's customized-info
-channel: the file, or the error that prevented it.
+channel: the file (to come), or the error that prevented it. The time spent in the hook per
+request and the writer's counters are in /server_info (``internal_states[i]["hsmon_capture"]``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from hsmon_sglang_plugin import PLUGIN_VERSION, dump_root, pp_refusal
-from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, write_dump
+from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, error_path, final_path
+from hsmon_sglang_plugin.writer import Job, Piece, get_writer
 
 logger = logging.getLogger("hsmon_sglang_plugin")
 
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 APPEND_PREFILL = f"{_BRP}._append_prefill_hidden_states"
 SERVER_INFO = "sglang.srt.utils.common.build_server_info"
+INTERNAL_STATE = (
+    "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController.get_internal_state"
+)
 # ServerArgs is a msgspec Struct: its __post_init__ is bound when the class is made, so the check
 # hooks resolve_once, which every launcher calls before anything is started.
 SERVER_ARGS_RESOLVE = "sglang.srt.server_args.ServerArgs.resolve_once"
 
-# rid -> (req, [(aux piece, last piece), ...]): chunked-prefill pieces of dump-mode requests
-# still prefilling, on the CPU (one scheduler process owns a request; this dict is per process).
-_pending: dict[str, tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+
+@dataclass
+class Pending:
+    """The pieces of one request still prefilling (one scheduler process owns a request)."""
+
+    req: Any
+    pieces: list[Piece] = field(default_factory=list)
+    hook_s: float = 0.0  # time spent in the hook for this request so far
+
+
+_pending: dict[str, Pending] = {}
 _process_facts: dict[str, Any] = {}
 
 
@@ -49,6 +65,7 @@ def install() -> None:
 
     HookRegistry.register(SERVER_ARGS_RESOLVE, _refuse_pipeline_parallel, HookType.BEFORE)
     HookRegistry.register(SERVER_INFO, _add_server_info, HookType.AFTER)
+    HookRegistry.register(INTERNAL_STATE, _add_internal_state, HookType.AFTER)
     HookRegistry.register(APPEND_PREFILL, _append_prefill_hidden_states, HookType.AROUND)
 
 
@@ -68,6 +85,14 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
         "modes": ["dump", "pack"],
         "dump_root": dump_root(),
     }
+    return result
+
+
+def _add_internal_state(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """This scheduler's capture counters, under ``internal_states[i]["hsmon_capture"]``."""
+    state = getattr(result, "internal_state", None)
+    if isinstance(state, dict):
+        state["hsmon_capture"] = get_writer().snapshot()
     return result
 
 
@@ -117,17 +142,16 @@ def _append_prefill_hidden_states(original: Any, processor: Any, **kwargs: Any) 
         return original(processor, **kwargs)
     if options.get("dump_dir") is not None:
         mode = "dump"
-    elif options.get("pack_last") is True:
+    elif options.get("pack_last") is True and req.return_hidden_states is True:
         mode = "pack"
     else:
         return original(processor, **kwargs)
+    started = time.perf_counter()
     try:
-        if mode == "dump":
-            return _dump(options, **kwargs)
-        return _pack(original, processor, **kwargs)
+        return _capture(mode, options, started, **kwargs)
     except Exception as exc:  # a plugin bug must fail one request, never the scheduler
         logger.exception("hsmon capture plugin: %s mode failed for request %s", mode, req.rid)
-        _pending.pop(req.rid, None)
+        _drop(req.rid)
         _set_marker(req, {"mode": mode, "ok": False, "error": f"plugin error: {exc!r}", "errno": None})
         return kwargs["hidden_state_offset"] + kwargs["extend_input_len"]
 
@@ -143,78 +167,96 @@ _NO_LAST = (
 )
 
 
-def _pack(original: Any, processor: Any, **kwargs: Any) -> int:
+def _drop(rid: str) -> None:
+    pending = _pending.pop(rid, None)
+    if pending is not None:
+        get_writer().release(pending.pieces)
+
+
+def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
+    """Copy this piece to the host; on the last piece, finish the request (dump or pack)."""
     req = kwargs["req"]
     start = kwargs["hidden_state_offset"]
     end = start + kwargs["extend_input_len"]
-    if not kwargs.get("store", True) or req.return_hidden_states is not True:
-        return original(processor, **kwargs)  # a middle chunk, or return_hidden_states="last"
-    aux, last = _rows(kwargs["logits_output"], start, end)
-    if last is None:
-        _set_marker(req, {"mode": "pack", "ok": False, "error": _NO_LAST})
-        return original(processor, **kwargs)
-    packed = torch.cat([aux, last], dim=-1)
-    req.hidden_states.append(packed.cpu().tolist())
-    _set_marker(req, {"mode": "pack", "ok": True, "rows": packed.shape[0], "width": packed.shape[1]})
-    return end
-
-
-def _dump(options: dict, **kwargs: Any) -> int:
-    req = kwargs["req"]
-    start = kwargs["hidden_state_offset"]
-    end = start + kwargs["extend_input_len"]
-    facts = _facts()
-    if not facts["writer"]:
+    if mode == "dump" and not _facts()["writer"]:
         return end  # another rank sends this request's output and writes its file
     rid = req.rid
     middle = not req.finished() and not req.is_retracted and req.inflight_middle_chunks > 0
     if not kwargs.get("store", True) and not middle:
-        _pending.pop(rid, None)  # aborted, retracted or discarded: its prefill will not complete
+        _drop(rid)  # aborted, retracted or discarded: its prefill will not complete
         return end
     aux, last = _rows(kwargs["logits_output"], start, end)
     if last is None:
-        _pending.pop(rid, None)
-        _set_marker(req, {"mode": "dump", "ok": False, "error": _NO_LAST, "errno": None})
+        _drop(rid)
+        _set_marker(req, {"mode": mode, "ok": False, "error": _NO_LAST, "errno": None})
         return end
-    # Copies on the CPU: a slice would keep the whole batch's tensor alive (and on the GPU).
-    piece = (aux.to("cpu", copy=True), last.to("cpu", copy=True))
+    writer = get_writer()
+    if rid not in _pending or _pending[rid].req is not req:  # new, or the rid reused by a retry
+        _drop(rid)
+        _forget_abandoned()
+        _pending[rid] = Pending(req)
+    pending = _pending[rid]
+    # a copy: a slice would keep the whole batch's tensor alive (and on the GPU); pack's rows go
+    # into the response on this thread anyway, so they take the synchronous copy
+    pending.pieces.append(writer.copy(aux, last, force_sync=mode == "pack" or _old_path(options)))
     if middle:
-        if rid not in _pending or _pending[rid][0] is not req:  # new, or the rid reused by a retry
-            _forget_abandoned()
-            _pending[rid] = (req, [])
-        _pending[rid][1].append(piece)
+        pending.hook_s += time.perf_counter() - started
         return end
-    earlier = _pending.pop(rid, (req, []))
-    pieces = [*(earlier[1] if earlier[0] is req else []), piece]
-    _set_marker(req, _write(req, options, pieces, facts))
+    del _pending[rid]
+    if mode == "pack":
+        marker, path = _pack(req, pending.pieces), "pack"
+        writer.release(pending.pieces)
+    else:
+        marker, path = _dump(req, options, pending.pieces)
+    _set_marker(req, marker)
+    writer.record_hook(path, pending.hook_s + time.perf_counter() - started,
+                       sum(p.nbytes for p in pending.pieces))
     return end
+
+
+def _pack(req: Any, pieces: list[Piece]) -> dict:
+    aux = torch.cat([p.aux for p in pieces]) if len(pieces) > 1 else pieces[0].aux
+    last = torch.cat([p.last for p in pieces]) if len(pieces) > 1 else pieces[0].last
+    packed = torch.cat([aux, last], dim=-1)
+    req.hidden_states.append(packed.tolist())
+    return {"mode": "pack", "ok": True, "rows": packed.shape[0], "width": packed.shape[1]}
+
+
+def _old_path(options: dict) -> bool:
+    """``{"sync_write": true}``: copy and write on the scheduler's thread, as before the writer
+    thread (kept for bench/plugin_hook.py's before/after comparison in one run)."""
+    return options.get("sync_write") is True
 
 
 def _forget_abandoned() -> None:
     """Drop the buffers of requests that ended without passing the hook again (an abort handled
     elsewhere in the scheduler), so they cannot accumulate."""
-    for rid, (req, _pieces) in list(_pending.items()):
-        if req.finished() or req.is_retracted:
-            del _pending[rid]
+    for rid, pending in list(_pending.items()):
+        if pending.req.finished() or pending.req.is_retracted:
+            _drop(rid)
 
 
-def _write(req: Any, options: dict, pieces: list, facts: dict) -> dict:
+def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
+    """The request's marker, and which path took it ("async", "sync" or "fallback")."""
+    writer = get_writer()
     try:
         rid = check_rid(req.rid)
         dump_dir = check_dump_dir(options.get("dump_dir"), dump_root())
     except DumpRefused as exc:
-        return {"mode": "dump", "ok": False, "error": str(exc), "errno": None}
-    aux = torch.cat([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
-    last = torch.cat([p[1] for p in pieces]) if len(pieces) > 1 else pieces[0][1]
+        writer.release(pieces)
+        return {"mode": "dump", "ok": False, "error": str(exc), "errno": None}, "refused"
+    rows = sum(p.aux.shape[0] for p in pieces)
     tokens = len(req.origin_input_ids)
-    if aux.shape[0] != tokens:
+    if rows != tokens:
+        writer.release(pieces)
         return {
             "mode": "dump",
             "ok": False,
-            "error": f"captured {aux.shape[0]} rows for a {tokens}-token prompt (is the radix cache on? "
+            "error": f"captured {rows} rows for a {tokens}-token prompt (is the radix cache on? "
             "start the server with --disable-radix-cache); no file written",
             "errno": None,
-        }
+        }, "refused"
+    facts = _facts()
     metadata = {
         "rid": rid,
         "tokens": str(tokens),
@@ -222,7 +264,19 @@ def _write(req: Any, options: dict, pieces: list, facts: dict) -> dict:
         "sglang_version": facts["sglang_version"],
         "plugin_version": PLUGIN_VERSION,
     }
-    marker = write_dump(dump_dir, rid, {"hidden_state": last, "aux_hidden_state": aux}, metadata)
-    if not marker["ok"]:
-        logger.warning("hsmon capture plugin: %s", marker["error"])
-    return marker
+    sync = writer.sync or _old_path(options)
+    path = "sync" if sync else ("async" if all(p.pooled for p in pieces) else "fallback")
+    done = writer.submit(Job(rid, dump_dir, pieces, metadata), sync=sync)
+    if done is not None:
+        if not done["ok"]:
+            logger.warning("hsmon capture plugin: %s", done["error"])
+        return done, path
+    return {
+        "mode": "dump",
+        "ok": True,
+        "file": final_path(dump_dir, rid),
+        "error_file": error_path(dump_dir, rid),
+        "tokens": tokens,
+        "tensor_bytes": sum(p.nbytes for p in pieces),
+        "queued": True,
+    }, path

@@ -46,6 +46,11 @@ def final_path(dump_dir: str, rid: str) -> str:
     return os.path.join(dump_dir, f"{rid}.safetensors")
 
 
+def error_path(dump_dir: str, rid: str) -> str:
+    """Where the writer thread says why ``final_path`` will never appear."""
+    return os.path.join(dump_dir, f"{rid}.error")
+
+
 def temp_path(dump_dir: str, rid: str) -> str:
     return os.path.join(dump_dir, f".{rid}.safetensors.tmp")
 

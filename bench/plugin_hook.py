@@ -1,0 +1,199 @@
+"""Time inside the capture plugin's hook on SGLang's scheduler thread, before and after the writer
+thread, and the server's tokens/s with no capture, dump and pack, on a real SGLang server on CPU.
+
+    python bench/plugin_hook.py [--tokens 512,2048,8192] [--requests 8] [--hidden 768] [--rounds 2]
+
+One `hsmon sglang-serve` server (a random Llama: 4 layers, hidden ``--hidden``, fp32, capture
+points 1,2,3, so a dump is (3+1) x hidden x 4 bytes a token: 12 KB at hidden 768, ~100 MB at
+8,192 tokens; the embedded target's 2,048 positions and hidden 128 stop at 4 MB), chunked
+prefill of 2,048 tokens (longer prompts are copied piece by piece). For each prompt length up to
+``--pack-max``, ``--rounds`` rounds of ``--requests`` requests at concurrency 4 in each mode, in
+turn (the best round's tokens/s counts); longer prompts (slow on CPU) only ``before`` and
+``dump``, ``--long-requests`` of them, for the hook's time:
+- ``none``: no opt-in (the stock path of the same server);
+- ``before``: dump mode with ``sync_write`` (the old path: copy and write on the hook);
+- ``dump``: dump mode (copies start on the hook, the writer thread writes);
+- ``pack``: json's mode (lengths up to ``--pack-max`` only: the JSON body is huge).
+The hook's time per request is taken inside the plugin (perf_counter around the hook, summed
+over a request's pieces) and read from /server_info (``internal_states[0].hsmon_capture``).
+Tokens/s: prompt tokens over the wall time of the batch, for dump modes until every file is
+renamed (the client's wait included) and removed.
+
+Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run counts);
+dump >= 0.97x no-capture tokens/s at 2,048-token prompts.
+Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
+before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.sglang_transport import free_port  # noqa: E402
+
+LAYERS = (1, 2, 3)
+CHUNK = 2048
+CONCURRENCY = 4
+
+
+def start_server(model: Path, dump_root: Path, log: Path, context: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(model), "--port", str(port),
+           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, LAYERS)), "--device", "cpu", "--",
+           "--dtype", "float32", "--chunked-prefill-size", str(CHUNK), "--context-length", str(context),
+           "--max-total-tokens", str(CONCURRENCY * context + 64)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    while "ready at" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"sglang-serve did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.5)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=1800) as resp:
+        return json.loads(resp.read())
+
+
+def capture_state(url: str) -> dict:
+    with urllib.request.urlopen(url + "/server_info", timeout=60) as resp:
+        return json.loads(resp.read())["internal_states"][0]["hsmon_capture"]
+
+
+def one(url: str, mode: str, rid: str, ids: list[int], job: Path) -> None:
+    body: dict = {"rid": rid, "input_ids": ids, "sampling_params": {"max_new_tokens": 1}}
+    if mode != "none":
+        body["return_hidden_states"] = True
+        opt = {"pack_last": True} if mode == "pack" else {"dump_dir": str(job)}
+        if mode == "before":
+            opt["sync_write"] = True
+        body["sampling_params"]["custom_params"] = {"hsmon": opt}
+    meta = post(url, body)["meta_info"]
+    if mode in ("dump", "before"):
+        marker = meta["hsmon"][0]
+        if not marker.get("ok"):
+            raise SystemExit(f"dump failed: {marker}")
+        path = Path(marker["file"])
+        while not path.exists():  # the writer thread renames after the response
+            time.sleep(0.001)
+        path.unlink()
+    elif mode == "pack" and meta["hsmon"][0].get("rows") != len(ids):
+        raise SystemExit(f"pack returned {meta['hsmon'][0]} for {len(ids)} tokens")
+
+
+def batch(url: str, mode: str, length: int, n: int, job: Path, tag: str,
+          concurrency: int = CONCURRENCY) -> tuple[float, list]:
+    """Seconds for ``n`` requests at ``concurrency``, and the hook samples they added."""
+    rng = random.Random(hash((mode, length, tag)) & 0xFFFF)
+    prompts = [[rng.randint(3, 500) for _ in range(length)] for _ in range(n)]
+    before = capture_state(url)["requests"]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda i: one(url, mode, f"{mode}-{length}-{tag}-{i}", prompts[i], job), range(n)))
+    seconds = time.perf_counter() - started
+    state = capture_state(url)
+    added = state["requests"] - before
+    return seconds, state["hook_samples"][-added:] if added else []
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", default="512,2048,8192")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--pack-max", type=int, default=2048,
+                        help="longer prompts: only before and dump, --long-requests of them, one round")
+    parser.add_argument("--long-requests", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (best tokens/s counts)")
+    args = parser.parse_args()
+    lengths = [int(t) for t in args.tokens.split(",")]
+    from extractor.tiny_model import make_tiny_llama
+
+    results: dict[tuple[str, int], dict] = {}
+    with tempfile.TemporaryDirectory(prefix="hsmon-bench-hook-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="hsmon-bench-", dir="/dev/shm") as shm:
+        scratch = Path(tmp)
+        context = max(lengths) + 16
+        model = make_tiny_llama(scratch / "model", num_layers=4, hidden_size=args.hidden, vocab_size=512,
+                                max_positions=context)
+        server, url = start_server(model, Path(shm), scratch / "server.log", context)
+        try:
+            batch(url, "dump", 64, CONCURRENCY, Path(shm) / "job", "warm")  # warm up every path
+            batch(url, "none", 64, CONCURRENCY, Path(shm) / "job", "warm")
+            for length in lengths:
+                long = length > args.pack_max
+                modes = ["before", "dump"] if long else ["none", "before", "dump", "pack"]
+                n = args.long_requests if long else args.requests
+                for rnd in range(1 if long else args.rounds):
+                    for mode in modes:
+                        seconds, samples = batch(url, mode, length, n, Path(shm) / "job", f"run{rnd}")
+                        tps = n * length / seconds
+                        entry = results.setdefault((mode, length), {"tps": 0.0, "samples": []})
+                        entry["tps"] = max(entry["tps"], tps)  # the best round: the least disturbed
+                        entry["samples"] += samples
+                        ms = [s[1] for s in samples]
+                        mb = samples[0][2] if samples else 0.0
+                        print(f"{length:>5} tokens {mode:>6} round {rnd}: {tps:7.0f} tokens/s  hook p50 "
+                              f"{pct(ms, .5):8.3f} ms p99 {pct(ms, .99):8.3f} ms  ({mb:.1f} MB a request)",
+                              flush=True)
+            final = capture_state(url)
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+    after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"]]
+    old = [s for (m, _), r in results.items() if m == "before" for s in r["samples"]]
+    biggest = max((s[2] for s in after), default=0.0)
+    ms_after, ms_old = [s[1] for s in after], [s[1] for s in old]
+    per_mb = pct([s[1] / s[2] for s in after if s[2] > 0], 0.5)
+    per_mb_old = pct([s[1] / s[2] for s in old if s[2] > 0], 0.5)
+    ref = 2048 if ("none", 2048) in results else lengths[0]
+    none_tps = results[("none", ref)]["tps"]
+    dump_ratio = results[("dump", ref)]["tps"] / none_tps
+    pack_ratio = results[("pack", ref)]["tps"] / none_tps if ("pack", ref) in results else float("nan")
+    print(f"model: random Llama, 4 layers, hidden {args.hidden}, fp32, capture 1,2,3; {args.requests} "
+          f"requests per mode and length at concurrency {CONCURRENCY}; chunked prefill {CHUNK}")
+    print(f"hook (every dump, up to {biggest:.1f} MB): after p50 {pct(ms_after, .5):.3f} ms p99 "
+          f"{pct(ms_after, .99):.3f} ms "
+          f"({per_mb:.3f} ms/MB); before p50 {pct(ms_old, .5):.3f} ms p99 {pct(ms_old, .99):.3f} ms "
+          f"({per_mb_old:.3f} ms/MB); goal p99 <= 1 ms")
+    print(f"tokens/s at {ref}-token prompts: dump / none {dump_ratio:.3f} (goal >= 0.97), pack / none "
+          f"{pack_ratio:.3f}; writer: {final['files_written']} files, {final['write_seconds']:.2f} s "
+          f"writing, {final['sync_fallbacks']} sync fallbacks")
+    print(f"RESULT hook_ms_p50={pct(ms_after, .5):.3f} hook_ms_p99={pct(ms_after, .99):.3f} "
+          f"hook_ms_per_mb={per_mb:.3f} before_hook_ms_p50={pct(ms_old, .5):.3f} "
+          f"before_hook_ms_p99={pct(ms_old, .99):.3f} before_hook_ms_per_mb={per_mb_old:.3f} "
+          f"dump_over_none={dump_ratio:.3f} pack_over_none={pack_ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
