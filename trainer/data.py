@@ -14,13 +14,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from hsmon.layout import complete_row_files, parse_row_file_name
+from trainer.nonfinite import nonfinite_rows_in_manifest, tensors_finite
 
 DEFAULT_DRAFT_VOCAB = 32000
 INDEX_NAME = "data-index.json"
@@ -76,6 +77,7 @@ class DataIndex:
     token_counts: Counter
     hidden_size: int
     aux_size: int
+    nonfinite_rows: list[int] = field(default_factory=list)  # left out: they hold NaN/Inf
 
     @property
     def num_aux(self) -> int:
@@ -93,18 +95,29 @@ class DataIndex:
 
 
 def build_index(data_dir: str | Path, max_length: int | None = None) -> DataIndex:
-    """Scan the complete rows of ``data_dir`` (reads only input_ids and loss_mask pages)."""
+    """Scan the complete rows of ``data_dir`` (reads only input_ids and loss_mask pages, and the
+    hidden states of rows whose manifest record has no stats). Rows with NaN/Inf are left out and
+    listed in ``nonfinite_rows``."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: not a directory; pass the output directory of `hsmon extract`")
     files = complete_row_files(data_dir)
+    bad_rows, rows_with_stats = nonfinite_rows_in_manifest(data_dir)
+    nonfinite: list[int] = []
     rows: list[RowRef] = []
     counts: Counter = Counter()
     hidden_size = aux_size = 0
     for path in files:
         if not path.is_file():
             continue  # listed in the manifest but gone: skip rather than die mid-training
+        row = parse_row_file_name(path.name) or 0
+        if row in bad_rows:
+            nonfinite.append(row)
+            continue
         data = load_row(path)
+        if row not in rows_with_stats and not tensors_finite(data):
+            nonfinite.append(row)
+            continue
         ids = data["input_ids"].reshape(-1)
         mask = data["loss_mask"].reshape(-1)
         length = int(ids.shape[0]) if max_length is None else min(int(ids.shape[0]), max_length)
@@ -118,17 +131,19 @@ def build_index(data_dir: str | Path, max_length: int | None = None) -> DataInde
             raise DataError(f"{path}: hidden sizes {h}/{a} differ from the other rows' "
                             f"{hidden_size}/{aux_size}; the directory mixes two targets")
         counts.update(ids[1:length][mask[1:length].bool()].tolist())
-        rows.append(RowRef(str(path), parse_row_file_name(path.name) or 0, length))
+        rows.append(RowRef(str(path), row, length))
     if not rows:
-        raise DataError(f"{data_dir}: no complete rows with at least 2 tokens; run `hsmon extract` "
+        bad = f" ({len(nonfinite)} rows hold NaN/Inf)" if nonfinite else ""
+        raise DataError(f"{data_dir}: no complete rows with at least 2 tokens{bad}; run `hsmon extract` "
                         "into it first (or wait for its first chunk)")
-    return DataIndex(rows, counts, hidden_size, aux_size)
+    return DataIndex(rows, counts, hidden_size, aux_size, nonfinite)
 
 
 def save_index(index: DataIndex, path: Path) -> None:
     payload = {"rows": [[r.path, r.row, r.length] for r in index.rows],
                "token_counts": {str(k): v for k, v in index.token_counts.items()},
-               "hidden_size": index.hidden_size, "aux_size": index.aux_size}
+               "hidden_size": index.hidden_size, "aux_size": index.aux_size,
+               "nonfinite_rows": index.nonfinite_rows}
     path.write_text(json.dumps(payload))
 
 
@@ -136,7 +151,7 @@ def load_index(path: Path) -> DataIndex:
     payload = json.loads(path.read_text())
     return DataIndex([RowRef(p, r, n) for p, r, n in payload["rows"]],
                      Counter({int(k): v for k, v in payload["token_counts"].items()}),
-                     payload["hidden_size"], payload["aux_size"])
+                     payload["hidden_size"], payload["aux_size"], payload.get("nonfinite_rows", []))
 
 
 def build_draft_vocab(counts: Counter, vocab_size: int, draft_vocab_size: int | None
