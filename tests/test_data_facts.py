@@ -4,14 +4,21 @@ the embedded target (a corrupted and a scaled copy of it made by tests/nonfinite
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from extract_helpers import hsmon_status, make_dataset, run_extract
 from nonfinite_helpers import nan_embedding_target, scaled_embedding_target, token_rows
+from prometheus_client.parser import text_string_to_metric_families
 
+from hsmon.config import JobConfig
 from hsmon.data_facts import DataFacts
+from hsmon.exporter import MetricsEndpoint
 from hsmon.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.monitor import Monitor
+from hsmon.notify import Notifier
 
 CHUNK = ["--chunk-size", "3"]
 
@@ -99,6 +106,26 @@ def test_nan_rows_are_named_with_their_layers(tmp_path):
         assert f"layer {layer}: 2 rows" in hint["message"]
     data = job["output"]["data"]
     assert data["first_nonfinite_rows"] == [3, 9] and data["layers"]["2"]["nonfinite_rows"] == 2
+    text = metrics_text(out, tmp_path)
+    samples = {(s.name, s.labels.get("layer")): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("hsmon_output_nonfinite_rows", None)] == 2
+    assert samples[("hsmon_output_layer_nonfinite_rows", "final")] == 2
+    assert samples[("hsmon_output_layer_nonfinite_values", "2")] > 0
+    assert samples[("hsmon_output_layer_mean_l2_norm", "final")] > 0
+    assert ("hsmon_output_layer_chunk_drift_ratio", "5") in samples
+
+
+def metrics_text(out: Path, tmp_path: Path) -> str:
+    """The daemon's /metrics text for a job watching ``out`` (in-process), promtool-checked."""
+    monitor = Monitor([JobConfig(name="nan", out_dir=str(out))], use_watchdog=False)
+    monitor.tick(force_scan=True)
+    text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+    if shutil.which("promtool"):
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode == 0, res.stdout + res.stderr
+    return text
 
 
 def test_facts_keep_running_totals_only():
