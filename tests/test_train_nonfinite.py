@@ -102,6 +102,23 @@ def test_nan_loss_skips_steps_and_stops_after_too_many_in_a_row(nan_target, tmp_
     assert kinds[-1] == "error" and "nonfinite_fields" not in events.read_text()
 
 
+def test_a_nan_loss_now_and_then_is_skipped_and_the_run_goes_on(nan_target, tmp_path):
+    dataset = token_rows(tmp_path / "rows.jsonl", 16, {5, 11})
+    data = tmp_path / "clean"
+    proc = run_extract(dataset, data, _clean(), "--chunk-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    events = tmp_path / "train.jsonl"
+    proc = train(data, tmp_path / "run", "--target-model", str(nan_target), "--epochs", "1",
+                 "--max-skipped-steps", "3", "--events", str(events))
+    assert proc.returncode == 0, proc.stderr
+    skips = [e for e in iter_events(events) if e["kind"] == "skip"]
+    done = next(e for e in iter_events(events) if e["kind"] == "done")
+    assert skips and done["skipped_steps"] == len(skips)
+    assert all(set(s["rows"]) & {5, 11} for s in skips)  # only batches holding the bad token
+    steps = [e for e in iter_events(events) if e["kind"] == "step"]
+    assert steps and all(e["loss"] is not None and e["grad_norm"] is not None for e in steps)
+
+
 def _clean() -> Path:
     from extractor.embedded_target import ensure_embedded_target
 

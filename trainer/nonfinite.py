@@ -6,7 +6,8 @@ without stats (a plain SpecForge layout, an older manifest) has its tensors chec
 the data index is built. Such rows are left out of training and counted.
 
 Steps: a loss (or gradient norm) that is not finite anyway skips that step; ``LossGuard`` counts
-the skips and ends the run with one clear line after ``max_in_a_row`` of them in a row.
+the skips and ends the run with one clear line after ``max_in_a_row`` of them in a row;
+``backward_unless_nonfinite`` and ``skip_step`` are the training loop's two calls.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 
 import torch
 
+from hsmon import events as ev
 from hsmon.layout import iter_jsonl, manifest_paths
+from trainer.runtime import Dist
 
 DEFAULT_MAX_BAD_FRACTION = 0.1
 DEFAULT_MAX_SKIPS_IN_A_ROW = 5
@@ -96,3 +99,26 @@ class LossGuard:
                 f"training stopped at step {step}: the {what} was not finite in {self.in_a_row} steps "
                 f"in a row (last batch: rows {rows_text(rows)}); check the data (hsmon verify-data, "
                 "hsmon status) and the target's weights, or lower --lr")
+
+
+def backward_unless_nonfinite(loss: torch.Tensor, params: list[torch.nn.Parameter], clip: float,
+                              world: Dist) -> tuple[str, torch.Tensor]:
+    """Backward and clip unless the loss is not finite on some rank. Returns ("loss", "gradient"
+    or "" for a good step, the gradient norm); every rank agrees, so all skip the same steps."""
+    bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach()).all()) else 1.0])
+    if world.all_sum(bad)[0] > 0:
+        return "loss", torch.tensor(float("nan"))
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    bad = torch.tensor([0.0 if bool(torch.isfinite(grad_norm)) else 1.0])
+    return ("gradient" if world.all_sum(bad)[0] > 0 else ""), grad_norm
+
+
+def skip_step(guard: LossGuard, writer: ev.EventWriter | None, step: int, rows: list[int], what: str,
+              counters: dict[str, Any]) -> None:
+    """Count and report a skipped step; raises NonFiniteError after too many in a row."""
+    if writer:
+        writer.emit(ev.SKIP, step=step, reason=f"non-finite {what}", rows=rows[:20],
+                    skipped_steps=guard.skipped + 1, in_a_row=guard.in_a_row + 1)
+    counters.update(skipped_steps=guard.skipped + 1)
+    guard.skip(step, rows, what)

@@ -38,8 +38,10 @@ from trainer.nonfinite import (
     DEFAULT_MAX_BAD_FRACTION,
     DEFAULT_MAX_SKIPS_IN_A_ROW,
     LossGuard,
+    backward_unless_nonfinite,
     check_bad_fraction,
     rows_text,
+    skip_step,
 )
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
 from trainer.runtime import Dist, Heartbeat, lr_lambda_factory, ranks_in_sync, rng_state, set_rng_state
@@ -316,12 +318,12 @@ def _train(
                 loss, sums = ttt_loss(
                     forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
                 )
-                what, grad_norm = _backward_unless_nonfinite(loss, params, settings.grad_clip, world)
+                what, grad_norm = backward_unless_nonfinite(loss, params, settings.grad_clip, world)
                 if what:
                     position += 1
                     if position >= steps_per_epoch:
                         epoch, position = epoch + 1, 0
-                    _skip_step(guard, writer, step, batch.rows, what, counters)
+                    skip_step(guard, writer, step, batch.rows, what, counters)
                     continue
                 guard.ok(step)
                 optimizer.step()
@@ -409,29 +411,6 @@ def _train(
             checkpoint=str(latest_checkpoint(out)),
         )
     return 0
-
-
-def _backward_unless_nonfinite(loss: torch.Tensor, params: list[torch.nn.Parameter], clip: float,
-                               world: Dist) -> tuple[str, torch.Tensor]:
-    """Backward and clip unless the loss is not finite on some rank. Returns ("loss", "gradient"
-    or "" for a good step, the gradient norm); every rank agrees, so all skip the same steps."""
-    bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach()).all()) else 1.0])
-    if world.all_sum(bad)[0] > 0:
-        return "loss", torch.tensor(float("nan"))
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-    bad = torch.tensor([0.0 if bool(torch.isfinite(grad_norm)) else 1.0])
-    return ("gradient" if world.all_sum(bad)[0] > 0 else ""), grad_norm
-
-
-def _skip_step(guard: LossGuard, writer: ev.EventWriter | None, step: int, rows: list[int], what: str,
-               counters: dict[str, Any]) -> None:
-    """Count and report a skipped step; raises NonFiniteError after too many in a row."""
-    if writer:
-        writer.emit(ev.SKIP, step=step, reason=f"non-finite {what}", rows=rows[:20],
-                    skipped_steps=guard.skipped + 1, in_a_row=guard.in_a_row + 1)
-    counters.update(skipped_steps=guard.skipped + 1)
-    guard.skip(step, rows, what)
 
 
 def _eval_and_emit(
