@@ -95,6 +95,7 @@ class DataFacts:
     _ref_sums: dict[str, list[float]] = field(default_factory=dict)  # layer -> [sum mean_l2, sum std, n]
     drifted_chunks: int = 0
     drifts: list[Drift] = field(default_factory=list)  # the newest DRIFTS_KEPT
+    _chunks_seen: set[str] = field(default_factory=set)  # O(chunks): a few hundred at a million rows
 
     def add(self, record: dict[str, Any]) -> None:
         """Take one manifest record (other types are ignored). A reader passes each row and each
@@ -121,6 +122,9 @@ class DataFacts:
                 del self.first_nonfinite_rows[FIRST_ROWS:]
 
     def _add_chunk(self, name: str, stats: dict[str, Any]) -> None:
+        if name in self._chunks_seen:
+            return
+        self._chunks_seen.add(name)
         figures = {str(k): {f: float(v.get(f, 0.0)) for f in ("mean_l2", "std", "max_abs", "nonfinite")}
                    for k, v in stats.items() if isinstance(v, dict)}
         self.newest_chunk, self.newest_chunk_stats = name, figures
