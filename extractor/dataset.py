@@ -19,9 +19,11 @@ imports torch: the tokenizer is passed in (anything with the Hugging Face tokeni
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +80,9 @@ class Limits:
     truncate: bool = True
 
 
+Spans = list[tuple[int, int]]
+
+
 class RowError(ValueError):
     """A row is bad; the message is the reason written to rejects.jsonl."""
 
@@ -101,42 +106,70 @@ def iter_lines(path: str | Path, hasher: Any = None) -> Iterator[tuple[int, int,
 def parse_row(raw: bytes, index: int, tokenizer: Tokenizer, limits: Limits, line: int = 0) -> Row | Reject:
     """Turn one raw JSONL line into a Row, or a Reject that says why not."""
     try:
-        obj = json.loads(raw)
-    except UnicodeDecodeError:
-        return Reject(index, "invalid JSON: not UTF-8", line)
-    except ValueError as exc:
-        return Reject(index, f"invalid JSON: {exc}", line)
-    try:
-        ids, mask = _tokenize_object(obj, tokenizer, limits)
+        item = render_line(raw, tokenizer, limits)
+        ids, mask = item if isinstance(item, tuple) else tokenize_rendered(item, tokenizer)
         truncated = False
         if len(ids) > limits.max_length:
             if not limits.truncate:
-                raise RowError(f"too long: {len(ids)} tokens > max length {limits.max_length}")
+                raise RowError(too_long(len(ids), limits))
             ids, mask, truncated = ids[: limits.max_length], mask[: limits.max_length], True
     except RowError as exc:
         return Reject(index, str(exc), line)
     return Row(index, ids, mask, truncated, line)
 
 
-def _tokenize_object(obj: Any, tokenizer: Tokenizer, limits: Limits) -> tuple[list[int], list[int]]:
+def too_long(tokens: int, limits: Limits) -> str:
+    return f"too long: {tokens} tokens > max length {limits.max_length}"
+
+
+@dataclass
+class Rendered:
+    """A row's text as the model will see it, before tokenization."""
+
+    text: str
+    spans: Spans | None  # character spans the loss covers; None: every token counts (a text row)
+    add_special_tokens: bool
+
+
+def render_line(raw: bytes, tokenizer: Tokenizer, limits: Limits) -> Rendered | tuple[list[int], list[int]]:
+    """A raw line's text to tokenize, or the (ids, mask) of a pre-tokenized row; raises RowError."""
+    try:
+        obj = json.loads(raw)
+    except UnicodeDecodeError:
+        raise RowError("invalid JSON: not UTF-8") from None
+    except ValueError as exc:
+        raise RowError(f"invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise RowError(f"row must be a JSON object, got {type(obj).__name__}")
     if "input_ids" in obj:
         return _pretokenized(obj, limits)
     for key in ("conversations", "messages"):
         if key in obj:
-            return _conversation(obj[key], key, tokenizer)
+            msgs = normalize_messages(obj[key], key)
+            if not any(m["content"].strip() for m in msgs):
+                raise RowError("empty text")
+            text, spans, special = render_conversation(msgs, tokenizer)
+            return Rendered(text, spans, special)
     if "text" in obj:
         text = obj["text"]
         if not isinstance(text, str):
             raise RowError(f"field 'text' must be a string, got {type(text).__name__}")
         if not text.strip():
             raise RowError("empty text")
-        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-        if not ids:
-            raise RowError("empty text")
-        return ids, [1] * len(ids)
+        return Rendered(text, None, True)
     raise RowError("missing field: a row needs 'text', 'conversations' or 'input_ids'")
+
+
+def tokenize_rendered(item: Rendered, tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """(ids, loss mask) of a rendered row; raises RowError when it has no token."""
+    if item.spans is None:
+        ids = list(tokenizer(item.text, add_special_tokens=item.add_special_tokens)["input_ids"])
+        mask = [1] * len(ids)
+    else:
+        ids, mask = tokenize_with_spans(item.text, item.spans, tokenizer, item.add_special_tokens)
+    if not ids:
+        raise RowError("empty text")
+    return ids, mask
 
 
 def _is_int(value: Any) -> bool:
@@ -188,20 +221,6 @@ def normalize_messages(messages: Any, key: str = "conversations") -> list[dict[s
                            "(use system, user/human, assistant/gpt, tool)")
         out.append({"role": canonical, "content": content})
     return out
-
-
-def _conversation(messages: Any, key: str, tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
-    msgs = normalize_messages(messages, key)
-    if not any(m["content"].strip() for m in msgs):
-        raise RowError("empty text")
-    text, spans, special = render_conversation(msgs, tokenizer)
-    ids, mask = tokenize_with_spans(text, spans, tokenizer, add_special_tokens=special)
-    if not ids:
-        raise RowError("empty text")
-    return ids, mask
-
-
-Spans = list[tuple[int, int]]
 
 
 def render_conversation(msgs: list[dict[str, str]], tokenizer: Tokenizer) -> tuple[str, Spans, bool]:
@@ -265,12 +284,7 @@ def tokenize_with_spans(text: str, spans: list[tuple[int, int]], tokenizer: Toke
     """
     if getattr(tokenizer, "is_fast", False):
         enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
-        mask = []
-        for start, end in enc["offset_mapping"]:
-            inside = end > start and any(start < b and end > a for a, b in spans)
-            mask.append(1 if inside else 0)
-        return ids, mask
+        return list(enc["input_ids"]), span_mask(enc["offset_mapping"], spans)
     ids, mask, pos = [], [], 0
     pieces = []
     for a, b in spans:
@@ -286,6 +300,20 @@ def tokenize_with_spans(text: str, spans: list[tuple[int, int]], tokenizer: Toke
             ids += piece_ids
             mask += [flag] * len(piece_ids)
     return ids, mask
+
+
+def span_mask(offsets: Any, spans: Spans) -> list[int]:
+    """1 for each (start, end) character range that overlaps a span, else 0 (empty ranges: 0)."""
+    ordered = all(a <= b for a, b in spans) and all(x[1] <= y[0] for x, y in itertools.pairwise(spans))
+    if not ordered:
+        return [1 if end > start and any(start < b and end > a for a, b in spans) else 0
+                for start, end in offsets]
+    ends = [b for _, b in spans]
+    mask = []
+    for start, end in offsets:
+        j = bisect.bisect_right(ends, start)  # the first span ending after this token starts
+        mask.append(1 if end > start and j < len(spans) and spans[j][0] < end else 0)
+    return mask
 
 
 @dataclass
@@ -304,31 +332,74 @@ class ScanResult:
         return sum(self.lengths or ())
 
 
-def scan(path: str | Path, tokenizer: Tokenizer, limits: Limits, owns: Any = None) -> ScanResult:
+SCAN_BATCH = 64  # rows tokenized in one call during the scan (a fast tokenizer spreads them over cores)
+ScanProgress = Callable[[int, int], None]  # (rows seen, bytes read)
+
+
+def scan(path: str | Path, tokenizer: Tokenizer, limits: Limits, owns: Any = None,
+         progress: ScanProgress | None = None) -> ScanResult:
     """Validate every owned row (``owns(index) -> bool``, default all) and fingerprint the file.
 
-    Keeps only lengths, not token ids, so memory stays small for any dataset size.
+    Keeps only lengths, not token ids, so memory stays small for any dataset size. Rows are
+    tokenized in batches and without offsets (the lengths are those ``parse_row`` gives);
+    ``progress`` is called after each batch.
     """
     from array import array
 
     hasher = hashlib.sha256()
-    rows, lengths = array("q"), array("q")
-    rejects: list[Reject] = []
-    result = ScanResult()
+    result = ScanResult(rows=array("q"), lengths=array("q"), rejects=[])  # type: ignore[arg-type]
+    pending: list[tuple[int, int, Rendered | tuple[list[int], list[int]] | RowError]] = []
+    read = 0
     for index, line_no, raw in iter_lines(path, hasher):
         result.lines = index + 1
+        read += len(raw)
         if owns is not None and not owns(index):
             continue
-        parsed = parse_row(raw, index, tokenizer, limits, line_no)
-        if isinstance(parsed, Reject):
-            rejects.append(parsed)
-        else:
-            rows.append(index)
-            lengths.append(len(parsed.input_ids))
-            result.truncated += parsed.truncated
-    result.rows, result.lengths, result.rejects = rows, lengths, rejects  # type: ignore[assignment]
+        try:
+            pending.append((index, line_no, render_line(raw, tokenizer, limits)))
+        except RowError as exc:
+            pending.append((index, line_no, exc))
+        if len(pending) >= SCAN_BATCH:
+            _scan_batch(pending, tokenizer, limits, result)
+            pending.clear()
+            if progress is not None:
+                progress(index + 1, read)
+    _scan_batch(pending, tokenizer, limits, result)
     result.sha256 = hasher.hexdigest()
     return result
+
+
+def _scan_batch(batch: list[tuple[int, int, Any]], tokenizer: Tokenizer, limits: Limits,
+                result: ScanResult) -> None:
+    """Count the tokens of a batch of rendered rows and file each row as a row or a reject."""
+    assert result.rows is not None and result.lengths is not None and result.rejects is not None
+    counted: dict[int, int] = {}
+    fast = getattr(tokenizer, "is_fast", False)
+    for special in (True, False):
+        texts = [(i, item.text) for i, (_, _, item) in enumerate(batch)
+                 if isinstance(item, Rendered) and item.add_special_tokens == special
+                 and (fast or item.spans is None)]
+        if texts:
+            encoded = tokenizer([t for _, t in texts], add_special_tokens=special)["input_ids"]
+            counted.update((i, len(ids)) for (i, _), ids in zip(texts, encoded, strict=True))
+    for i, (index, line_no, item) in enumerate(batch):
+        try:
+            if isinstance(item, RowError):
+                raise item
+            if isinstance(item, tuple):
+                n = len(item[0])
+            else:
+                n = counted[i] if i in counted else len(tokenize_rendered(item, tokenizer)[0])
+            if n == 0:
+                raise RowError("empty text")
+            if n > limits.max_length and not limits.truncate:
+                raise RowError(too_long(n, limits))
+        except RowError as exc:
+            result.rejects.append(Reject(index, str(exc), line_no))
+            continue
+        result.rows.append(index)
+        result.lengths.append(min(n, limits.max_length))
+        result.truncated += n > limits.max_length
 
 
 def iter_rows(path: str | Path, tokenizer: Tokenizer, limits: Limits, wanted: Any) -> Iterator[Row]:

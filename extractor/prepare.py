@@ -12,14 +12,17 @@ import argparse
 import hashlib
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, row_bytes
+from extractor.scan_cache import cached_scan
 from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon import layout
+from hsmon.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.units import format_bytes, parse_size
 
 DEFAULT_MIN_FREE = "1G"
@@ -83,10 +86,10 @@ class Prepared:
     scan: ds.ScanResult
     settings: dict[str, Any]
     manifest_path: Path
-    done: set[int]
+    done: RowSet
     done_tokens: int
     done_bytes: int
-    manifest: layout.Manifest
+    manifest: Manifest  # running totals; keeps the row records of chunks not complete yet
     bytes_needed: int
     bytes_free: int
     job: str
@@ -153,7 +156,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
             raise UsageError(f"--max-length {max_length} exceeds the model's {max_pos} positions")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
-    scan = ds.scan(data, tokenizer, limits, owns=lambda i: shard.owns_row(i, args.chunk_size))
+    fingerprint = model_fingerprint(model_dir)
+    scan, cached = cached_scan(data, tokenizer, limits, fingerprint=fingerprint,
+                               owner=f"shard {shard.index}/{shard.count}, chunk {args.chunk_size}",
+                               owns=lambda i: shard.owns_row(i, args.chunk_size), progress=ScanLog(data))
     if scan.lines == 0:
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     if not scan.rows and scan.rejects:
@@ -162,35 +168,96 @@ def prepare(args: argparse.Namespace) -> Prepared:
                          f"(row {first.index}, line {first.line}: {first.reason})")
     settings = {
         "dataset": str(data.resolve()), "dataset_sha256": scan.sha256, "model": str(model_dir.resolve()),
-        "model_fingerprint": model_fingerprint(model_dir), "backend": args.backend, "dtype": dtype,
+        "model_fingerprint": fingerprint, "backend": args.backend, "dtype": dtype,
         "device_type": device.split(":")[0], "layers": layers, "max_length": max_length,
         "truncate": not args.no_truncate, "chunk_size": args.chunk_size, "batch_tokens": args.batch_tokens,
         "shard": [shard.index, shard.count],
     }
     manifest_path = out / layout.manifest_name(shard.as_tuple)
     check_resume(out, manifest_path, settings)
-    manifest = layout.read_manifest(out, manifest_path.name) if manifest_path.exists() else layout.Manifest()
-    valid = set(scan.rows or ())
-    done = {row for row in manifest.rows if row in valid}
-    late = {row: reason for row, reason in manifest.rejects.items() if row in valid and row not in done}
-    lengths = dict(zip(scan.rows or (), scan.lengths or (), strict=True))
+    if cached:  # after the checks: a refused command says one line
+        log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
+    reasons = RejectReasons()
+    manifest = (read_manifest(out, manifest_path.name, keep_open_rows=True, accumulators=[reasons])
+                if manifest_path.exists() else Manifest(keep_open_rows=True))
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-    needed = sum(row_bytes(lengths[r], hidden, len(layers), element) for r in valid - done - set(late))
+    book = resume_book(scan, manifest, lambda length: row_bytes(length, hidden, len(layers), element),
+                       reasons.reasons)
+    if len(book.done) != len(manifest.rows):  # rows the dataset no longer has: count only the others
+        book.done_bytes = sum(int(r.get("bytes", 0)) for r in read_row_records(
+            out, book.done, manifest_path.name).values())
     probe = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
     free = shutil.disk_usage(probe).free
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
-                    num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path, done,
-                    sum(lengths[r] for r in done), sum(int(manifest.rows[r].get("bytes", 0)) for r in done),
-                    manifest, needed, free, job, late_rejects=late)
+                    num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path,
+                    book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job,
+                    late_rejects=book.late)
     if sglang_options is not None:
         from extractor.backends.base import ModelInfo
 
         opts = sglang_options
-        opts.longest_row = max((lengths[r] for r in valid - done - set(late)), default=1)
+        opts.longest_row = book.longest_left or 1
         prep.backend_options = {"options": opts,
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
     return prep
+
+
+class ScanLog:
+    """Says how far the dataset scan is, every ``every`` seconds (a large dataset takes minutes)."""
+
+    def __init__(self, data: Path, every: float = 5.0) -> None:
+        self.data, self.every = data, every
+        self.size = max(1, data.stat().st_size)
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, rows: int, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            log(f"scanning {self.data}: {rows} rows, {100 * read / self.size:.0f} % of "
+                f"{format_bytes(self.size)} in {now - self.started:.0f} s")
+
+
+@dataclass
+class ResumeBook:
+    """What a resume starts from, in one pass over the scan (no per-row dicts or sets)."""
+
+    done: RowSet  # rows of this dataset the manifest has
+    done_tokens: int = 0
+    done_bytes: int = 0
+    needed: int = 0  # bytes the rows still to extract will take
+    longest_left: int = 0  # tokens of the longest row still to extract
+    late: dict[int, str] = field(default_factory=dict)  # rows a backend rejected in an earlier run
+
+
+@dataclass
+class RejectReasons:
+    """The reason of each reject record, folded while the manifest is read (rejects are few)."""
+
+    reasons: dict[int, str] = field(default_factory=dict)
+
+    def add(self, record: dict[str, Any]) -> None:
+        if record.get("type") == "reject" and isinstance(record.get("row"), int):
+            self.reasons.setdefault(record["row"], str(record.get("reason", "")))
+
+
+def resume_book(scan: ds.ScanResult, manifest: Manifest, size_of: Any,
+                reasons: dict[int, str] | None = None) -> ResumeBook:
+    """Done rows, their tokens and bytes, and what is left, from the scan and the manifest's totals
+    (``size_of(tokens)``: a row's bytes on disk). A row the scan accepted but the manifest records
+    as rejected was rejected by a backend in an earlier run: it is ``late`` (``reasons``: why)."""
+    book = ResumeBook(RowSet(), done_bytes=manifest.bytes)
+    for row, length in zip(scan.rows or (), scan.lengths or (), strict=True):
+        if row in manifest.rows:
+            book.done.add(row)
+            book.done_tokens += length
+        elif row in manifest.rejects:
+            book.late[row] = (reasons or {}).get(row, "")
+        else:
+            book.needed += size_of(length)
+            book.longest_left = max(book.longest_left, length)
+    return book
 
 
 def sglang_dtype(dtype: str, config: Any) -> str:

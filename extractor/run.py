@@ -104,7 +104,11 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     scan = prep.scan
     rows, lengths = list(scan.rows or ()), list(scan.lengths or ())
     rejects = scan.rejects or []
-    skip = prep.done | set(prep.late_rejects)  # late: rows a backend rejected in an earlier run
+    late = prep.late_rejects  # rows a backend rejected in an earlier run
+
+    def skipped(index: int) -> bool:
+        return index in prep.done or index in late
+
     prep.out.mkdir(parents=True, exist_ok=True)
     layout.repair_jsonl_tail(prep.manifest_path)
 
@@ -177,7 +181,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             if stop_event.is_set() or writer.error is not None or writer.abandoned:
                 break
             indices = [rows[p] for p in batch]
-            if all(i in skip for i in indices):
+            if all(skipped(i) for i in indices):
                 continue
             got = fetch.rows(indices)
             for row, pos in zip(got, batch, strict=True):
@@ -187,7 +191,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
             items: list[RowItem | RejectItem] = [
                 RejectItem(r.index, r.line, s.reason, len(r.input_ids)) if isinstance(s, RowRejected)
                 else RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
-                for r, s in zip(got, states, strict=True) if r.index not in skip]
+                for r, s in zip(got, states, strict=True) if not skipped(r.index)]
             if not writer.submit(items):
                 break
     except BackendStopped:
@@ -241,8 +245,9 @@ def start_books(prep: Prepared) -> tuple[dict[int, int], Any, Any]:
         start = layout.chunk_bounds(index, prep.chunk_size)[0]
         expected[start] = expected.get(start, 0) + 1
     book = ChunkBook(prep.chunk_size, expected, recorded=set(prep.manifest.chunks))
-    for row in sorted(prep.done):
-        book.add_row(prep.manifest.rows[row])
+    for record in prep.manifest.open_row_records():  # complete chunks have their record already
+        if record["row"] in prep.done:
+            book.add_row(record)
     for row in late:
         book.add_reject(row)
     chunks_recorded = sum(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest, read_row_records
 
 # (min cosine per token, max abs diff relative to the stored layer's max |x|), per stored dtype.
 # fp32: two engines doing the same math agree to ~1e-6; bf16/fp16 round every op (measured
@@ -67,7 +68,7 @@ def verdict(stats: dict[str, float], dtype: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon verify-data`."""
     out = Path(args.out)
-    manifest = layout.read_manifest(out) if out.is_dir() else None
+    manifest = read_manifest(out) if out.is_dir() else None
     if manifest is None or not manifest.rows:
         return _fail(f"{out}: no rows recorded (give the --out of an `hsmon extract` run)")
     settings = manifest.runs[0].get("settings", {}) if manifest.runs else {}
@@ -81,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or settings.get("model")
     if not layers or not model or not (Path(model) / "config.json").is_file():
         return _fail(f"cannot tell the data's model or layers from {out}'s manifest; pass --model DIR")
-    rows = sorted(manifest.rows)
+    rows = list(manifest.rows)  # ascending
     sample = sorted(random.Random(args.seed).sample(rows, min(args.sample, len(rows))))
     import torch
 
-    stored_rows = {r: torch.load(out / manifest.rows[r]["chunk"] / layout.row_file_name(r), weights_only=True)
+    records = read_row_records(out, sample)  # the sample's records, read again from the manifest
+    stored_rows = {r: torch.load(out / records[r]["chunk"] / layout.row_file_name(r), weights_only=True)
                    for r in sample}
     longest = max(int(d["input_ids"].shape[0]) for d in stored_rows.values())
     try:

@@ -101,9 +101,11 @@ class JobRuntime:
             self.servers[0].note_job_progress(self.progress.last_progress_ts)
 
     def close(self) -> None:
-        """Stop the server trackers' threads."""
+        """Stop the server trackers' threads (and a manifest read in progress)."""
         for tracker in self.servers:
             tracker.stop()
+        if self.output is not None:
+            self.output.close()
 
     def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
         """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
@@ -170,8 +172,11 @@ class JobRuntime:
             return self.dump.exists
         return not self.dump.exists or inode != self.dump.dir_inode
 
-    def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True) -> None:
-        """Poll everything due, decide the state, and rebuild the cached document."""
+    def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True,
+               background: bool = False) -> None:
+        """Poll everything due, decide the state, and rebuild the cached document. With
+        ``background``, a large manifest is read on a thread: until it is read the job's document
+        says so and nothing is decided (the figures are not known yet)."""
         if self.progress is not None:
             self.progress.poll()
         self.poll_servers(now)
@@ -184,8 +189,11 @@ class JobRuntime:
             self.progress.poll()
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
             self.dump.scan(full=full_scan)
-        if self.output is not None and scan_output:
-            self.output.scan()
+        if self.output is not None and (scan_output or self.output.loading):
+            self.output.scan(background)
+            if self.output.reading is not None:
+                self._publish_reading(now)
+                return
         if self.dump is not None:
             self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
@@ -343,9 +351,34 @@ class JobRuntime:
             data=self.output.data_summary() if out and out.get("layout") == "hsmon" else None,
         )
 
+    def _publish_reading(self, now: float) -> None:
+        """The job's document while its output's manifest is read: the state it had (starting at
+        first), the reading's progress as the reason, the output section saying how far."""
+        from hsmon.units import format_bytes
+
+        assert self.output is not None
+        out = self.output.snapshot()
+        reading = out.get("reading") or {}
+        done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
+        pct = f" ({100.0 * done / total:.0f} %)" if total else ""
+        self.decision = None
+        self._next_doc = {
+            **(self.doc or {"hints": [], "transitions_total": 0, "state_history": [], "recent_events": []}),
+            "job": self.cfg.name,
+            "kind": self.cfg.kind,
+            "state": self.state or "starting",
+            "state_since_ts": self.state_since_ts,
+            "reason": f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
+                      f"{format_bytes(total)}{pct}",
+            "output": out,
+        }
+
     def apply_decision(self, now: float) -> str | None:
-        """Move to the decided state; returns the previous state when it changed."""
-        assert self.decision is not None
+        """Move to the decided state; returns the previous state when it changed (None while
+        there is nothing to decide: the output's manifest is being read)."""
+        if self.decision is None:
+            self.doc = self._next_doc
+            return None
         new = self.decision.state
         self.reason = self.decision.reason
         doc = self._next_doc

@@ -22,6 +22,7 @@ from typing import Any
 
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest
 
 FIELDS = (
     "data_dir",
@@ -317,7 +318,7 @@ def complete_chunks_warning(data_dir: str | os.PathLike[str]) -> str | None:
         return None
     reasons = []
     if layout.manifest_paths(path):
-        manifest = layout.read_manifest(path)
+        manifest = read_manifest(path)
         pending = []
         for chunk in sorted(p for p in path.iterdir() if p.is_dir() and layout.parse_chunk_dir_name(p.name)):
             if chunk.name not in manifest.chunks:

@@ -39,6 +39,8 @@ Files are written under a hidden temporary name (``.data_i.ckpt.tmp-PID``), flus
 and renamed; a row is done only once its ``row`` record is in the manifest. A trailing partial
 line (a crash mid-append) is ignored by readers and cut by the next writer.
 
+Reading the manifests (running totals, incremental tails): hsmon.manifest_reader.
+
 No heavy imports here: the monitor imports this module.
 """
 
@@ -48,7 +50,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -219,65 +221,8 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 yield obj
 
 
-@dataclass
-class Manifest:
-    """What the manifests of an output directory say is done."""
-
-    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
-    rejects: dict[int, str] = field(default_factory=dict)
-    chunks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        return sum(int(r.get("tokens", 0)) for r in self.rows.values())
-
-    @property
-    def bytes(self) -> int:
-        return sum(int(r.get("bytes", 0)) for r in self.rows.values())
-
-    def handled(self, row: int) -> bool:
-        """True when the row is done or rejected: a resumed run skips it."""
-        return row in self.rows or row in self.rejects
-
-    def add(self, record: dict[str, Any]) -> None:
-        kind = record.get("type")
-        if kind == "row" and isinstance(record.get("row"), int):
-            self.rows[record["row"]] = record
-        elif kind == "reject" and isinstance(record.get("row"), int):
-            self.rejects[record["row"]] = str(record.get("reason", ""))
-        elif kind == "chunk" and isinstance(record.get("chunk"), str):
-            self.chunks[record["chunk"]] = record
-        elif kind == "run":
-            self.runs.append(record)
-
-
 def manifest_paths(out_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(Path(out_dir).glob(MANIFEST_GLOB))
-
-
-def read_manifest(out_dir: str | os.PathLike[str], name: str | None = None) -> Manifest:
-    """Read one manifest (``name``) or all of them (every shard's) in ``out_dir``."""
-    manifest = Manifest()
-    paths = [Path(out_dir) / name] if name else manifest_paths(out_dir)
-    for path in paths:
-        for record in iter_jsonl(path):
-            manifest.add(record)
-    return manifest
-
-
-def complete_row_files(out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Row files a reader may use: those in the manifest when there is one, else every
-    ``rows_*/data_*.ckpt`` (a plain SpecForge layout written by another tool)."""
-    out = Path(out_dir)
-    if manifest_paths(out):
-        manifest = read_manifest(out)
-        return [out / rec["chunk"] / row_file_name(row) for row, rec in sorted(manifest.rows.items())]
-    files = []
-    for chunk in out.iterdir() if out.is_dir() else ():
-        if chunk.is_dir() and parse_chunk_dir_name(chunk.name):
-            files += [f for f in chunk.iterdir() if parse_row_file_name(f.name) is not None]
-    return sorted(files, key=lambda f: parse_row_file_name(f.name) or 0)
 
 
 ENDING_TYPES = ("done", "stopped")

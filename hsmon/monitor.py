@@ -77,6 +77,7 @@ class Monitor:
         self._observer: Any = None
         self._overflow_handler: _OverflowHandler | None = None
         self._last_scan_mono = 0.0
+        self._starting = False  # start()'s first tick: a large manifest is read in the background
         self.overflows_total = 0
         self.scans_total = 0
         self.ticks_total = 0
@@ -96,6 +97,8 @@ class Monitor:
                 raise ValueError(f"a job named {cfg.name!r} is already watched; pick another name")
             runtime = JobRuntime(cfg, time.time())
             runtime.gpu = self.gpu
+            if runtime.output is not None:
+                runtime.output.on_read = self._wake.set  # a manifest read on a thread: tick at once
             self._jobs[cfg.name] = runtime
         if self._thread is not None:
             self._wake.set()
@@ -155,7 +158,11 @@ class Monitor:
             if wd_log.level == logging.NOTSET or wd_log.level > logging.WARNING:
                 wd_log.setLevel(logging.WARNING)
             wd_log.addHandler(self._overflow_handler)
-        self.tick(force_scan=True)
+        self._starting = True
+        try:
+            self.tick(force_scan=True)
+        finally:
+            self._starting = False
         self._thread = threading.Thread(target=self._run, name="hsmon-monitor", daemon=True)
         self._thread.start()
 
@@ -216,7 +223,8 @@ class Monitor:
                 # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
                 # lists only a directory whose mtime moved
                 full = force_scan or overflow or self.scans_total % FULL_SCAN_EVERY == 0
-                runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full)
+                runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full,
+                               background=self._thread is not None or self._starting)
                 if self._observer is not None and runtime.dump is not None:
                     self._ensure_watch(runtime)
                 previous = runtime.apply_decision(now)

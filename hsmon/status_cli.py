@@ -85,6 +85,10 @@ def _dump_summary(dump: dict[str, Any]) -> str:
 
 
 def _output_summary(out: dict[str, Any]) -> str:
+    reading = out.get("reading")
+    if reading:
+        done, total = reading["bytes_done"], reading["bytes_total"]
+        return f"reading the manifest: {format_bytes(done)} of {format_bytes(total)}" + _pct(done, total)
     return (
         f"{out['layout']}: {out['chunks_complete']} chunks complete, "
         f"{out['chunks_in_progress']} in progress, {out['rows']} rows, {format_bytes(out['bytes'])}"

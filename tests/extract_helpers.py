@@ -15,6 +15,7 @@ import pytest
 
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest, read_row_records
 
 TIMEOUT = 300
 
@@ -189,10 +190,9 @@ def load_output(out: Path, manifest: str | None = None) -> dict[int, dict[str, A
     """Every row the manifests count as done, loaded with torch.load."""
     import torch
 
-    state = layout.read_manifest(out, manifest)
     return {
         row: torch.load(out / rec["chunk"] / layout.row_file_name(row), weights_only=True)
-        for row, rec in sorted(state.rows.items())
+        for row, rec in sorted(read_row_records(out, name=manifest).items())
     }
 
 
@@ -207,13 +207,13 @@ def assert_same_output(got: Path, want: Path) -> None:
         for key in a[row]:
             assert torch.equal(a[row][key], b[row][key]), f"row {row} {key} differs"
     counted = {
-        str(got / rec["chunk"] / layout.row_file_name(r)) for r, rec in layout.read_manifest(got).rows.items()
+        str(got / rec["chunk"] / layout.row_file_name(r)) for r, rec in read_row_records(got).items()
     }
     on_disk = {str(p) for p in got.glob("rows_*/*")}
     assert on_disk == counted, f"files not in the manifest: {sorted(on_disk - counted)[:5]}"
     for path in layout.manifest_paths(got):
         rows = [r["row"] for r in layout.iter_jsonl(path) if r.get("type") == "row"]
         assert len(rows) == len(set(rows)), f"{path.name} counts a row twice"
-    chunks_a = {k: v["sha256"] for k, v in layout.read_manifest(got).chunks.items()}
-    chunks_b = {k: v["sha256"] for k, v in layout.read_manifest(want).chunks.items()}
+    chunks_a = {k: v["sha256"] for k, v in read_manifest(got).chunks.items()}
+    chunks_b = {k: v["sha256"] for k, v in read_manifest(want).chunks.items()}
     assert chunks_a == chunks_b

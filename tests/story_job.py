@@ -17,6 +17,7 @@ import time
 
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.manifest_reader import read_row_records
 
 
 def main() -> int:
@@ -37,7 +38,7 @@ def main() -> int:
     writer = ev.EventWriter(args.job, args.events) if args.events else None
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    done = layout.read_manifest(args.out).rows if args.manifest else {}
+    done = read_row_records(args.out) if args.manifest else {}
     if args.manifest and args.plan:
         layout.append_jsonl(
             os.path.join(args.out, layout.MANIFEST_NAME),

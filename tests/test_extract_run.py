@@ -34,6 +34,7 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
 
 from hsmon import layout
 from hsmon.config import JobConfig
+from hsmon.manifest_reader import read_manifest, read_row_records
 from hsmon.status_cli import measure
 
 pytestmark = pytest.mark.slow
@@ -74,7 +75,7 @@ def test_files_follow_contract_2(reference, dataset):
     assert start["rows_total"] == len(rows) and start["rejects"] == 160 // 23
     chunk_dirs = {p.parent.name for p in out.glob("rows_*/data_*.ckpt")}
     assert start["chunks_total"] == len(chunk_dirs) and start["chunks_done"] == 0
-    assert events_of(events)[-1]["chunks_done"] == len(chunk_dirs) == len(layout.read_manifest(out).chunks)
+    assert events_of(events)[-1]["chunks_done"] == len(chunk_dirs) == len(read_manifest(out).chunks)
     for row, data in rows.items():
         assert set(data) == {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"}
         seq = data["input_ids"].shape[0]
@@ -83,7 +84,7 @@ def test_files_follow_contract_2(reference, dataset):
         assert data["hidden_state"].shape == (1, seq, 64) and data["hidden_state"].dtype == torch.float32
         assert data["aux_hidden_state"].shape == (1, seq, 3 * 64)
         assert (out / f"rows_{row // 16 * 16}-{row // 16 * 16 + 16}" / f"data_{row}.ckpt").is_file()
-    manifest = layout.read_manifest(out)
+    manifest = read_manifest(out)
     assert manifest.bytes == sum(p.stat().st_size for p in out.glob("rows_*/data_*.ckpt"))
     for name, chunk in manifest.chunks.items():
         assert set(chunk["stats"]) == {"final", "2", "4", "5"}
@@ -137,8 +138,8 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
                 proc.kill()
                 proc.wait()
     assert kills >= 4, f"seed {seed}: most runs ended before their kill"
-    partial = layout.read_manifest(out)
-    assert len(partial.rows) < len(layout.read_manifest(ref_out).rows), "nothing left to resume"
+    partial = read_manifest(out)
+    assert len(partial.rows) < len(read_manifest(ref_out).rows), "nothing left to resume"
     # issue 13: no process, no events, a plan not reached and no end record: a warning, never done
     # nor stalled (the monitor cannot tell a killed run from a stuck one without a process)
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "1.5")
@@ -169,8 +170,8 @@ def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model
             proc.kill()
     last = events_of(events)[-1]
     assert last["kind"] == "stopped" and 0 < last["rows_done"] < last["rows_total"]
-    assert len(layout.read_manifest(out).rows) == last["rows_done"]
-    chunks_before = len(layout.read_manifest(out).chunks)
+    assert len(read_manifest(out).rows) == last["rows_done"]
+    chunks_before = len(read_manifest(out).chunks)
     assert not [p for p in out.glob("rows_*/.*")], "temporary files left behind"
     # issue 13: the manifest says how it ended, so the output directory alone reads "stopped"
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "0.2")
@@ -213,7 +214,7 @@ def test_shards_are_disjoint_and_together_equal_one_run(workdir, dataset, tiny_m
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    rows = [set(layout.read_manifest(out, layout.manifest_name((i, 2))).rows) for i in range(2)]
+    rows = [set(read_manifest(out, layout.manifest_name((i, 2))).rows) for i in range(2)]
     assert rows[0] and rows[1] and not rows[0] & rows[1]
     assert {r // 16 % 2 for r in rows[0]} == {0} and {r // 16 % 2 for r in rows[1]} == {1}
     assert not (out / layout.MANIFEST_NAME).exists()
@@ -227,7 +228,7 @@ def test_dry_run_reports_and_writes_nothing(workdir, dataset, tiny_model, refere
     proc = run_extract(dataset, out, tiny_model, *OPTS, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     result = dict(kv.split("=") for kv in proc.stdout.strip().splitlines()[-1].split()[1:])
-    real = layout.read_manifest(reference[0])
+    real = read_manifest(reference[0])
     assert int(result["rows"]) == len(real.rows) and int(result["tokens"]) == real.tokens
     assert abs(int(result["bytes"]) - real.bytes) / real.bytes < 0.02 and result["fits"] == "yes"
     assert not out.exists()
@@ -301,7 +302,7 @@ def test_every_bad_row_kind_goes_to_rejects_and_the_run_goes_on(workdir, tiny_mo
     for row, reason in reasons.items():
         assert reason in rejects[row]["reason"], (row, rejects[row])
         assert rejects[row]["line"] == row + 1
-    assert set(layout.read_manifest(out).rows) == {0, 13}
+    assert set(read_manifest(out).rows) == {0, 13}
     emitted = [json.loads(line) for line in proc.stdout.splitlines()]
     assert sorted(e["row"] for e in emitted if e["kind"] == "reject") == sorted(bad)
 
@@ -405,10 +406,10 @@ def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_mode
         line = wait_until_line(stderr_path, "hsmon extract: paused (disk): ")
         assert f"free on {out}" in line and "reserve of 256.0 kB" in line, line
         assert "waiting for " in line and "more free space" in line and "checking every 0.2s" in line, line
-        done_at_pause = len(layout.read_manifest(out).rows)
+        done_at_pause = len(read_manifest(out).rows)
         time.sleep(1.5)
         assert proc.poll() is None, "the run ended instead of waiting for space"
-        assert len(layout.read_manifest(out).rows) == done_at_pause
+        assert len(read_manifest(out).rows) == done_at_pause
         assert 0 < done_at_pause < 48
         ballast.unlink()
         resume = wait_for_event(events, lambda e: e["kind"] == "resume", proc)
@@ -424,7 +425,7 @@ def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_mode
     assert sorted(rows) == list(range(48))
     import hashlib
 
-    for row, rec in layout.read_manifest(out).rows.items():
+    for row, rec in read_row_records(out).items():
         data_bytes = (out / rec["chunk"] / layout.row_file_name(row)).read_bytes()
         assert hashlib.sha256(data_bytes).hexdigest() == rec["sha256"]
         assert rows[row]["hidden_state"].shape[1] == rec["tokens"]

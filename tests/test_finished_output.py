@@ -21,6 +21,7 @@ from daemon_helpers import Daemon, WebhookReceiver, procs, wait_until  # noqa: F
 from extract_helpers import critical_hints, hsmon_status, make_dataset, run_extract, tiny_model  # noqa: F401
 
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,7 @@ def finished(tmp_path_factory, tiny_model):  # noqa: F811
 
 
 def test_status_of_a_finished_output_dir_is_done_with_totals(finished):
-    manifest = layout.read_manifest(finished)
+    manifest = read_manifest(finished)
     (done,) = [r for r in layout.iter_jsonl(finished / layout.MANIFEST_NAME) if r.get("type") == "done"]
     (run,) = [r for r in layout.iter_jsonl(finished / layout.MANIFEST_NAME) if r.get("type") == "run"]
     assert (run["rows_total"], run["tokens_total"], run["chunks_total"]) == (ROWS, manifest.tokens, 3)

@@ -3,6 +3,7 @@ import json
 import os
 
 from hsmon import events, layout
+from hsmon.manifest_reader import read_manifest
 from hsmon.units import format_bytes, parse_size
 
 
@@ -37,7 +38,7 @@ def test_manifest_ignores_partial_line(tmp_path):
     layout.append_jsonl(m, [{"type": "row", "row": 4, "chunk": "rows_0-2000", "tokens": 9, "bytes": 10}])
     with open(m, "a") as fh:
         fh.write('{"type":"row","row":5')
-    state = layout.read_manifest(tmp_path)
+    state = read_manifest(tmp_path)
     assert set(state.rows) == {4} and state.tokens == 9
     assert layout.row_path(tmp_path, 4001).parts[-2:] == ("rows_4000-6000", "data_4001.ckpt")
 

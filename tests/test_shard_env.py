@@ -13,6 +13,7 @@ from extract_helpers import assert_same_output, events_of, extract_cmd, extract_
 
 from extractor.shard_env import ShardEnvError, resolve_shard
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest
 
 SCHEDULER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_ARRAY_TASK_ID",
                   "SLURM_ARRAY_TASK_MIN",
@@ -126,6 +127,6 @@ def test_real_runs_take_their_shard_from_the_scheduler(tmp_path: Path, tiny_mode
     assert start_shard("whole") == [0, 1]
     # the two array tasks, run at once into one directory, equal the unsharded run, tensor for tensor
     assert_same_output(tmp_path / "array", tmp_path / "whole")
-    shards = [set(layout.read_manifest(tmp_path / "array", layout.manifest_name((i, 2))).rows)
+    shards = [set(read_manifest(tmp_path / "array", layout.manifest_name((i, 2))).rows)
               for i in (0, 1)]
     assert shards[0] and shards[1] and not shards[0] & shards[1]

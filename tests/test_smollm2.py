@@ -31,6 +31,7 @@ from sglang_server import SGLangServer, start_sglang_server
 from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
 
 from hsmon import layout
+from hsmon.manifest_reader import read_manifest, read_row_records
 
 # A 135 M model on a shared 2-core machine: the GGUF read alone took 9 minutes at load 25 (30 s idle).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -125,13 +126,13 @@ def test_extract_with_the_chat_template_masks_exactly_the_assistant_turns(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
-    manifest = layout.read_manifest(extracted)
+    manifest = read_manifest(extracted)
     assert sorted(manifest.rows) == list(range(ROWS))
     start = events_of(extracted.parent / "extract.jsonl")[0]
     assert start["kind"] == "start" and start["layers"] == [2, 15, 27]
     convs = conversations()
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    for row, rec in sorted(manifest.rows.items()):
+    for row, rec in sorted(read_row_records(extracted).items()):
         data = torch.load(extracted / rec["chunk"] / layout.row_file_name(row), weights_only=True)
         ids, mask = data["input_ids"].tolist(), data["loss_mask"].tolist()
         seq = len(ids)
@@ -170,7 +171,7 @@ def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    partial = layout.read_manifest(out)
+    partial = read_manifest(out)
     assert CHUNK <= len(partial.rows) < ROWS, "the kill came too late to leave work to resume"
     resumed = run_extract(dataset, out, Path("smollm2"), *EXTRACT_OPTS, events=events, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

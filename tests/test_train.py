@@ -132,6 +132,24 @@ def test_index_reads_only_rows_the_manifest_lists(setup, tmp_path):
     assert sorted(r.row for r in build_index(data).rows) == list(range(7))
 
 
+def test_index_lists_the_manifest_rows_and_reads_only_a_sample(setup, tmp_path, monkeypatch):
+    import trainer.data as data_mod
+
+    target, _, _ = setup
+    data = tmp_path / "data"
+    sequences = markov_sequences(9, 20, seed=4)
+    write_rows(target, data, sequences)
+    (data / "rows_0-8" / "data_4.ckpt").unlink()  # listed in the manifest but gone
+    loaded = []
+    real_load = data_mod.load_row
+    monkeypatch.setattr(data_mod, "load_row", lambda path: loaded.append(path) or real_load(path))
+    monkeypatch.setattr(data_mod, "VOCAB_SAMPLE_ROWS", 3)
+    index = build_index(data)
+    assert [r.row for r in index.rows] == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert all(r.length == len(sequences[r.row]) for r in index.rows) and index.hidden_size == 32
+    assert len(loaded) == 3 and sum(index.token_counts.values()) > 0
+
+
 def test_train_rejects_bad_input_with_one_line_errors(setup, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -8,6 +8,7 @@ background thread with a bounded queue. Each epoch's batch plan is a pure functi
 from __future__ import annotations
 
 import json
+import os
 import queue
 import random
 import threading
@@ -20,11 +21,14 @@ from typing import Any
 
 import torch
 
-from hsmon.layout import complete_row_files, parse_row_file_name
-from trainer.nonfinite import nonfinite_rows_in_manifest, tensors_finite
+from hsmon.layout import manifest_paths, parse_row_file_name, row_file_name
+from hsmon.manifest_reader import complete_row_files, iter_records
+from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 DEFAULT_DRAFT_VOCAB = 32000
 INDEX_NAME = "data-index.json"
+# Rows read for the draft vocabulary's token counts (and the shapes) when a manifest lists the rows.
+VOCAB_SAMPLE_ROWS = 4000
 
 
 class DataError(ValueError):
@@ -95,28 +99,37 @@ class DataIndex:
 
 
 def build_index(data_dir: str | Path, max_length: int | None = None) -> DataIndex:
-    """Scan the complete rows of ``data_dir`` (reads only input_ids and loss_mask pages, and the
-    hidden states of rows whose manifest record has no stats). Rows with NaN/Inf are left out and
-    listed in ``nonfinite_rows``."""
+    """Index the complete rows of ``data_dir``.
+
+    With a manifest, rows and lengths come from its row records and the files are listed, not
+    read (a 300k-row directory indexes in seconds); the shapes and the draft-vocabulary counts come
+    from VOCAB_SAMPLE_ROWS rows spread evenly over the data (all of them when there are fewer).
+    Without one (a SpecForge layout written by another tool), every row file is read (only its
+    input_ids and loss_mask pages). Rows with NaN/Inf are left out and listed in ``nonfinite_rows``:
+    from the manifest's per-row stats, or, for rows without stats, by checking their hidden
+    states once here."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: not a directory; pass the output directory of `hsmon extract`")
-    files = complete_row_files(data_dir)
-    bad_rows, rows_with_stats = nonfinite_rows_in_manifest(data_dir)
+    listed = manifest_rows(data_dir, max_length)
     nonfinite: list[int] = []
-    rows: list[RowRef] = []
+    if listed is not None:
+        rows, nonfinite, unchecked = listed
+        if unchecked:
+            bad = {r.row for r in rows if r.row in unchecked and not tensors_finite(load_row(r.path))}
+            rows = [r for r in rows if r.row not in bad]
+            nonfinite = sorted(set(nonfinite) | bad)
+    else:
+        rows = [RowRef(str(p), parse_row_file_name(p.name) or 0, 0)
+                for p in complete_row_files(data_dir) if p.is_file()]
+    step = max(1, -(-len(rows) // VOCAB_SAMPLE_ROWS)) if listed is not None else 1
     counts: Counter = Counter()
     hidden_size = aux_size = 0
-    for path in files:
-        if not path.is_file():
-            continue  # listed in the manifest but gone: skip rather than die mid-training
-        row = parse_row_file_name(path.name) or 0
-        if row in bad_rows:
-            nonfinite.append(row)
-            continue
-        data = load_row(path)
-        if row not in rows_with_stats and not tensors_finite(data):
-            nonfinite.append(row)
+    kept: list[RowRef] = []
+    for ref in rows[::step]:
+        data = load_row(ref.path)
+        if listed is None and not tensors_finite(data):
+            nonfinite.append(ref.row)
             continue
         ids = data["input_ids"].reshape(-1)
         mask = data["loss_mask"].reshape(-1)
@@ -128,15 +141,55 @@ def build_index(data_dir: str | Path, max_length: int | None = None) -> DataInde
         if hidden_size == 0:
             hidden_size, aux_size = h, a
         elif (h, a) != (hidden_size, aux_size):
-            raise DataError(f"{path}: hidden sizes {h}/{a} differ from the other rows' "
+            raise DataError(f"{ref.path}: hidden sizes {h}/{a} differ from the other rows' "
                             f"{hidden_size}/{aux_size}; the directory mixes two targets")
         counts.update(ids[1:length][mask[1:length].bool()].tolist())
-        rows.append(RowRef(str(path), row, length))
-    if not rows:
+        kept.append(RowRef(ref.path, ref.row, length))
+    if listed is None:
+        rows = kept
+    if not rows or not hidden_size:
         bad = f" ({len(nonfinite)} rows hold NaN/Inf)" if nonfinite else ""
         raise DataError(f"{data_dir}: no complete rows with at least 2 tokens{bad}; run `hsmon extract` "
                         "into it first (or wait for its first chunk)")
     return DataIndex(rows, counts, hidden_size, aux_size, nonfinite)
+
+
+def manifest_rows(data_dir: Path, max_length: int | None
+                  ) -> tuple[list[RowRef], list[int], set[int]] | None:
+    """(rows, nonfinite, unchecked): the rows the manifests count (with at least 2 tokens) whose
+    file is there, from their row records and one listing per chunk directory, less those whose
+    stats count NaN/Inf (``nonfinite``); ``unchecked``: rows whose record has no stats. None when
+    the directory has no manifest."""
+    if not manifest_paths(data_dir):
+        return None
+    listings: dict[str, set[str]] = {}
+    rows: dict[int, RowRef] = {}
+    nonfinite: set[int] = set()
+    unchecked: set[int] = set()
+    base = str(data_dir) + os.sep
+    for record in iter_records(data_dir):
+        row, chunk, tokens = record.get("row"), record.get("chunk"), record.get("tokens")
+        if record.get("type") != "row" or not isinstance(row, int) or not isinstance(chunk, str):
+            continue
+        if row in rows or row in nonfinite:
+            continue
+        if chunk not in listings:
+            try:
+                listings[chunk] = set(os.listdir(data_dir / chunk))
+            except OSError:
+                listings[chunk] = set()
+        name = row_file_name(row)
+        length = int(tokens or 0) if max_length is None else min(int(tokens or 0), max_length)
+        if name not in listings[chunk] or length < 2:  # listed in the manifest but gone: skipped
+            continue
+        bad = row_stats_nonfinite(record.get("stats"))
+        if bad:
+            nonfinite.add(row)
+            continue
+        if bad is None:
+            unchecked.add(row)
+        rows[row] = RowRef(base + chunk + os.sep + name, row, length)
+    return [rows[r] for r in sorted(rows)], sorted(nonfinite), unchecked
 
 
 def save_index(index: DataIndex, path: Path) -> None:

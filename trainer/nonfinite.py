@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from hsmon import events as ev
-from hsmon.layout import iter_jsonl, manifest_paths
 from trainer.runtime import Dist
 
 DEFAULT_MAX_BAD_FRACTION = 0.1
@@ -32,19 +31,11 @@ class NonFiniteError(ValueError):
     """Training cannot go on: too much non-finite data, or a loss that stays non-finite."""
 
 
-def nonfinite_rows_in_manifest(data_dir: Path) -> tuple[set[int], set[int]]:
-    """(rows whose stats count NaN/Inf values, rows whose record carries stats at all)."""
-    bad: set[int] = set()
-    known: set[int] = set()
-    for path in manifest_paths(data_dir):
-        for record in iter_jsonl(path):
-            row, stats = record.get("row"), record.get("stats")
-            if record.get("type") != "row" or not isinstance(row, int) or not isinstance(stats, dict):
-                continue
-            known.add(row)
-            if any(_nonfinite_count(s) for s in stats.values()):
-                bad.add(row)
-    return bad, known
+def row_stats_nonfinite(stats: Any) -> bool | None:
+    """Whether a row record's ``stats`` count NaN/Inf values; None when it carries no stats."""
+    if not isinstance(stats, dict) or not stats:
+        return None
+    return any(_nonfinite_count(s) for s in stats.values())
 
 
 def _nonfinite_count(sums: Any) -> float:

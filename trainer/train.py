@@ -122,7 +122,7 @@ def _evaluate(
 
 def _aux_layer_ids(data_dir: Path) -> list[int] | None:
     """SGLang layer ids of the capture points, when the extraction's manifest records them."""
-    from hsmon.layout import read_manifest
+    from hsmon.manifest_reader import read_manifest
 
     for run in reversed(read_manifest(data_dir).runs):
         settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}

@@ -15,59 +15,30 @@ not changed is not listed again (only the newest chunk is, since files there may
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hsmon import layout
 from hsmon.data_facts import DataFacts, DataSummary, summarize
-from hsmon.rejects import count_by_class
+from hsmon.manifest_reader import JsonlTail, Manifest
+
+log = logging.getLogger("hsmon.monitor")
 
 SPECULATORS_RE = re.compile(r"^hs_\d+.*\.safetensors$")
-
-
-@dataclass
-class JsonlTail:
-    """Incremental reader of an append-only JSON Lines file (restarts on truncation/rotation)."""
-
-    path: str
-    offset: int = 0
-    inode: int | None = None
-    _partial: bytes = b""
-
-    def poll(self) -> tuple[list[dict[str, Any]], bool]:
-        """(new records, reset) where reset says the file was truncated or replaced."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return [], False
-        reset = self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset)
-        if reset:
-            self.offset, self._partial = 0, b""
-        self.inode = st.st_ino
-        if st.st_size == self.offset:
-            return [], reset
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return [], reset
-        self.offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        records = []
-        for raw in lines:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                records.append(obj)
-        return records, reset
+# More unread manifest than this (~30,000 rows) is read on a thread when the caller allows it (the
+# daemon, the TUI): the tracker answers meanwhile with how far the reading is.
+BACKGROUND_BYTES = 16 * 1024 * 1024
+# A directory listing is reused while the directory's mtime stays what it was, once the listing is
+# this much younger than that mtime (a change within the clock's granularity moves it again).
+LISTING_SETTLE_S = 1.0
+ChunkDirs = list[tuple[tuple[int, int], str]]  # ((a, b), "rows_a-b"), sorted
 
 
 @dataclass
@@ -102,12 +73,15 @@ def safetensors_tokens(path: str) -> int | None:
 
 
 class OutputDirTracker:
+    """Figures of one output directory. ``scan()`` runs on one thread (the monitor's tick); a large
+    manifest may be read on a thread of its own meanwhile (``scan(background=True)``)."""
+
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
         self._lock = threading.Lock()
         self._manifests: dict[str, JsonlTail] = {}
-        self._manifest = layout.Manifest()
         self._facts = DataFacts()  # per-layer statistics of the rows and chunks read
+        self._manifest = Manifest(accumulators=[self._facts])
         self._dirs: dict[str, _DirInfo] = {}
         self._spec_files: dict[str, tuple[int, int, int | None]] = {}  # rel path -> (size, mtime_ns, tokens)
         self._snap: dict[str, Any] = self._empty(False, None)
@@ -117,6 +91,35 @@ class OutputDirTracker:
         self._runs: dict[str, layout.RunLog] = {}  # manifest name -> its latest run and ending
         self._plan: dict[str, Any] = layout.summarize_runs(())
         self.newest_mtime: float | None = None  # newest chunk dir or manifest: work before we watched
+        # (inode, mtime_ns), when listed, names, manifests, chunk dirs: reused while the dir is unchanged
+        self._listing: tuple[tuple[int, int], float, list[str], list[str], ChunkDirs] | None = None
+        self._loader: threading.Thread | None = None
+        self._loader_reset = False  # the loader met a replaced manifest: start over at the next scan
+        self._closing = threading.Event()
+        self._load_done = threading.Event()
+        self.on_read: Callable[[], None] | None = None  # called by the reading thread when it is done
+
+    @property
+    def manifest(self) -> Manifest:
+        """The running totals of the manifests read so far (for readers on the scanning thread)."""
+        return self._manifest
+
+    @property
+    def loading(self) -> bool:
+        """True while a manifest is read on a thread, or read and not yet taken in by ``scan``."""
+        return self._loader is not None
+
+    @property
+    def reading(self) -> dict[str, Any] | None:
+        """While a large manifest is read on a thread: how far ({"bytes_done", "bytes_total"})."""
+        if self._loader is None or self._load_done.is_set():
+            return None
+        tails = list(self._manifests.values())
+        return {"bytes_done": sum(t.offset for t in tails), "bytes_total": sum(t.size for t in tails)}
+
+    def close(self) -> None:
+        """Stop a manifest read in progress (a job no longer watched)."""
+        self._closing.set()
 
     def _empty(self, exists: bool, error: str | None) -> dict[str, Any]:
         return {
@@ -130,38 +133,42 @@ class OutputDirTracker:
             "tokens": 0,
             "bytes": 0,
             "temp_files": 0,
+            "reading": None,
             **layout.summarize_runs(()),
         }
 
-    def scan(self) -> None:
-        """Bring the figures up to date (cheap when little changed)."""
-        try:
-            names = os.listdir(self.path)
-        except FileNotFoundError:
+    def scan(self, background: bool = False) -> None:
+        """Bring the figures up to date (cheap when little changed). With ``background``, more than
+        BACKGROUND_BYTES of unread manifest is read on a thread; until it is done the snapshot
+        says how far it is (``reading``) and carries no figures."""
+        if self._loader is not None:
+            if not self._load_done.is_set():
+                self._publish_reading()
+                return
+            self._loader.join()
+            self._loader = None
+        if self._loader_reset:
+            self._loader_reset = False
             self._reset()
-            self._publish(self._empty(False, None))
+        listing = self._list()
+        if listing is None:
             return
-        except NotADirectoryError:
-            self._publish(self._empty(True, f"{self.path} is not a directory"))
-            return
-        except PermissionError:
-            self._publish(self._empty(True, f"permission denied reading {self.path}"))
-            return
-        manifests = sorted(n for n in names if n.startswith("hsmon-manifest") and n.endswith(".jsonl"))
-        chunk_dirs = sorted((b, n) for n in names if (b := layout.parse_chunk_dir_name(n)))
+        names, manifests, chunk_dirs = listing
         for name in manifests:
-            tail = self._manifests.setdefault(name, JsonlTail(os.path.join(self.path, name)))
-            records, reset = tail.poll()
+            self._manifests.setdefault(name, JsonlTail(os.path.join(self.path, name)))
+        if background and self._unread(manifests) > BACKGROUND_BYTES:
+            self._load_done.clear()
+            self._loader = threading.Thread(target=self._load, args=(manifests,), daemon=True,
+                                            name=f"hsmon-manifest-{os.path.basename(self.path)}")
+            self._loader.start()
+            self._publish_reading()
+            return
+        for name in manifests:
+            _, reset = self._manifests[name].poll(self._handler(name))
             if reset:  # a replaced manifest: reread all of them
                 self._reset()
-                self.scan()
+                self.scan(background)
                 return
-            runs = self._runs.setdefault(name, layout.RunLog())
-            for rec in records:
-                if not self._seen(rec):
-                    self._facts.add(rec)
-                self._manifest.add(rec)
-                runs.add(rec)
         self._plan = layout.summarize_runs(self._runs[n] for n in manifests if n in self._runs)
         self.rows_total_hint = self._plan["rows_total"]
         newest = chunk_dirs[-1][1] if chunk_dirs else None
@@ -177,9 +184,10 @@ class OutputDirTracker:
             if manifests and name in self._manifest.chunks and name in self._dirs:
                 continue  # complete per the manifest: nothing there changes any more
             self._scan_chunk_dir(name, force=name == newest)
-        for name in list(self._dirs):
-            if name not in live:
-                del self._dirs[name]
+        if len(self._dirs) > len(live):
+            for name in list(self._dirs):
+                if name not in live:
+                    del self._dirs[name]
         if manifests:
             snap = self._hsmon_figures(chunk_dirs)
         elif chunk_dirs:
@@ -188,24 +196,91 @@ class OutputDirTracker:
             snap = self._speculators_figures(names)
         self._publish(snap)
 
-    def _seen(self, rec: dict[str, Any]) -> bool:
-        """True for a row or chunk record already read (a row written again after a crash)."""
-        kind = rec.get("type")
-        if kind == "row":
-            return rec.get("row") in self._manifest.rows
-        return kind == "chunk" and rec.get("chunk") in self._manifest.chunks
+    def _list(self) -> tuple[list[str], list[str], ChunkDirs] | None:
+        """(names, manifests, chunk dirs) of the directory, from the cache while it is unchanged;
+        None (an empty snapshot published) when it cannot be listed."""
+        try:
+            st = os.stat(self.path)
+            key = (st.st_ino, st.st_mtime_ns)
+            cached = self._listing
+            if cached is not None and cached[0] == key and cached[1] - st.st_mtime > LISTING_SETTLE_S:
+                return cached[2], cached[3], cached[4]
+            listed_at = time.time()
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            self._reset()
+            self._publish(self._empty(False, None))
+            return None
+        except NotADirectoryError:
+            self._publish(self._empty(True, f"{self.path} is not a directory"))
+            return None
+        except PermissionError:
+            self._publish(self._empty(True, f"permission denied reading {self.path}"))
+            return None
+        manifests = sorted(n for n in names if n.startswith("hsmon-manifest") and n.endswith(".jsonl"))
+        chunk_dirs = sorted((b, n) for n in names if (b := layout.parse_chunk_dir_name(n)))
+        self._listing = (key, listed_at, names, manifests, chunk_dirs)
+        return names, manifests, chunk_dirs
 
-    def data_summary(self) -> DataSummary:
-        """The data facts ``decide`` judges (non-finite rows, drift); call from the scanning thread."""
-        return summarize(self._facts)
+    def _unread(self, manifests: list[str]) -> int:
+        unread = 0
+        for name in manifests:
+            tail = self._manifests[name]
+            try:
+                unread += max(0, os.stat(tail.path).st_size - tail.offset)
+            except OSError:
+                continue
+        return unread
+
+    def _handler(self, name: str) -> Callable[[dict[str, Any]], None]:
+        """What to do with each record of manifest ``name``: the totals and that manifest's run log."""
+        runs = self._runs.setdefault(name, layout.RunLog())
+        add = self._manifest.add
+
+        def handle(record: dict[str, Any]) -> None:
+            add(record)
+            if record.get("type") != "row":
+                runs.add(record)
+
+        return handle
+
+    def _load(self, manifests: list[str]) -> None:
+        """The reading thread: every manifest to its current end (the next scan reads the rest)."""
+        try:
+            for name in manifests:
+                _, reset = self._manifests[name].poll(self._handler(name), stop=self._closing.is_set)
+                if reset:
+                    self._loader_reset = True
+                    return
+        except Exception:  # the next scan reads on (or over again) in the tick's thread
+            log.exception("reading the manifests of %s failed", self.path)
+            self._loader_reset = True
+        self._load_done.set()
+        if self.on_read is not None:
+            self.on_read()
+
+    def _publish_reading(self) -> None:
+        """A snapshot that says the manifest is being read, and how far; no figures yet (a monitor
+        must not take the rows read so far for rows written just now)."""
+        snap = self._empty(True, None)
+        snap.update(layout="hsmon", chunks_complete=None, chunks_in_progress=None, rows=None, tokens=None,
+                    bytes=None, temp_files=None, reading=self.reading)
+        with self._lock:
+            self._snap = snap
+
+    def data_summary(self) -> DataSummary | None:
+        """The data facts ``decide`` judges (non-finite rows, drift); None while a background
+        reading of the manifest is under way. Call from the scanning thread."""
+        return None if self.loading else summarize(self._facts)
 
     def _reset(self) -> None:
         self._manifests.clear()
         self._runs.clear()
-        self._manifest = layout.Manifest()
         self._facts = DataFacts()
+        self._manifest = Manifest(accumulators=[self._facts])
         self._dirs.clear()
         self._spec_files.clear()
+        self._listing = None
 
     def _scan_chunk_dir(self, name: str, force: bool) -> None:
         path = os.path.join(self.path, name)
@@ -256,7 +331,7 @@ class OutputDirTracker:
             bytes=m.bytes,
             temp_files=sum(d.temps for d in self._dirs.values()),
             rejects=len(m.rejects),
-            rejects_by_reason=count_by_class(list(m.rejects.values())),
+            rejects_by_reason=dict(m.reject_classes),
             data=self._facts.snapshot(),
             **self._plan,
         )
