@@ -107,6 +107,22 @@ def rows() -> list[tuple[str, list[P]]]:
                Q(f"hsmon_job_stall_after_seconds{{{SEL}}}", f"{WHO} stall after")],
               unit="s", width=6, height=5),
         ]),
+        ("Data (per layer, from the manifest's statistics)", [
+            P("Mean L2 norm per token, newest chunk",
+              [Q(f"hsmon_output_layer_chunk_mean_l2_norm{{{SEL}}}", f"{WHO} layer {{{{layer}}}}")],
+              extraction=False,
+              description="Per captured layer and the final one (hsmon layout). A step here is a "
+                          "change in what computes the data: see HsmonDataDrift."),
+            P("Drift: newest chunk over the reference chunks",
+              [Q(f"hsmon_output_layer_chunk_drift_ratio{{{SEL}}}", f"{WHO} layer {{{{layer}}}}")],
+              extraction=False,
+              description="Mean L2 norm of the newest chunk over the run's first 3 chunks'. The "
+                          "drift warning fires beyond 0.75-1.25."),
+            P("Rows with NaN/Inf", [Q(f"hsmon_output_nonfinite_rows{{{SEL}}}"),
+                                    Q(f"hsmon_output_drifted_chunks{{{SEL}}}", f"{WHO} drifted chunks")],
+              kind="stat", extraction=False,
+              description="hsmon train skips rows with NaN/Inf; status names the first ones."),
+        ]),
         ("Dump directory and /dev/shm", [
             P("Dump files", [Q(f"hsmon_dump_files{{{SEL}}}")], width=6),
             P("Dump bytes", [Q(f"hsmon_dump_bytes{{{SEL}}}")], unit="bytes", width=6),

@@ -10,6 +10,7 @@ No heavy imports here: the monitor imports this module.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -37,10 +38,11 @@ STEP = "step"
 CHECKPOINT = "checkpoint"
 EVAL = "eval"
 STATE = "state"  # a monitor's job state transition
+SKIP = "skip"  # a training step skipped because its loss or gradient was not finite
 
 KNOWN_KINDS = frozenset(
     {START, ROW, ROWS, CHUNK, REJECT, RETRY, PAUSE, RESUME, HEARTBEAT, ERROR, DONE, STOPPED,
-     STEP, CHECKPOINT, EVAL, STATE}
+     STEP, CHECKPOINT, EVAL, STATE, SKIP}
 )
 # Kinds after which a job has ended on purpose (a monitor does not call it dead).
 TERMINAL_KINDS = frozenset({DONE, STOPPED})
@@ -55,9 +57,31 @@ def make_event(kind: str, job: str, ts: float | None = None, **fields: Any) -> d
     return event
 
 
+def _finite_only(value: Any, path: str, bad: list[str]) -> Any:
+    """``value`` with every NaN/Inf float replaced by None; the replaced paths go to ``bad``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(path)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_only(v, f"{path}.{k}" if path else str(k), bad) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_only(v, f"{path}[{i}]", bad) for i, v in enumerate(value)]
+    return value
+
+
 def encode_event(event: dict[str, Any]) -> str:
-    """One compact JSON line (with its trailing newline)."""
-    return json.dumps(event, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+    """One compact JSON line (with its trailing newline).
+
+    JSON has no NaN or Infinity: a non-finite float is written as null and its field named in
+    ``nonfinite_fields``, so that a diverging loss is reported instead of killing the writer.
+    """
+    try:
+        return json.dumps(event, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError:
+        bad: list[str] = []
+        clean = _finite_only(event, "", bad)
+        clean["nonfinite_fields"] = bad
+        return json.dumps(clean, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
 class EventWriter:

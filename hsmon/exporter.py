@@ -169,6 +169,7 @@ class MonitorCollector(Collector):
             for key, fam in fams.items():
                 _add(fam, [job["job"]], out.get(key))
         yield from fams.values()
+        yield from _data_facts(jobs)
 
     def _disk(self, jobs: list[dict[str, Any]]) -> Iterator[Any]:
         labels = ("job", "role")
@@ -263,3 +264,43 @@ class MetricsEndpoint:
     def render(self) -> bytes:
         """The whole exposition in the Prometheus text format."""
         return generate_latest(self.registry) + self.engine.text()
+
+
+def _data_facts(jobs: list[dict[str, Any]]) -> Iterator[Any]:
+    """Per-layer statistics of the hidden states written (output.data, hsmon/data_facts.py)."""
+    by_layer = ("job", "layer")
+    run = {
+        "mean_l2": _g("hsmon_output_layer_mean_l2_norm", "mean L2 norm per token of the layer's "
+                      "hidden states, over the run", by_layer),
+        "std": _g("hsmon_output_layer_std", "std of the layer's values, over the run", by_layer),
+        "max_abs": _g("hsmon_output_layer_max_abs", "largest finite |x| of the layer", by_layer),
+        "nonfinite_values": _g("hsmon_output_layer_nonfinite_values", "NaN/Inf values of the layer",
+                               by_layer),
+        "nonfinite_rows": _g("hsmon_output_layer_nonfinite_rows", "rows with NaN/Inf in the layer",
+                             by_layer),
+    }
+    chunk = {
+        "mean_l2": _g("hsmon_output_layer_chunk_mean_l2_norm", "mean L2 norm per token in the newest "
+                      "complete chunk", by_layer),
+        "std": _g("hsmon_output_layer_chunk_std", "std in the newest complete chunk", by_layer),
+    }
+    ratio = _g("hsmon_output_layer_chunk_drift_ratio", "newest chunk's mean L2 norm over the reference "
+               "chunks' (1 = no drift)", by_layer)
+    rows = _g("hsmon_output_nonfinite_rows", "rows whose hidden states hold NaN/Inf (any layer)")
+    drifted = _g("hsmon_output_drifted_chunks", "chunks whose statistics moved beyond the drift tolerance")
+    for job in jobs:
+        data = (job.get("output") or {}).get("data")
+        if not data:
+            continue
+        name = job["job"]
+        _add(rows, [name], data.get("nonfinite_rows"))
+        _add(drifted, [name], data.get("drifted_chunks"))
+        for layer, facts in (data.get("layers") or {}).items():
+            for key, fam in run.items():
+                _add(fam, [name, layer], facts.get(key))
+            newest, ref = facts.get("chunk") or {}, facts.get("reference") or {}
+            for key, fam in chunk.items():
+                _add(fam, [name, layer], newest.get(key))
+            if newest.get("mean_l2") is not None and ref.get("mean_l2"):
+                ratio.add_metric([name, layer], newest["mean_l2"] / ref["mean_l2"])
+    yield from (*run.values(), *chunk.values(), ratio, rows, drifted)

@@ -348,6 +348,7 @@ class JobRuntime:
             output_ending=out.get("ending") if out else None,
             output_ending_ts=out.get("ending_ts") if out else None,
             output_run_seconds=out.get("run_seconds") if out else None,
+            data=self.output.data_summary() if out and out.get("layout") == "hsmon" else None,
         )
 
     def _publish_reading(self, now: float) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hsmon import logtail
+from hsmon.data_facts import DataSummary
 from hsmon.units import format_duration
 
 STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
@@ -107,6 +108,8 @@ class Snapshot:
     servers: list[ServerFacts] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
     gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
+    # What the hidden states written look like (hsmon/data_facts.py; None: no hsmon manifest):
+    data: DataSummary | None = None
 
 
 @dataclass
@@ -181,7 +184,9 @@ def hints_for(snap: Snapshot) -> list[Hint]:
                 f"{snap.bad_event_lines} line(s) of the events file are not valid events (skipped)",
             )
         )
-    return hints
+    from hsmon.state_data import data_hints  # here: it imports this module
+
+    return hints + data_hints(snap)
 
 
 def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decision:

@@ -84,6 +84,8 @@ def write_rows(target: Path, out: Path, sequences: list[list[int]], chunk_size: 
     """Run the target over ``sequences`` and write contract-2 rows (and manifest records)."""
     from transformers import LlamaForCausalLM
 
+    from extractor.writer import layer_sums  # the per-layer stats hsmon extract records
+
     model = LlamaForCausalLM.from_pretrained(target).eval()
     points = capture_points(model.config.num_hidden_layers)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,8 +106,10 @@ def write_rows(target: Path, out: Path, sequences: list[list[int]], chunk_size: 
         path = row_path(out, row, chunk_size)
         size = atomic_write(path, lambda fh, b=buffer: fh.write(b.getbuffer()))
         paths.append(path)
+        stats = {"final": layer_sums(result.last_hidden_state[0]),
+                 **{str(p): layer_sums(result.hidden_states[p][0]) for p in points}}
         records.append({"type": "row", "row": row, "chunk": chunk_dir_name(*chunk_bounds(row, chunk_size)),
-                        "tokens": len(seq), "bytes": size})
+                        "tokens": len(seq), "bytes": size, "stats": stats})
     if manifest:
         append_jsonl(out / manifest_name(), [{"type": "run", "layers": points}, *records])
     return paths

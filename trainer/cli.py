@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="end the training (checkpoint, eval, done) after this many seconds of steps",
     )
+    parser.add_argument("--max-bad-fraction", type=float, default=0.1, metavar="F",
+                        help="refuse to start when more than this share of rows hold NaN/Inf "
+                             "(those rows are skipped; default 0.1)")
+    parser.add_argument("--max-skipped-steps", type=_positive_int, default=5, metavar="N",
+                        help="stop after N steps in a row whose loss or gradient is not finite "
+                             "(each is skipped; default 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--job", default="train", help="job id written into every event")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -80,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from trainer.data import DataError
+    from trainer.nonfinite import NonFiniteError
     from trainer.target import TargetError, resolve_target
     from trainer.train import TrainSettings, train
 
@@ -111,8 +118,13 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             job=args.job,
             time_limit_s=args.time_limit,
+            max_bad_fraction=args.max_bad_fraction,
+            max_skips_in_a_row=args.max_skipped_steps,
         )
         return train(settings)
     except (DataError, TargetError) as exc:
         print(f"hsmon train: {exc}", file=sys.stderr)
         return 2
+    except NonFiniteError as exc:
+        print(f"hsmon train: {exc}", file=sys.stderr)
+        return 1

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import torch
 
 from hsmon.layout import manifest_paths, parse_row_file_name, row_file_name
 from hsmon.manifest_reader import complete_row_files, iter_records
+from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 DEFAULT_DRAFT_VOCAB = 32000
 INDEX_NAME = "data-index.json"
@@ -80,6 +81,7 @@ class DataIndex:
     token_counts: Counter
     hidden_size: int
     aux_size: int
+    nonfinite_rows: list[int] = field(default_factory=list)  # left out: they hold NaN/Inf
 
     @property
     def num_aux(self) -> int:
@@ -103,19 +105,32 @@ def build_index(data_dir: str | Path, max_length: int | None = None) -> DataInde
     read (a 300k-row directory indexes in seconds); the shapes and the draft-vocabulary counts come
     from VOCAB_SAMPLE_ROWS rows spread evenly over the data (all of them when there are fewer).
     Without one (a SpecForge layout written by another tool), every row file is read (only its
-    input_ids and loss_mask pages)."""
+    input_ids and loss_mask pages). Rows with NaN/Inf are left out and listed in ``nonfinite_rows``:
+    from the manifest's per-row stats, or, for rows without stats, by checking their hidden
+    states once here."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}: not a directory; pass the output directory of `hsmon extract`")
     listed = manifest_rows(data_dir, max_length)
-    rows = listed if listed is not None else [RowRef(str(p), parse_row_file_name(p.name) or 0, 0)
-                                              for p in complete_row_files(data_dir) if p.is_file()]
+    nonfinite: list[int] = []
+    if listed is not None:
+        rows, nonfinite, unchecked = listed
+        if unchecked:
+            bad = {r.row for r in rows if r.row in unchecked and not tensors_finite(load_row(r.path))}
+            rows = [r for r in rows if r.row not in bad]
+            nonfinite = sorted(set(nonfinite) | bad)
+    else:
+        rows = [RowRef(str(p), parse_row_file_name(p.name) or 0, 0)
+                for p in complete_row_files(data_dir) if p.is_file()]
     step = max(1, -(-len(rows) // VOCAB_SAMPLE_ROWS)) if listed is not None else 1
     counts: Counter = Counter()
     hidden_size = aux_size = 0
     kept: list[RowRef] = []
     for ref in rows[::step]:
         data = load_row(ref.path)
+        if listed is None and not tensors_finite(data):
+            nonfinite.append(ref.row)
+            continue
         ids = data["input_ids"].reshape(-1)
         mask = data["loss_mask"].reshape(-1)
         length = int(ids.shape[0]) if max_length is None else min(int(ids.shape[0]), max_length)
@@ -133,24 +148,30 @@ def build_index(data_dir: str | Path, max_length: int | None = None) -> DataInde
     if listed is None:
         rows = kept
     if not rows or not hidden_size:
-        raise DataError(f"{data_dir}: no complete rows with at least 2 tokens; run `hsmon extract` "
+        bad = f" ({len(nonfinite)} rows hold NaN/Inf)" if nonfinite else ""
+        raise DataError(f"{data_dir}: no complete rows with at least 2 tokens{bad}; run `hsmon extract` "
                         "into it first (or wait for its first chunk)")
-    return DataIndex(rows, counts, hidden_size, aux_size)
+    return DataIndex(rows, counts, hidden_size, aux_size, nonfinite)
 
 
-def manifest_rows(data_dir: Path, max_length: int | None) -> list[RowRef] | None:
-    """The rows the manifests count (with at least 2 tokens) whose file is there, from their row
-    records and one listing per chunk directory; None when the directory has no manifest."""
+def manifest_rows(data_dir: Path, max_length: int | None
+                  ) -> tuple[list[RowRef], list[int], set[int]] | None:
+    """(rows, nonfinite, unchecked): the rows the manifests count (with at least 2 tokens) whose
+    file is there, from their row records and one listing per chunk directory, less those whose
+    stats count NaN/Inf (``nonfinite``); ``unchecked``: rows whose record has no stats. None when
+    the directory has no manifest."""
     if not manifest_paths(data_dir):
         return None
     listings: dict[str, set[str]] = {}
     rows: dict[int, RowRef] = {}
+    nonfinite: set[int] = set()
+    unchecked: set[int] = set()
     base = str(data_dir) + os.sep
     for record in iter_records(data_dir):
         row, chunk, tokens = record.get("row"), record.get("chunk"), record.get("tokens")
         if record.get("type") != "row" or not isinstance(row, int) or not isinstance(chunk, str):
             continue
-        if row in rows:
+        if row in rows or row in nonfinite:
             continue
         if chunk not in listings:
             try:
@@ -159,15 +180,23 @@ def manifest_rows(data_dir: Path, max_length: int | None) -> list[RowRef] | None
                 listings[chunk] = set()
         name = row_file_name(row)
         length = int(tokens or 0) if max_length is None else min(int(tokens or 0), max_length)
-        if name in listings[chunk] and length >= 2:  # listed in the manifest but gone: skipped
-            rows[row] = RowRef(base + chunk + os.sep + name, row, length)
-    return [rows[r] for r in sorted(rows)]
+        if name not in listings[chunk] or length < 2:  # listed in the manifest but gone: skipped
+            continue
+        bad = row_stats_nonfinite(record.get("stats"))
+        if bad:
+            nonfinite.add(row)
+            continue
+        if bad is None:
+            unchecked.add(row)
+        rows[row] = RowRef(base + chunk + os.sep + name, row, length)
+    return [rows[r] for r in sorted(rows)], sorted(nonfinite), unchecked
 
 
 def save_index(index: DataIndex, path: Path) -> None:
     payload = {"rows": [[r.path, r.row, r.length] for r in index.rows],
                "token_counts": {str(k): v for k, v in index.token_counts.items()},
-               "hidden_size": index.hidden_size, "aux_size": index.aux_size}
+               "hidden_size": index.hidden_size, "aux_size": index.aux_size,
+               "nonfinite_rows": index.nonfinite_rows}
     path.write_text(json.dumps(payload))
 
 
@@ -175,7 +204,7 @@ def load_index(path: Path) -> DataIndex:
     payload = json.loads(path.read_text())
     return DataIndex([RowRef(p, r, n) for p, r, n in payload["rows"]],
                      Counter({int(k): v for k, v in payload["token_counts"].items()}),
-                     payload["hidden_size"], payload["aux_size"])
+                     payload["hidden_size"], payload["aux_size"], payload.get("nonfinite_rows", []))
 
 
 def build_draft_vocab(counts: Counter, vocab_size: int, draft_vocab_size: int | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,15 @@ from trainer.data import (
     save_index,
 )
 from trainer.model import DrafterConfig, Eagle3Drafter
+from trainer.nonfinite import (
+    DEFAULT_MAX_BAD_FRACTION,
+    DEFAULT_MAX_SKIPS_IN_A_ROW,
+    LossGuard,
+    backward_unless_nonfinite,
+    check_bad_fraction,
+    rows_text,
+    skip_step,
+)
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
 from trainer.runtime import Dist, Heartbeat, lr_lambda_factory, ranks_in_sync, rng_state, set_rng_state
 from trainer.target import load_embed_and_head, load_target_config
@@ -66,6 +76,8 @@ class TrainSettings:
     seed: int = 0
     time_limit_s: float | None = None
     job: str = "train"
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
+    max_skips_in_a_row: int = DEFAULT_MAX_SKIPS_IN_A_ROW
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -157,6 +169,10 @@ def _train(
     ckpt = load_checkpoint(resume_from) if resume_from else None
 
     index = _prepare_index(settings, world)
+    check_bad_fraction(settings.data_dir, index.nonfinite_rows, len(index.rows), settings.max_bad_fraction)
+    if index.nonfinite_rows and world.main:
+        print(f"hsmon train: skipping {len(index.nonfinite_rows)} rows that hold NaN/Inf hidden states "
+              f"(rows {rows_text(index.nonfinite_rows)})", file=sys.stderr, flush=True)
     train_rows, held_rows = index.split(settings.eval_fraction)
     target_config = load_target_config(settings.target)
     embed, head = load_embed_and_head(settings.target)
@@ -268,6 +284,8 @@ def _train(
             total_rows=len(train_rows),
             eval_rows=len(held_rows),
             total_tokens=sum(r.length for r in train_rows),
+            nonfinite_rows=len(index.nonfinite_rows),
+            nonfinite_row_ids=index.nonfinite_rows[:20],
             hidden_size=cfg.hidden_size,
             layers=index.num_aux,
             draft_vocab_size=cfg.draft_vocab_size,
@@ -282,6 +300,7 @@ def _train(
         )
 
     last_ckpt_step = step if ckpt is not None else -1
+    guard = LossGuard(settings.max_skips_in_a_row)
     run_started = time.monotonic()
     out_of_time = False
     interval_start, interval_tokens, interval_wait = time.perf_counter(), 0, 0.0
@@ -299,8 +318,14 @@ def _train(
                 loss, sums = ttt_loss(
                     forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
                 )
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+                what, grad_norm = backward_unless_nonfinite(loss, params, settings.grad_clip, world)
+                if what:
+                    position += 1
+                    if position >= steps_per_epoch:
+                        epoch, position = epoch + 1, 0
+                    skip_step(guard, writer, step, batch.rows, what, counters)
+                    continue
+                guard.ok(step)
                 optimizer.step()
                 scheduler.step()
                 step += 1
@@ -328,6 +353,7 @@ def _train(
                         tokens=tokens_done,
                         tokens_s=interval_tokens / elapsed,
                         data_wait_frac=min(1.0, interval_wait / elapsed),
+                        skipped_steps=guard.skipped,
                     )
                     interval_start, interval_tokens, interval_wait = now, 0, 0.0
                 if position >= steps_per_epoch:
@@ -379,6 +405,8 @@ def _train(
             epochs_done=epoch,
             time_limit_reached=out_of_time,
             eval_accs=stats.accs if stats else None,
+            skipped_steps=guard.skipped,
+            nonfinite_rows=len(index.nonfinite_rows),
             ranks_in_sync=in_sync,
             checkpoint=str(latest_checkpoint(out)),
         )

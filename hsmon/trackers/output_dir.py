@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hsmon import layout
+from hsmon.data_facts import DataFacts, DataSummary, summarize
 from hsmon.manifest_reader import JsonlTail, Manifest
 
 log = logging.getLogger("hsmon.monitor")
@@ -79,7 +80,8 @@ class OutputDirTracker:
         self.path = os.path.abspath(path)
         self._lock = threading.Lock()
         self._manifests: dict[str, JsonlTail] = {}
-        self._manifest = Manifest()
+        self._facts = DataFacts()  # per-layer statistics of the rows and chunks read
+        self._manifest = Manifest(accumulators=[self._facts])
         self._dirs: dict[str, _DirInfo] = {}
         self._spec_files: dict[str, tuple[int, int, int | None]] = {}  # rel path -> (size, mtime_ns, tokens)
         self._snap: dict[str, Any] = self._empty(False, None)
@@ -266,10 +268,16 @@ class OutputDirTracker:
         with self._lock:
             self._snap = snap
 
+    def data_summary(self) -> DataSummary | None:
+        """The data facts ``decide`` judges (non-finite rows, drift); None while a background
+        reading of the manifest is under way. Call from the scanning thread."""
+        return None if self.loading else summarize(self._facts)
+
     def _reset(self) -> None:
         self._manifests.clear()
         self._runs.clear()
-        self._manifest = Manifest()
+        self._facts = DataFacts()
+        self._manifest = Manifest(accumulators=[self._facts])
         self._dirs.clear()
         self._spec_files.clear()
         self._listing = None
@@ -324,6 +332,7 @@ class OutputDirTracker:
             temp_files=sum(d.temps for d in self._dirs.values()),
             rejects=len(m.rejects),
             rejects_by_reason=dict(m.reject_classes),
+            data=self._facts.snapshot(),
             **self._plan,
         )
         return snap

@@ -1,0 +1,56 @@
+"""The state machine's view of the data itself: hints about NaN/Inf and drifting statistics in the
+hidden states written (hsmon/data_facts.py measures them). Pure, like hsmon/state.py, which calls
+it. These are warnings: bad data does not stop a job, but it must be seen before the training."""
+
+from __future__ import annotations
+
+from hsmon.data_facts import DataSummary, Drift
+from hsmon.state import Hint, Snapshot
+
+FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std"}
+
+
+def _rows(rows: tuple[int, ...], total: int) -> str:
+    shown = ", ".join(str(r) for r in rows)
+    return shown if total <= len(rows) else f"{shown}, ... ({total} rows)"
+
+
+def _chunk_rows(chunk: str) -> str:
+    return chunk.removeprefix("rows_")
+
+
+def _drift_text(d: Drift, tolerance: float) -> str:
+    change = (d.value - d.reference) / d.reference * 100 if d.reference else 0.0
+    return (f"{FIGURE_NAMES.get(d.figure, d.figure)} {d.value:.4g} against {d.reference:.4g} in the "
+            f"reference chunks ({change:+.0f} %, tolerance ±{tolerance * 100:.0f} %)")
+
+
+def data_hints(snap: Snapshot) -> list[Hint]:
+    """Warnings for non-finite values and for drift in the output's data."""
+    data: DataSummary | None = snap.data
+    if data is None:
+        return []
+    hints: list[Hint] = []
+    if data.nonfinite_rows:
+        layers = "; ".join(f"layer {name}: {rows} rows, {values} values"
+                           for name, rows, values in data.nonfinite_by_layer)
+        hints.append(Hint(
+            "data-nonfinite", "warning",
+            f"{data.nonfinite_rows} rows of the output hold NaN/Inf hidden states (rows "
+            f"{_rows(data.first_nonfinite_rows, data.nonfinite_rows)}; {layers}). hsmon train skips "
+            "them; check the target's weights and --dtype (float16 overflows), then re-extract those rows.",
+        ))
+    if data.drifts:
+        newest = data.drifts[-1]
+        same = [d for d in data.drifts if d.chunk == newest.chunk]
+        first = same[0]
+        others = sorted({d.layer for d in same[1:] if d.layer != first.layer})
+        also = f"; also layer {', '.join(others)}" if others else ""
+        count = f" ({data.drifted_chunks} chunks drifted so far)" if data.drifted_chunks > 1 else ""
+        hints.append(Hint(
+            "data-drift", "warning",
+            f"data drift at rows {_chunk_rows(first.chunk)}, layer {first.layer}: "
+            f"{_drift_text(first, data.tolerance)}{also}{count}. Did the target, its weights or the "
+            "engine change mid-run? Check with `hsmon verify-data`.",
+        ))
+    return hints

@@ -1,0 +1,142 @@
+"""The daemon watches the data itself: NaN/Inf rows and drifting statistics, on real extractions of
+the embedded target (a corrupted and a scaled copy of it made by tests/nonfinite_helpers.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from extract_helpers import hsmon_status, make_dataset, run_extract
+from nonfinite_helpers import nan_embedding_target, scaled_embedding_target, token_rows
+from prometheus_client.parser import text_string_to_metric_families
+
+from hsmon.config import JobConfig
+from hsmon.data_facts import DataFacts
+from hsmon.exporter import MetricsEndpoint
+from hsmon.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.monitor import Monitor
+from hsmon.notify import Notifier
+
+CHUNK = ["--chunk-size", "3"]
+
+
+def status(out: Path) -> dict:
+    _, job = hsmon_status("--out", str(out), "--sample", "0.2")
+    return job
+
+
+def hints(job: dict, hint_id: str) -> list[dict]:
+    return [h for h in job["hints"] if h["id"] == hint_id]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> tuple[Path, Path]:
+    """(dataset, output): 60 mixed rows extracted with the embedded target in 20 chunks of 3."""
+    base = tmp_path_factory.mktemp("clean")
+    dataset = make_dataset(base / "rows.jsonl", 60, seed=3)
+    out = base / "out"
+    proc = run_extract(dataset, out, _embedded(), *CHUNK)
+    assert proc.returncode == 0, proc.stderr
+    return dataset, out
+
+
+def _embedded() -> Path:
+    from extractor.embedded_target import ensure_embedded_target
+
+    return ensure_embedded_target()
+
+
+def test_clean_run_of_20_chunks_has_no_data_warning(clean):
+    job = status(clean[1])
+    data = job["output"]["data"]
+    assert data["rows"] == 60 and data["nonfinite_rows"] == 0 and data["drifted_chunks"] == 0
+    assert set(data["layers"]) == {"final", "2", "4", "5"}
+    assert data["newest_chunk"] == "rows_57-60"
+    assert data["reference_chunks"] == ["rows_0-3", "rows_3-6", "rows_6-9"]
+    final = data["layers"]["final"]
+    assert 5 < final["mean_l2"] < 30 and final["std"] > 0 and final["max_abs"] > 0
+    assert final["chunk"]["mean_l2"] > 0
+    assert not hints(job, "data-drift") and not hints(job, "data-nonfinite")
+
+
+def test_chunks_from_another_checkpoint_drift_on_the_right_chunk(clean, tmp_path):
+    """Rows 0-8 from the embedded target, rows 9-14 from a copy with a scaled embedding."""
+    dataset, clean_out = clean
+    head = tmp_path / "rows15.jsonl"
+    head.write_text("".join(dataset.read_text().splitlines(keepends=True)[:15]))
+    other = tmp_path / "other"
+    proc = run_extract(head, other, scaled_embedding_target(tmp_path / "scaled"), *CHUNK)
+    assert proc.returncode == 0, proc.stderr
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    records = []
+    for source, keep in ((clean_out, lambda row: row < 9), (other, lambda row: row >= 9)):
+        for rec in iter_jsonl(source / MANIFEST_NAME):
+            first = int(rec["chunk"].split("_")[1].split("-")[0]) if "chunk" in rec else None
+            if (rec["type"] == "run" and source == clean_out) or (first is not None and keep(first)):
+                records.append(rec)
+                if rec["type"] == "chunk":
+                    (mixed / rec["chunk"]).symlink_to(source / rec["chunk"])
+    (mixed / MANIFEST_NAME).write_text("".join(json.dumps(r) + "\n" for r in records))
+    job = status(mixed)
+    (drift,) = hints(job, "data-drift")
+    assert drift["severity"] == "warning"
+    assert drift["message"].startswith("data drift at rows 12-15, layer 2: mean L2 norm per token")
+    data = job["output"]["data"]
+    assert data["drifted_chunks"] == 2
+    assert {d["chunk"] for d in data["drifts"]} == {"rows_9-12", "rows_12-15"}
+    assert "final" not in {d["layer"] for d in data["drifts"]}  # the final norm hides the scale
+    assert job["state"] != "stalled" and not [h for h in job["hints"] if h["severity"] == "critical"]
+
+
+def test_nan_rows_are_named_with_their_layers(tmp_path):
+    dataset = token_rows(tmp_path / "rows.jsonl", 12, {3, 9})
+    out = tmp_path / "out"
+    proc = run_extract(dataset, out, nan_embedding_target(tmp_path / "nan"), "--chunk-size", "4")
+    assert proc.returncode == 0, proc.stderr
+    job = status(out)
+    (hint,) = hints(job, "data-nonfinite")
+    assert hint["severity"] == "warning"
+    assert hint["message"].startswith(
+        "2 rows of the output hold NaN/Inf hidden states (rows 3, 9; layer final: 2 rows")
+    for layer in ("2", "4", "5"):
+        assert f"layer {layer}: 2 rows" in hint["message"]
+    data = job["output"]["data"]
+    assert data["first_nonfinite_rows"] == [3, 9] and data["layers"]["2"]["nonfinite_rows"] == 2
+    text = metrics_text(out, tmp_path)
+    samples = {(s.name, s.labels.get("layer")): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("hsmon_output_nonfinite_rows", None)] == 2
+    assert samples[("hsmon_output_layer_nonfinite_rows", "final")] == 2
+    assert samples[("hsmon_output_layer_nonfinite_values", "2")] > 0
+    assert samples[("hsmon_output_layer_mean_l2_norm", "final")] > 0
+    assert ("hsmon_output_layer_chunk_drift_ratio", "5") in samples
+
+
+def metrics_text(out: Path, tmp_path: Path) -> str:
+    """The daemon's /metrics text for a job watching ``out`` (in-process), promtool-checked."""
+    monitor = Monitor([JobConfig(name="nan", out_dir=str(out))], use_watchdog=False)
+    monitor.tick(force_scan=True)
+    text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+    if shutil.which("promtool"):
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode == 0, res.stdout + res.stderr
+    return text
+
+
+def test_facts_keep_running_totals_only():
+    """A million row records leave the accumulator the same size (no per-row state)."""
+    facts = DataFacts()
+    row = {"type": "row", "row": 0, "stats": {"final": [10, 120.0, 1280, 0.0, 1280.0, 4.0, 0]}}
+    for i in range(2000):
+        facts.add({**row, "row": i})
+    size = len(json.dumps(facts.snapshot()))
+    facts.add({**row, "row": 5, "stats": {"final": [10, 120.0, 1270, 0.0, 1270.0, 4.0, 10]}})
+    for i in range(2000, 20000):
+        facts.add({**row, "row": i})
+    assert len(json.dumps(facts.snapshot())) <= size + 40
+    assert facts.first_nonfinite_rows == [5] and facts.layers["final"].figures()["mean_l2"] == 12.0
