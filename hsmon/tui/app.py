@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import var
 
 from hsmon import __version__
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -45,7 +45,9 @@ class HsmonApp(App[None]):
         Binding("q", "quit", "quit"),
     ]
 
-    revision: reactive[int] = reactive(0, always_update=True)
+    # A var, not a reactive: a reactive on the app repaints the whole screen whenever it is set;
+    # the screens watch it and repaint only the widgets whose content changed.
+    revision: var[int] = var(0, always_update=True)
 
     def __init__(self, sources: Sequence[StatusSource], **kwargs: Any) -> None:
         super().__init__(**kwargs)

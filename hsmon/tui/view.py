@@ -104,7 +104,7 @@ def process_rows(processes: Iterable[dict[str, Any]] | None) -> list[tuple[str, 
     for proc in processes or []:
         status = proc.get("status") or ("running" if proc.get("alive") else "gone")
         rows.append((
-            str(proc.get("role", "?")), str(proc.get("pid", "-")), str(status),
+            str(proc.get("role", "?")), "-" if proc.get("pid") is None else str(proc["pid"]), str(status),
             fmt_pct(proc.get("cpu_percent")), format_bytes(proc.get("rss_bytes")),
             format_duration(proc.get("uptime_s")), str(proc.get("restarts", 0)),
         ))
