@@ -6,7 +6,10 @@ and most figures keep their shape: the same text, or text of the same lines and 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
+from textual.scrollbar import ScrollBarRender
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -49,3 +52,10 @@ def set_display(widget: Widget, shown: bool) -> None:
     """Show or hide a widget, touching it only when that changes."""
     if widget.display != shown:
         widget.display = shown
+
+
+class WholeCellScrollBar(ScrollBarRender):
+    """A scrollbar thumb of whole cells: no half-block glyph (a stray '▄▄' at the right edge of a
+    terminal copy) at its ends."""
+
+    VERTICAL_BARS: ClassVar[list[str]] = [" "] * len(ScrollBarRender.VERTICAL_BARS)
