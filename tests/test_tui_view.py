@@ -148,3 +148,22 @@ def test_status_line_shows_rows_for_an_extraction_and_steps_for_a_training() -> 
     line = view.status_line(job)
     assert "rows " not in line
     assert "step 60 / 200 (30.0%)" in line and "loss 1.900" in line
+
+
+def test_rate_history_from_a_big_events_file_reads_a_bounded_sample(tmp_path) -> None:
+    import pytest
+
+    from hsmon.tui.backfill import WINDOW_BYTES, events_rate_history
+
+    path = tmp_path / "events.jsonl"
+    with open(path, "w") as fh:  # 100 rows/s for 400 s, then 10 rows/s: ~3.5 MB
+        for i in range(44_000):
+            ts = 1000.0 + (i / 100 if i < 40_000 else 400 + (i - 40_000) / 10)
+            fh.write(f'{{"v":1,"ts":{ts},"job":"x","kind":"rows","rows_done":{i + 1},'
+                     f'"tokens_done":{(i + 1) * 7},"pad":"{"x" * 40}"}}\n')
+    assert path.stat().st_size > 61 * WINDOW_BYTES  # a sample, not the whole file, is read
+    series = events_rate_history(str(path), 60)
+    assert series is not None and len(series.rows_per_s) == 60
+    assert series.rows_per_s[0] == pytest.approx(100, rel=0.02)
+    assert series.rows_per_s[-1] == pytest.approx(10, rel=0.02)
+    assert series.tokens_per_s[0] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []

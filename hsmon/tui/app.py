@@ -17,12 +17,13 @@ from textual.binding import Binding
 from textual.reactive import var
 
 from hsmon import __version__
+from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.messages import SourceDown, StatusUpdate
 from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
 from hsmon.tui.sources import ActionResult, StatusSource
-from hsmon.tui.view import JobHistory, is_acceptance_job
+from hsmon.tui.view import HISTORY_POINTS, JobHistory, is_acceptance_job
 
 JobKey = tuple[int, str]
 
@@ -86,7 +87,10 @@ class HsmonApp(App[None]):
         self.errors[message.source_id] = None
         self.last_update[message.source_id] = time.monotonic()
         for job in document.get("jobs") or []:
-            self.history((message.source_id, str(job.get("job")))).add(job, document.get("generated_ts"))
+            key = (message.source_id, str(job.get("job")))
+            if key not in self.histories:
+                self._backfill_from_events(key, job)
+            self.history(key).add(job, document.get("generated_ts"))
         self.revision += 1
         if self.first_paint_ts is None:
             self.first_paint_ts = time.time()
@@ -94,6 +98,23 @@ class HsmonApp(App[None]):
     def on_source_down(self, message: SourceDown) -> None:
         self.errors[message.source_id] = (f"disconnected, retrying in {message.retry_in:.0f}s "
                                           f"({message.error})")
+        self.revision += 1
+
+    def _backfill_from_events(self, key: JobKey, job: dict[str, Any]) -> None:
+        """A job seen for the first time: rebuild its rate history from its events file (when this
+        machine can read it), so that a job that ran before the dashboard started has sparklines."""
+        path = (job.get("events") or {}).get("path")
+        if path and self.sources[key[0]].is_local:
+            self._backfill_worker(key, str(path))
+
+    @work(thread=True, group="backfill")
+    def _backfill_worker(self, key: JobKey, path: str) -> None:
+        series = events_rate_history(path, HISTORY_POINTS)
+        if series is not None:
+            self.call_from_thread(self._backfilled, key, series)
+
+    def _backfilled(self, key: JobKey, series: RateSeries) -> None:
+        self.history(key).backfill(series.rows_per_s, series.tokens_per_s, series.bytes_per_s)
         self.revision += 1
 
     # -- what screens read ------------------------------------------------------------------

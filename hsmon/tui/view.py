@@ -327,6 +327,14 @@ class JobHistory:
         self._add_training(job)
         return True
 
+    def backfill(self, rows_per_s: list[float], tokens_per_s: list[float], bytes_per_s: list[float]) -> None:
+        """Put older readings (rebuilt from the events file) before the ones recorded so far."""
+        for series, older in ((self.rows_per_s, rows_per_s), (self.tokens_per_s, tokens_per_s),
+                              (self.bytes_per_s, bytes_per_s)):
+            newer = list(series)
+            series.clear()
+            series.extend([*older, *newer])
+
     def _add_events(self, recent: list[dict[str, Any]]) -> None:
         """Merge a document's recent events into the kept ones (in time order, each once)."""
         for event in recent:
