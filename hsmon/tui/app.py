@@ -60,6 +60,11 @@ class HsmonApp(App[None]):
         self.selected: JobKey | None = None
         self.launched: JobKey | None = None
         self.first_paint_ts: float | None = None
+        # Documents that arrive faster than the sources' refresh interval are coalesced: only the
+        # newest is rendered (the histories still record every one).
+        self.render_interval = 0.9 * min((source.interval for source in self.sources), default=0.0)
+        self._render_pending = False
+        self._last_render = float("-inf")
 
     # -- lifecycle --------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -91,6 +96,23 @@ class HsmonApp(App[None]):
             if key not in self.histories:
                 self._backfill_from_events(key, job)
             self.history(key).add(job, document.get("generated_ts"))
+        self._schedule_render()
+
+    def _schedule_render(self) -> None:
+        """Render the newest documents once: at once (after the messages already queued), or when
+        the refresh interval since the last render has passed."""
+        if self._render_pending:
+            return
+        self._render_pending = True
+        wait = self._last_render + self.render_interval - time.monotonic()
+        if wait > 0:
+            self.set_timer(wait, self._render)
+        else:
+            self.call_later(self._render)
+
+    def _render(self) -> None:
+        self._render_pending = False
+        self._last_render = time.monotonic()
         self.revision += 1
         if self.first_paint_ts is None:
             self.first_paint_ts = time.time()
