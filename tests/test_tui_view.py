@@ -167,3 +167,29 @@ def test_rate_history_from_a_big_events_file_reads_a_bounded_sample(tmp_path) ->
     assert series.rows_per_s[0] == pytest.approx(100, rel=0.02)
     assert series.rows_per_s[-1] == pytest.approx(10, rel=0.02)
     assert series.tokens_per_s[0] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
+
+
+def test_event_log_lines_are_the_segments_rich_would_render() -> None:
+    """The log draws its lines directly (they are drawn again every second); the result must be
+    what rich's Text gives, segment for segment (the snapshots compare segments)."""
+    from rich.console import Console
+    from rich.style import Style
+    from rich.text import Text
+    from textual.strip import Strip
+
+    from hsmon.tui.widgets.event_log import KIND_STYLES, line_strip
+
+    base = Style.parse("#e0e0e0 on #121212")
+    console = Console()
+    for name in [*KIND_STYLES.values(), "", "dim"]:
+        for plain in ("    now rows 256/300 (+15, 2,157 tok)", "  -4m05s chunk closed: ✓ 100 rows 中文", "x"):
+            for width in (1, 8, 20, 60):
+                for highlighted in (False, True):
+                    text = Text(plain)
+                    text.stylize(name)
+                    text.truncate(width, overflow="ellipsis")
+                    if highlighted:
+                        text.stylize("reverse")
+                    want = Strip(text.render(console), text.cell_len).extend_cell_length(width, base)
+                    got = line_strip(plain, name, highlighted, width, base)
+                    assert list(got) == list(want.apply_style(base)), (name, plain, width, highlighted)
