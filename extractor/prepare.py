@@ -142,8 +142,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
-    job = args.job or f"extract-{out.resolve().name}" + (f"-shard{shard.index}of{shard.count}"
-                                                         if shard.count > 1 else "")
+    name = out.resolve().name  # an output directory named extract… is not called extract-extract…
+    job = args.job or (name if name.startswith("extract") else f"extract-{name}") + (
+        f"-shard{shard.index}of{shard.count}" if shard.count > 1 else "")
     sglang_options = None
     if sglang:  # the servers decide how long a row may be: asked before the dataset is read
         from extractor.backends.sglang import options

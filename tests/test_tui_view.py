@@ -148,3 +148,48 @@ def test_status_line_shows_rows_for_an_extraction_and_steps_for_a_training() -> 
     line = view.status_line(job)
     assert "rows " not in line
     assert "step 60 / 200 (30.0%)" in line and "loss 1.900" in line
+
+
+def test_rate_history_from_a_big_events_file_reads_a_bounded_sample(tmp_path) -> None:
+    import pytest
+
+    from hsmon.tui.backfill import WINDOW_BYTES, events_rate_history
+
+    path = tmp_path / "events.jsonl"
+    with open(path, "w") as fh:  # 100 rows/s for 400 s, then 10 rows/s: ~3.5 MB
+        for i in range(44_000):
+            ts = 1000.0 + (i / 100 if i < 40_000 else 400 + (i - 40_000) / 10)
+            fh.write(f'{{"v":1,"ts":{ts},"job":"x","kind":"rows","rows_done":{i + 1},'
+                     f'"tokens_done":{(i + 1) * 7},"pad":"{"x" * 40}"}}\n')
+    assert path.stat().st_size > 61 * WINDOW_BYTES  # a sample, not the whole file, is read
+    series = events_rate_history(str(path), 60)
+    assert series is not None and len(series.rows_per_s) == 60
+    assert series.rows_per_s[0] == pytest.approx(100, rel=0.02)
+    assert series.rows_per_s[-1] == pytest.approx(10, rel=0.02)
+    assert series.tokens_per_s[0] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
+
+
+def test_event_log_lines_are_the_segments_rich_would_render() -> None:
+    """The log draws its lines directly (they are drawn again every second); the result must be
+    what rich's Text gives, segment for segment (the snapshots compare segments)."""
+    from rich.console import Console
+    from rich.style import Style
+    from rich.text import Text
+    from textual.strip import Strip
+
+    from hsmon.tui.widgets.event_log import KIND_STYLES, line_strip
+
+    base = Style.parse("#e0e0e0 on #121212")
+    console = Console()
+    for name in [*KIND_STYLES.values(), "", "dim"]:
+        for plain in ("    now rows 256/300 (+15, 2,157 tok)", "  -4m05s chunk closed: ✓ 100 rows 中文", "x"):
+            for width in (1, 8, 20, 60):
+                for highlighted in (False, True):
+                    text = Text(plain)
+                    text.stylize(name)
+                    text.truncate(width, overflow="ellipsis")
+                    if highlighted:
+                        text.stylize("reverse")
+                    want = Strip(text.render(console), text.cell_len).extend_cell_length(width, base)
+                    got = line_strip(plain, name, highlighted, width, base)
+                    assert list(got) == list(want.apply_style(base)), (name, plain, width, highlighted)

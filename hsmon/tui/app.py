@@ -14,15 +14,16 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.reactive import reactive
+from textual.reactive import var
 
 from hsmon import __version__
+from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.messages import SourceDown, StatusUpdate
 from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
 from hsmon.tui.sources import ActionResult, StatusSource
-from hsmon.tui.view import JobHistory, is_acceptance_job
+from hsmon.tui.view import HISTORY_POINTS, JobHistory, is_acceptance_job
 
 JobKey = tuple[int, str]
 
@@ -45,7 +46,9 @@ class HsmonApp(App[None]):
         Binding("q", "quit", "quit"),
     ]
 
-    revision: reactive[int] = reactive(0, always_update=True)
+    # A var, not a reactive: a reactive on the app repaints the whole screen whenever it is set;
+    # the screens watch it and repaint only the widgets whose content changed.
+    revision: var[int] = var(0, always_update=True)
 
     def __init__(self, sources: Sequence[StatusSource], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -57,6 +60,11 @@ class HsmonApp(App[None]):
         self.selected: JobKey | None = None
         self.launched: JobKey | None = None
         self.first_paint_ts: float | None = None
+        # Documents that arrive faster than the sources' refresh interval are coalesced: only the
+        # newest is rendered (the histories still record every one).
+        self.render_interval = 0.9 * min((source.interval for source in self.sources), default=0.0)
+        self._render_pending = False
+        self._last_render = float("-inf")
 
     # -- lifecycle --------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -84,7 +92,27 @@ class HsmonApp(App[None]):
         self.errors[message.source_id] = None
         self.last_update[message.source_id] = time.monotonic()
         for job in document.get("jobs") or []:
-            self.history((message.source_id, str(job.get("job")))).add(job, document.get("generated_ts"))
+            key = (message.source_id, str(job.get("job")))
+            if key not in self.histories:
+                self._backfill_from_events(key, job)
+            self.history(key).add(job, document.get("generated_ts"))
+        self._schedule_render()
+
+    def _schedule_render(self) -> None:
+        """Render the newest documents once: at once (after the messages already queued), or when
+        the refresh interval since the last render has passed."""
+        if self._render_pending:
+            return
+        self._render_pending = True
+        wait = self._last_render + self.render_interval - time.monotonic()
+        if wait > 0:
+            self.set_timer(wait, self._render)
+        else:
+            self.call_later(self._render)
+
+    def _render(self) -> None:
+        self._render_pending = False
+        self._last_render = time.monotonic()
         self.revision += 1
         if self.first_paint_ts is None:
             self.first_paint_ts = time.time()
@@ -92,6 +120,23 @@ class HsmonApp(App[None]):
     def on_source_down(self, message: SourceDown) -> None:
         self.errors[message.source_id] = (f"disconnected, retrying in {message.retry_in:.0f}s "
                                           f"({message.error})")
+        self.revision += 1
+
+    def _backfill_from_events(self, key: JobKey, job: dict[str, Any]) -> None:
+        """A job seen for the first time: rebuild its rate history from its events file (when this
+        machine can read it), so that a job that ran before the dashboard started has sparklines."""
+        path = (job.get("events") or {}).get("path")
+        if path and self.sources[key[0]].is_local:
+            self._backfill_worker(key, str(path))
+
+    @work(thread=True, group="backfill")
+    def _backfill_worker(self, key: JobKey, path: str) -> None:
+        series = events_rate_history(path, HISTORY_POINTS)
+        if series is not None:
+            self.call_from_thread(self._backfilled, key, series)
+
+    def _backfilled(self, key: JobKey, series: RateSeries) -> None:
+        self.history(key).backfill(series.rows_per_s, series.tokens_per_s, series.bytes_per_s)
         self.revision += 1
 
     # -- what screens read ------------------------------------------------------------------

@@ -104,7 +104,7 @@ def process_rows(processes: Iterable[dict[str, Any]] | None) -> list[tuple[str, 
     for proc in processes or []:
         status = proc.get("status") or ("running" if proc.get("alive") else "gone")
         rows.append((
-            str(proc.get("role", "?")), str(proc.get("pid", "-")), str(status),
+            str(proc.get("role", "?")), "-" if proc.get("pid") is None else str(proc["pid"]), str(status),
             fmt_pct(proc.get("cpu_percent")), format_bytes(proc.get("rss_bytes")),
             format_duration(proc.get("uptime_s")), str(proc.get("restarts", 0)),
         ))
@@ -326,6 +326,14 @@ class JobHistory:
                 points.append(float(load.get(key) or 0.0))
         self._add_training(job)
         return True
+
+    def backfill(self, rows_per_s: list[float], tokens_per_s: list[float], bytes_per_s: list[float]) -> None:
+        """Put older readings (rebuilt from the events file) before the ones recorded so far."""
+        for series, older in ((self.rows_per_s, rows_per_s), (self.tokens_per_s, tokens_per_s),
+                              (self.bytes_per_s, bytes_per_s)):
+            newer = list(series)
+            series.clear()
+            series.extend([*older, *newer])
 
     def _add_events(self, recent: list[dict[str, Any]]) -> None:
         """Merge a document's recent events into the kept ones (in time order, each once)."""

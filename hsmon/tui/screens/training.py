@@ -17,6 +17,7 @@ from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel
 from hsmon.tui.widgets.connection_bar import ConnectionBar
+from hsmon.tui.widgets.quiet import WholeCellScrollBar
 from hsmon.tui.widgets.training_form import TrainingForm
 from hsmon.tui.widgets.training_status import TrainingStatus
 from hsmon.tui.widgets.unroll_plot import UnrollPlot
@@ -71,6 +72,7 @@ class TrainingScreen(Screen[None]):
         return self.app.source_for_actions()[1].validate_fields(fields)
 
     def on_mount(self) -> None:
+        self.query_one("#training-body", VerticalScroll).vertical_scrollbar.renderer = WholeCellScrollBar
         self.watch(self.app, "revision", self.refresh_from_app, init=False)
         self.refresh_from_app()
 

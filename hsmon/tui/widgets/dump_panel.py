@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline
 
 from hsmon.tui.view import JobHistory, fmt_count, fmt_rate, shorten_path
-from hsmon.tui.widgets.quiet import QuietStatic
+from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
 from hsmon.units import format_bytes, format_duration
 
 
@@ -27,11 +27,11 @@ class DumpPanel(Vertical):
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         dump = job.get("dump")
-        if self.display != (dump is not None):
-            self.display = dump is not None
+        set_display(self, dump is not None)
         if dump is None:
             return
-        self.border_title = f"dump {shorten_path(str(dump.get('path', '')), max(12, self.size.width - 9))}"
+        path = shorten_path(str(dump.get("path", "")), max(12, self.size.width - 9))
+        set_border_title(self, f"dump {path}")
         if dump.get("error"):
             self.query_one("#dump-figures", QuietStatic).show_text(f"cannot read: {dump['error']}")
         elif not dump.get("exists", True):

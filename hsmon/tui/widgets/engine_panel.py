@@ -9,10 +9,12 @@ from textual.widget import Widget
 
 from hsmon.tui.engine_view import gpu_lines, has_engine, server_lines
 from hsmon.tui.view import JobHistory
+from hsmon.tui.widgets.quiet import set_display
 
 
 class EnginePanel(Widget):
-    """Hidden when the job has no server and NVML reports no GPU (this panel is then all noise)."""
+    """Hidden when the job has no server and NVML reports no GPU (this panel is then all noise).
+    Repainted only when its lines changed, re-laid out only when their number changed."""
 
     DEFAULT_CSS = "EnginePanel { height: auto; }"
 
@@ -21,23 +23,34 @@ class EnginePanel(Widget):
         self.history = JobHistory()
         self._job: dict[str, Any] = {}
         self._gpus: dict[str, Any] | None = None
-        self._shown: tuple[Any, ...] | None = None
+        self._text: Text | None = None
 
     def show(
         self, job: dict[str, Any], history: JobHistory, gpus: dict[str, Any] | None, now_ts: float | None
     ) -> None:
         self.history = history
         visible = has_engine(job, gpus)
-        if self.display != visible:
-            self.display = visible
+        set_display(self, visible)
         self._job, self._gpus = job, gpus
-        shape = (now_ts, len(job.get("servers") or []), len((gpus or {}).get("devices") or []))
-        if visible and shape != self._shown:
-            self._shown = shape
-            self.refresh(layout=True)
+        if visible:
+            self._redraw()
 
-    def render(self) -> Text:
+    def on_resize(self) -> None:
+        self._redraw()
+
+    def _lines(self) -> Text:
         width = max(20, self.content_size.width or self.size.width)
         lines = server_lines(self._job, self.history, width)
         lines += gpu_lines(self._gpus if (self._gpus or {}).get("available") or lines else None, width)
         return Text("\n").join(lines) if lines else Text("")
+
+    def _redraw(self) -> None:
+        text = self._lines()
+        if text == self._text:
+            return
+        layout = self._text is None or self._text.plain.count("\n") != text.plain.count("\n")
+        self._text = text
+        self.refresh(layout=layout)
+
+    def render(self) -> Text:
+        return self._text if self._text is not None else self._lines()

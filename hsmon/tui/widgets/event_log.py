@@ -7,8 +7,13 @@ opens the whole event.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, ClassVar
 
+from rich.cells import cell_len, set_cell_size
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -27,6 +32,7 @@ from hsmon.tui.widgets.quiet import QuietStatic
 KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "state": "bold cyan",
                "pause": "bold magenta", "done": "bold green", "stopped": "bold blue", "chunk": "green",
                "checkpoint": "green", "eval": "bold", "heartbeat": "dim"}
+REVERSE = Style(reverse=True)
 MAX_EVENTS = 200  # the status document carries the last 20; the app keeps more (JobHistory)
 
 
@@ -76,11 +82,11 @@ class EventLines(ScrollView, can_focus=True):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._count = 0
-        self._make: Callable[[int], Text] = lambda index: Text()
+        self._make: Callable[[int], tuple[str, str]] = lambda index: ("", "")
 
-    def set_lines(self, count: int, make: Callable[[int], Text], follow: bool) -> None:
-        """Show ``count`` lines, line i being ``make(i)`` (made when drawn: only the visible ones);
-        ``follow`` keeps the newest (last) in view."""
+    def set_lines(self, count: int, make: Callable[[int], tuple[str, str]], follow: bool) -> None:
+        """Show ``count`` lines, line i being ``make(i)``: (text, style), made when drawn (only the
+        visible ones); ``follow`` keeps the newest (last) in view."""
         self._count, self._make = count, make
         if self.virtual_size.height != count:
             self.virtual_size = Size(0, count)
@@ -93,7 +99,7 @@ class EventLines(ScrollView, can_focus=True):
         return self._count
 
     def line_text(self, index: int) -> str:
-        return self._make(index).plain
+        return self._make(index)[0]
 
     def render_line(self, y: int) -> Strip:
         index = self.scroll_offset.y + y
@@ -101,12 +107,8 @@ class EventLines(ScrollView, can_focus=True):
         style = self.rich_style
         if index >= self._count:
             return Strip.blank(width, style)
-        text = self._make(index)
-        text.truncate(width, overflow="ellipsis")
-        if index == self.highlighted:
-            text.stylize("reverse")
-        strip = Strip(text.render(self.app.console), text.cell_len)
-        return strip.extend_cell_length(width, style).apply_style(style)
+        plain, line_style = self._make(index)
+        return line_strip(plain, line_style, index == self.highlighted, width, style)
 
     def watch_highlighted(self, index: int | None) -> None:
         if index is not None:
@@ -134,6 +136,33 @@ class EventLines(ScrollView, can_focus=True):
         if 0 <= index < self._count:
             self.highlighted = index
             self.post_message(self.Selected(index))
+
+
+@lru_cache(maxsize=64)
+def _style(name: str, highlighted: bool) -> Style | None:
+    style = Style.parse(name) if name else None
+    if highlighted:
+        style = style + REVERSE if style else REVERSE
+    return style
+
+
+def line_strip(plain: str, name: str, highlighted: bool, width: int, base: Style) -> Strip:
+    """One line of the log, ``plain`` in style ``name`` cut to ``width`` with an ellipsis: the
+    segments rich's Text would render (text.stylize(name), truncate, render), built directly, since
+    the log's lines are drawn again every second (their ages move)."""
+    if "\n" in plain:  # not a line: let rich lay it out
+        text = Text(plain)
+        text.stylize(name)
+        if highlighted:
+            text.stylize("reverse")
+        text.truncate(width, overflow="ellipsis")
+        strip = Strip(text.render(Console(width=max(1, width))), text.cell_len)
+    else:
+        if cell_len(plain) > width:
+            plain = set_cell_size(plain, width - 1) + "…"
+        style = _style(name, highlighted)
+        strip = Strip([Segment(plain, style) if style else Segment(plain)], cell_len(plain))
+    return strip.extend_cell_length(width, base).apply_style(base)
 
 
 def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
@@ -200,13 +229,12 @@ class EventLog(Vertical):
         now = self._now
         what = "" if self.which in ("all", "+heartbeats") else self.which + " "
 
-        def make(index: int) -> Text:
+        def make(index: int) -> tuple[str, str]:
             if not chosen:
-                return Text(f"no {what}events yet", style="dim")
+                return f"no {what}events yet", "dim"
             event = chosen[index]
-            text = Text(f"{event_age(event, now):>7} {summaries[_event_key(event)]}")
-            text.stylize(KIND_STYLES.get(str(event.get("kind")), ""))  # a span: render() drops a base style
-            return text
+            return (f"{event_age(event, now):>7} {summaries[_event_key(event)]}",
+                    KIND_STYLES.get(str(event.get("kind")), ""))
 
         keys = [_event_key(e) for e in chosen]
         highlight = keys.index(keep) if keep is not None and keep in keys else None

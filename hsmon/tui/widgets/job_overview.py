@@ -16,6 +16,7 @@ from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_header import JobHeader
 from hsmon.tui.widgets.processes import ProcessTable
 from hsmon.tui.widgets.progress_panel import ProgressPanel
+from hsmon.tui.widgets.quiet import WholeCellScrollBar
 from hsmon.tui.widgets.rates import RatesPanel
 
 
@@ -52,6 +53,9 @@ class JobOverview(VerticalScroll):
         log = EventLog(classes="panel")
         log.border_title = "events  (f: filter)"
         yield log
+
+    def on_mount(self) -> None:
+        self.vertical_scrollbar.renderer = WholeCellScrollBar
 
     def show(self, job: dict[str, Any], history: JobHistory, now_ts: float | None,
              stale: str | None = None, gpus: dict[str, Any] | None = None) -> None:

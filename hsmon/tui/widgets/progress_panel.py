@@ -10,6 +10,7 @@ from textual.containers import Vertical
 from hsmon.rejects import short_summary
 from hsmon.tui.view import is_acceptance_job
 from hsmon.tui.widgets.meter import Meter
+from hsmon.tui.widgets.quiet import set_border_subtitle
 
 
 class ProgressPanel(Vertical):
@@ -36,4 +37,4 @@ class ProgressPanel(Vertical):
                                                          progress.get("chunks_total"))
         rejects = progress.get("rejects")
         why = short_summary(progress.get("rejects_by_reason"))
-        self.border_subtitle = (f"rejects {rejects}" + (f": {why}" if why else "")) if rejects else ""
+        set_border_subtitle(self, (f"rejects {rejects}" + (f": {why}" if why else "")) if rejects else "")

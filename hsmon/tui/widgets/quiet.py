@@ -6,7 +6,11 @@ and most figures keep their shape: the same text, or text of the same lines and 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
+from textual.scrollbar import ScrollBarRender
+from textual.widget import Widget
 from textual.widgets import Static
 
 
@@ -28,3 +32,30 @@ class QuietStatic(Static):
         before = self._shown
         self._shown = text
         self.update(text, layout=before is None or _shape(before) != _shape(text))
+
+
+def set_border_title(widget: Widget, title: str) -> None:
+    """Set a border title only when it changed: every assignment repaints the whole widget."""
+    if getattr(widget, "_shown_border_title", None) != title:
+        widget._shown_border_title = title  # type: ignore[attr-defined]
+        widget.border_title = title
+
+
+def set_border_subtitle(widget: Widget, subtitle: str) -> None:
+    """Set a border subtitle only when it changed (see ``set_border_title``)."""
+    if getattr(widget, "_shown_border_subtitle", None) != subtitle:
+        widget._shown_border_subtitle = subtitle  # type: ignore[attr-defined]
+        widget.border_subtitle = subtitle
+
+
+def set_display(widget: Widget, shown: bool) -> None:
+    """Show or hide a widget, touching it only when that changes."""
+    if widget.display != shown:
+        widget.display = shown
+
+
+class WholeCellScrollBar(ScrollBarRender):
+    """A scrollbar thumb of whole cells: no half-block glyph (a stray '▄▄' at the right edge of a
+    terminal copy) at its ends."""
+
+    VERTICAL_BARS: ClassVar[list[str]] = [" "] * len(ScrollBarRender.VERTICAL_BARS)

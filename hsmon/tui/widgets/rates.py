@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline
 
 from hsmon.tui.view import FINISHED_STATES, JobHistory, final_averages, fmt_byte_rate, fmt_rate
-from hsmon.tui.widgets.quiet import QuietStatic
+from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
 
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
 
@@ -42,7 +42,7 @@ class RatesPanel(Vertical):
             "tokens": (fmt_rate(figures["tokens"]), history.tokens_per_s),
             "bytes": (fmt_byte_rate(figures["bytes"]), history.bytes_per_s),
         }
-        self.border_subtitle = "averages of the run" if finished else ""
+        set_border_subtitle(self, "averages of the run" if finished else "")
         for key, unit in RATES:
             text, series = values[key]
             text = f"avg {text}" if finished else text
