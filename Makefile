@@ -54,7 +54,7 @@ test: setup sysdeps sglang-env
 	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra
 
 bench: setup
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .sglang-venv .pytest_cache build *.egg-info

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.sglang_transport import free_port  # noqa: E402
+from bench.sglang_transport import start_sglang_serve  # noqa: E402
 
 LAYERS = (1, 2, 3)
 CHUNK = 2048
@@ -51,20 +51,9 @@ CONCURRENCY = 4
 
 
 def start_server(model: Path, dump_root: Path, log: Path, context: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(model), "--port", str(port),
-           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, LAYERS)), "--device", "cpu", "--",
-           "--dtype", "float32", "--chunked-prefill-size", str(CHUNK), "--context-length", str(context),
-           "--max-total-tokens", str(CONCURRENCY * context + 64)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + 600
-    while "ready at" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"sglang-serve did not start:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.5)
-    return proc, f"http://127.0.0.1:{port}"
+    return start_sglang_serve(model, dump_root, log, LAYERS, [
+        "--chunked-prefill-size", str(CHUNK), "--context-length", str(context),
+        "--max-total-tokens", str(CONCURRENCY * context + 64)])
 
 
 def post(url: str, body: dict) -> dict:

@@ -44,10 +44,17 @@ def free_port() -> int:
 
 
 def start_server(model: Path, dump_root: Path, log: Path, tokens: int) -> tuple[subprocess.Popen, str]:
+    return start_sglang_serve(model, dump_root, log, LAYERS, ["--chunked-prefill-size", str(4 * tokens)])
+
+
+def start_sglang_serve(model: Path, dump_root: Path, log: Path, layers: tuple[int, ...] | list[int],
+                       sglang_args: list[str]) -> tuple[subprocess.Popen, str]:
+    """`hsmon sglang-serve` on CPU (float32) on a free port, ``sglang_args`` passed to SGLang;
+    returns once it says it is ready (the process, its URL)."""
     port = free_port()
     cmd = [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(model), "--port", str(port),
-           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, LAYERS)), "--device", "cpu", "--",
-           "--dtype", "float32", "--chunked-prefill-size", str(4 * tokens)]
+           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, layers)), "--device", "cpu", "--",
+           "--dtype", "float32", *sglang_args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)

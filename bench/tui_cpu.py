@@ -4,7 +4,7 @@ A real job (tests/tui_job_writer.py) appends progress events to its events file 
 real `hsmon daemon` watches it; the real `hsmon tui --url ...` runs on pseudo-terminals of 80x24,
 120x40 and 160x48 whose output is drained like a terminal would. Beside each, on a pseudo-terminal
 of the same size and in the same run, an empty Textual app with the same header and footer
-(bench/tui_empty_app.py): the baseline. CPU is read from /proc/PID/task/*/schedstat (nanoseconds).
+(bench/_tui_empty_app.py): the baseline. CPU is read from /proc/PID/task/*/schedstat (nanoseconds).
 Measured per size:
   - first_paint_s: from starting the TUI process to the first frame that shows the job's state;
   - cpu_pct: the TUI's CPU over ``--seconds`` of streaming, % of one core (goal <= 2 at 160x48);
@@ -49,7 +49,7 @@ from hsmon import daemon as daemon_process
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITER = ROOT / "tests" / "tui_job_writer.py"
-EMPTY_APP = ROOT / "bench" / "tui_empty_app.py"
+EMPTY_APP = ROOT / "bench" / "_tui_empty_app.py"
 SIZES = ((80, 24), (120, 40), (160, 48))
 
 

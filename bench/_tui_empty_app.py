@@ -3,7 +3,7 @@
 Nothing else: no source, no document, no widget between the header and the footer. Its idle CPU
 is what Textual itself costs on the same pseudo-terminal; the dashboard's idle is compared to it.
 
-    python bench/tui_empty_app.py
+    python bench/_tui_empty_app.py
 """
 
 from __future__ import annotations
