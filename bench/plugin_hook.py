@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.sglang_transport import start_sglang_serve  # noqa: E402
+from bench.sglang_transport import start_sglang_serve, stop_sglang_serve  # noqa: E402
 
 LAYERS = (1, 2, 3)
 CHUNK = 2048
@@ -153,11 +151,7 @@ def main() -> int:
                               flush=True)
             final = capture_state(url)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
+            stop_sglang_serve(server)
     after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"]]
     old = [s for (m, _), r in results.items() if m == "before" for s in r["samples"]]
     biggest = max((s[2] for s in after), default=0.0)

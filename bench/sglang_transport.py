@@ -66,6 +66,15 @@ def start_sglang_serve(model: Path, dump_root: Path, log: Path, layers: tuple[in
     return proc, f"http://127.0.0.1:{port}"
 
 
+def stop_sglang_serve(server: subprocess.Popen) -> None:
+    """Stop a server started by :func:`start_sglang_serve` (its whole process group)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
 def run_extract(data: Path, out: Path, model: Path, url: str, transport: str, dump: Path) -> dict[str, float]:
     events = out.with_suffix(".events.jsonl")
     cmd = [sys.executable, "-m", "hsmon", "extract", str(data), "--out", str(out), "--model", str(model),
@@ -116,11 +125,7 @@ def main() -> int:
                     print(f"{transport} run {rep}: {r['seconds']:.2f} s for {r['tokens']} tokens "
                           f"(requests {r['request_s']:.2f} s, client {r['client_s']:.2f} s)", flush=True)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
+            stop_sglang_serve(server)
     bytes_per_run = args.rows * args.tokens * (len(LAYERS) + 1) * args.hidden * 4
     best = {t: min(r["seconds"] for r in rs) for t, rs in results.items()}
     json_mb_s = bytes_per_run / best["json"] / 1e6
