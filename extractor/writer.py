@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
-import math
 import queue
 import shutil
 import threading
@@ -33,6 +32,7 @@ import torch
 from extractor.pauses import pause_line, resume_line
 from hsmon import events as ev
 from hsmon import layout
+from hsmon.data_facts import LayerTotals
 from hsmon.rejects import classify
 from hsmon.units import format_bytes
 
@@ -114,14 +114,14 @@ def row_stats(item: RowItem, capture_points: Sequence[int]) -> dict[str, list[fl
 
 
 def finish_stats(sums: Sequence[Sequence[float]]) -> dict[str, float | int]:
-    """Combine row sums of one layer into mean L2 norm, std, max |x| and NaN/Inf count."""
-    tokens = sum(s[0] for s in sums)
-    count = sum(s[2] for s in sums)
-    total = sum(s[3] for s in sums)
-    mean = total / count if count else 0.0
-    var = max(sum(s[4] for s in sums) / count - mean * mean, 0.0) if count else 0.0
-    return {"mean_l2": sum(s[1] for s in sums) / tokens if tokens else 0.0, "std": math.sqrt(var),
-            "max_abs": max((s[5] for s in sums), default=0.0), "nonfinite": int(sum(s[6] for s in sums))}
+    """Combine row sums of one layer into mean L2 norm, std, max |x| and NaN/Inf count (the same
+    arithmetic the monitor's data facts use)."""
+    totals = LayerTotals()
+    for row in sums:
+        totals.add(row)
+    figures = totals.figures()
+    return {"mean_l2": figures["mean_l2"], "std": figures["std"], "max_abs": figures["max_abs"],
+            "nonfinite": figures["nonfinite_values"]}
 
 
 @dataclass
