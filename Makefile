@@ -51,7 +51,7 @@ sglang-env: .sglang-venv/.hsmon-sglang-ready
 
 test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
-	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra
+	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25
 
 bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done

@@ -219,3 +219,47 @@ def document_stream(tokenizer: Any, texts: Sequence[str]) -> list[int]:
         stream.extend(encoding.ids)
         stream.append(eos)
     return stream
+
+
+# The standard-library files the demo and the tests draw their sample rows from.
+DEMO_SOURCES = (
+    "argparse.py",
+    "textwrap.py",
+    "shutil.py",
+    "pathlib.py",
+    "json/__init__.py",
+    "csv.py",
+    "difflib.py",
+    "calendar.py",
+    "string.py",
+    "random.py",
+    "statistics.py",
+    "fractions.py",
+    "heapq.py",
+    "bisect.py",
+    "functools.py",
+    "inspect.py",
+    "tempfile.py",
+    "zipfile/__init__.py",
+    "tarfile.py",
+    "ipaddress.py",
+)
+
+
+def docstrings(limit: int, sources: tuple[str, ...] = DEMO_SOURCES) -> list[tuple[str, str]]:
+    """(name, docstring) pairs of standard-library functions and classes, from ``sources``."""
+    root = stdlib_dir()
+    found: list[tuple[str, str]] = []
+    for name in sources:
+        path = root / name
+        if not path.is_file():
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 40:
+                    found.append((f"{path.stem}.{node.name}", doc[:1200]))
+                    if len(found) >= limit:
+                        return found
+    return found

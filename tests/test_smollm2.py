@@ -56,7 +56,7 @@ def hsmon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 def conversations() -> list[list[dict[str, str]]]:
     """40 conversations about standard-library functions: one or two turns, some with a system turn."""
-    from extractor.demo import docstrings
+    from extractor.target_text import docstrings
 
     convs = []
     pairs = docstrings(ROWS * 2)

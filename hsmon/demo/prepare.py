@@ -3,7 +3,7 @@ and the held-out eval prompts; and, per target, the constants of the demo's trai
 
 The rows and the prompts are of one kind, the kind the embedded target was trained on: a user asks
 "Write a Python function `name`: <first paragraph of its docstring>" and the assistant answers with
-the function's source. Rows come from standard-library files of the sample (`extractor.demo.SOURCES`);
+the function's source. Rows come from standard-library files (`extractor.target_text.DEMO_SOURCES`);
 the held-out prompts ask for functions of files that neither the sample nor the embedded target's
 corpus contains (`HELD_OUT_PROMPTS`), chosen among those the embedded target answers without falling
 into a loop within the eval's tokens (several others it answers `def _get_f_f_f_f...`, which flatters
@@ -94,14 +94,14 @@ def heldout_messages(count: int) -> list[list[dict[str, str]]]:
 
 def prepare(base: Path, model: str = "embedded") -> dict[str, Any]:
     """(In the child) the target model, the sample dataset and the held-out eval prompts."""
-    from extractor.demo import SOURCES
+    from extractor.target_text import DEMO_SOURCES
     from extractor.targets import resolve_model
 
     profile = PROFILES[model]
     base.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(model)
     data = base / "sample.jsonl"
-    rows = function_rows(SOURCES, profile.max_answer_chars)[: profile.rows]
+    rows = function_rows(DEMO_SOURCES, profile.max_answer_chars)[: profile.rows]
     with open(data, "w", encoding="utf-8") as fh:
         for _, request, code in rows:
             messages = [{"role": "user", "content": request}, {"role": "assistant", "content": code}]
