@@ -97,54 +97,73 @@ def main(args: argparse.Namespace) -> int:
 
 
 def extract(prep: Prepared, args: argparse.Namespace) -> int:
-    from extractor.backends import create_backend
-    from extractor.backends.base import BackendStopped, RowRejected, RunContext
-    from extractor.writer import RejectItem, RowItem, RowWriter
+    """Extract the planned rows through the backend and the writer; returns the exit status.
 
-    scan = prep.scan
-    rows, lengths = list(scan.rows or ()), list(scan.lengths or ())
-    rejects = scan.rejects or []
-    late = prep.late_rejects  # rows a backend rejected in an earlier run
-
-    def skipped(index: int) -> bool:
-        return index in prep.done or index in late
-
+    One place releases what the run holds (signal handlers, the backend, the event file),
+    whichever way it ends.
+    """
     prep.out.mkdir(parents=True, exist_ok=True)
     layout.repair_jsonl_tail(prep.manifest_path)
-
     expected, book, progress = start_books(prep)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
-    chunks_recorded = progress.chunks_done
     stop_event = threading.Event()
-    quit_heartbeat = threading.Event()
     events = ev.EventWriter(prep.job, path=args.events)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
-        backend = create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
-                                 capture_points=prep.layers, device=prep.device, dtype=prep.dtype,
-                                 **prep.backend_options)
+        backend = open_backend(prep, args, events, progress, stop_event)
+        if isinstance(backend, int):
+            return backend
+        try:
+            emit_start(prep, events, progress, backend.name, backend.describe(), len(expected))
+            return run_rows(prep, args, book, progress, events, backend, stop_event, len(expected))
+        finally:
+            backend.close()
+    finally:
+        restore_handlers(previous)
+        events.close()
+
+
+def open_backend(prep: Prepared, args: argparse.Namespace, events: ev.EventWriter, progress: Any,
+                 stop_event: threading.Event) -> Any:
+    """The run's backend, or the exit status when it cannot serve this run (said in one line)."""
+    from extractor.backends import create_backend
+    from extractor.backends.base import RunContext
+
+    try:
+        return create_backend(args.backend, str(prep.model_dir), RunContext(events, progress, stop_event),
+                              capture_points=prep.layers, device=prep.device, dtype=prep.dtype,
+                              **prep.backend_options)
     except UsageError as exc:  # a server that cannot serve this run (backend sglang's preflight)
         log(str(exc))
         events.emit(ev.ERROR, message=str(exc))
-        restore_handlers(previous)
         return 2
     except Exception as exc:
         events.emit(ev.ERROR, message=f"cannot load the model: {exc}")
         log(f"cannot load the model {prep.model_dir}: {exc}")
-        restore_handlers(previous)
         return 1
+
+
+def emit_start(prep: Prepared, events: ev.EventWriter, progress: Any, backend_name: str,
+               backend_facts: dict[str, Any], chunks_total: int) -> None:
+    """The ``start`` event: the plan, what earlier runs did, and how this run computes."""
     events.emit(ev.START, rows_total=progress.rows_total, tokens_total=progress.tokens_total,
                 rows_done=len(prep.done), tokens_done=prep.done_tokens, rejects=progress.rejects,
-                rejects_by_reason=dict(progress.rejects_by_reason), chunks_total=len(expected),
-                chunks_done=chunks_recorded, layers=prep.layers,
+                rejects_by_reason=dict(progress.rejects_by_reason), chunks_total=chunks_total,
+                chunks_done=progress.chunks_done, layers=prep.layers,
                 num_layers=prep.num_layers, hidden_size=prep.hidden_size, dtype=prep.dtype,
-                out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend.name,
+                out_dir=str(prep.out.resolve()), pid=os.getpid(), backend=backend_name,
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
                 bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects),
-                **backend.describe())
-    started = time.monotonic()
+                **backend_facts)
 
+
+def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any, events: ev.EventWriter,
+             backend: Any, stop_event: threading.Event, chunks_total: int) -> int:
+    """Record the run's start, compute every row not done, and record how the run ended."""
+    from extractor.writer import RowWriter
+
+    started = time.monotonic()
     line = ProgressLine(progress)
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update,
@@ -154,32 +173,52 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
                         "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
                         "rows_total": progress.rows_total, "tokens_total": progress.tokens_total,
-                        "chunks_total": len(expected), "rejects": progress.rejects,
+                        "chunks_total": chunks_total, "rejects": progress.rejects,
                         "bytes_needed": prep.bytes_needed}])
-        record_rejects(prep, rejects, book, events, writer)
+        record_rejects(prep, prep.scan.rejects or [], book, events, writer)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
-        restore_handlers(previous)
-        backend.close()
         if stop_event.is_set():
-            record_ending(prep, writer, "stopped", progress.snapshot(), 0.0)
-            events.emit(ev.STOPPED, reason="signal", seconds=0.0, **progress.snapshot())
-            events.close()
-            return 0
+            return end_run(prep, writer, events, progress.snapshot(), 0.0, stopped=True, error=None)
         events.emit(ev.ERROR, message=f"{type(exc).__name__}: {exc}", **progress.snapshot())
-        events.close()
         log(f"error: {type(exc).__name__}: {exc}")
         return 1
     writer.start()
+    quit_heartbeat = threading.Event()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
                                  args=(events, progress, args.heartbeat, quit_heartbeat, line.update))
     heartbeat.start()
     error: str | None = None
     try:
-        fetch = RowFetcher(prep.data, prep.tokenizer, prep.limits)
+        compute_rows(prep, backend, writer, stop_event)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    writer.finish()
+    quit_heartbeat.set()
+    heartbeat.join()
+    line.end()
+    if writer.error is not None and error is None:
+        error = f"writing failed: {type(writer.error).__name__}: {writer.error}"
+    seconds = round(time.monotonic() - started, 3)
+    return end_run(prep, writer, events, progress.snapshot(), seconds, stop_event.is_set(), error)
+
+
+def compute_rows(prep: Prepared, backend: Any, writer: Any, stop_event: threading.Event) -> None:
+    """Batches of rows not done yet: through the backend, then to the writer, until done or stopped."""
+    from extractor.backends.base import BackendStopped, RowRejected
+    from extractor.writer import RejectItem, RowItem
+
+    rows, lengths = list(prep.scan.rows or ()), list(prep.scan.lengths or ())
+    late = prep.late_rejects  # rows a backend rejected in an earlier run
+
+    def skipped(index: int) -> bool:
+        return index in prep.done or index in late
+
+    fetch = RowFetcher(prep.data, prep.tokenizer, prep.limits)
+    try:
         for batch in plan_batches(rows, lengths, prep.chunk_size, prep.batch_tokens):
             if stop_event.is_set() or writer.error is not None or writer.abandoned:
-                break
+                return
             indices = [rows[p] for p in batch]
             if all(skipped(i) for i in indices):
                 continue
@@ -193,43 +232,33 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
                 else RowItem(r.index, r.input_ids, r.loss_mask, s.hidden_state, s.aux_hidden_state)
                 for r, s in zip(got, states, strict=True) if not skipped(r.index)]
             if not writer.submit(items):
-                break
+                return
     except BackendStopped:
         pass  # a stop requested while the backend waited (server down, dump dir full)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    writer.finish()
-    quit_heartbeat.set()
-    heartbeat.join()
-    line.end()
-    backend.close()
-    restore_handlers(previous)
-    if writer.error is not None and error is None:
-        error = f"writing failed: {type(writer.error).__name__}: {writer.error}"
-    snap = progress.snapshot()
-    seconds = round(time.monotonic() - started, 3)
-    try:
-        if error is not None:
-            events.emit(ev.ERROR, message=error, **snap)
-            log(f"error: {error}")
+
+
+def end_run(prep: Prepared, writer: Any, events: ev.EventWriter, snap: dict[str, Any], seconds: float,
+            stopped: bool, error: str | None) -> int:
+    """Say and record how the run ended (error, stopped by a signal, or done); the exit status."""
+    if error is not None:
+        events.emit(ev.ERROR, message=error, **snap)
+        log(f"error: {error}")
+        return 1
+    if snap["rows_done"] < snap["rows_total"]:
+        if not stopped:
+            events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
             return 1
-        if snap["rows_done"] < snap["rows_total"]:
-            if not stop_event.is_set():
-                events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
-                return 1
-            record_ending(prep, writer, "stopped", snap, seconds)
-            events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
-            log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
-            return 0
-        record_ending(prep, writer, "done", snap, seconds)
-        events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
-        why = summary(snap["rejects_by_reason"])
-        log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
-            f"{format_bytes(snap['bytes_done'])} in {prep.out} ({snap['rejects']} rejected"
-            f"{': ' + why if why else ''})")
+        record_ending(prep, writer, "stopped", snap, seconds)
+        events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
+        log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
         return 0
-    finally:
-        events.close()
+    record_ending(prep, writer, "done", snap, seconds)
+    events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
+    why = summary(snap["rejects_by_reason"])
+    log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
+        f"{format_bytes(snap['bytes_done'])} in {prep.out} ({snap['rejects']} rejected"
+        f"{': ' + why if why else ''})")
+    return 0
 
 
 def start_books(prep: Prepared) -> tuple[dict[int, int], Any, Any]:
