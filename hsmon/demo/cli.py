@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
@@ -34,7 +35,8 @@ def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
         proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The demo's options, checked (a bad value exits with one line naming it)."""
     parser = argparse.ArgumentParser(
         prog="python -m hsmon.demo",
         description=demo_package.__doc__,
@@ -61,12 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    base = Path(args.dir).resolve()
     if args.prepare:
-        from hsmon.demo.prepare import prepare
-
-        print(json.dumps(prepare(base, args.model)))
-        return 0
+        return args
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: must be a positive number of seconds")
     if args.train_seconds < 1:
@@ -77,69 +75,175 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--eval-prompts {args.eval_prompts}: give 1 to {EVAL_PROMPTS} (the held-out prompts there are)"
         )
-    interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    return args
 
-    base.mkdir(parents=True, exist_ok=True)
-    print(f"demo: preparing the {args.model} target and the sample dataset (a first run makes the target)",
+
+def prepare_in_child(base: Path, model: str) -> dict[str, Any] | None:
+    """The target, the sample dataset and the held-out prompts, made in a child (torch stays out of
+    this process); None when that failed (the child said why)."""
+    print(f"demo: preparing the {model} target and the sample dataset (a first run makes the target)",
           flush=True)  # fmt: skip
     preparing = time.monotonic()
     made = subprocess.run(
-        [sys.executable, "-m", "hsmon.demo", "--prepare", "--model", args.model, str(base)],
+        [sys.executable, "-m", "hsmon.demo", "--prepare", "--model", model, str(base)],
         stdout=subprocess.PIPE,
         text=True,
     )
     if made.returncode != 0:
         print("demo: preparing failed; see the messages above", file=sys.stderr)
-        return 1
+        return None
     setup = json.loads(made.stdout.strip().splitlines()[-1])
     setup["prepare_seconds"] = time.monotonic() - preparing
     print(f"demo: prepared in {setup['prepare_seconds']:.1f} s: {setup['model']}", flush=True)
-    out, events = base / "extract", base / "events.jsonl"
-    shutil.rmtree(out, ignore_errors=True)
+    return setup
+
+
+def fresh_start(base: Path) -> str:
+    """Remove an earlier demo's extraction, training and events; a new control token (returned)."""
+    shutil.rmtree(base / "extract", ignore_errors=True)
     shutil.rmtree(base / "drafter", ignore_errors=True)  # a fresh training, not a resumed one
-    events.unlink(missing_ok=True)
-    token_file = base / "control-token"
+    (base / "events.jsonl").unlink(missing_ok=True)
     token = secrets.token_hex(16)
+    token_file = base / "control-token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    port_file = base / "daemon.port"
+    return token
 
+
+def start_extraction(base: Path, setup: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """A real `hsmon extract` of the sample into base/extract, logging to base/extract.log."""
+    with open(base / "extract.log", "ab") as log:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "hsmon", "extract", setup["data"],
+                "--out", str(base / "extract"),
+                "--model", setup["model"],
+                "--events", str(base / "events.jsonl"),
+                "--chunk-size", "100",
+                "--min-free", "100M",
+                "--heartbeat", "1",
+            ],
+            stdout=log,
+            stderr=log,
+        )  # fmt: skip
+
+
+def start_daemon(base: Path, extraction_pid: int) -> tuple[subprocess.Popen[bytes], str]:
+    """A real `hsmon daemon` watching the extraction, with the control token; (process, URL)."""
+    with open(base / "daemon.log", "ab") as log:
+        return daemon_process.spawn(
+            [
+                "--job", "extract",
+                "--kind", "extract",
+                "--out", str(base / "extract"),
+                "--events", str(base / "events.jsonl"),
+                "--pid", str(extraction_pid),
+                "--control-token-file", str(base / "control-token"),
+                "--scan-interval", "1",
+            ],
+            base / "daemon.port",
+            stdout=log,
+            stderr=log,
+        )  # fmt: skip
+
+
+def run_headless(pipeline_args: tuple[Any, ...], args: argparse.Namespace, url: str,
+                 started: float) -> Pipeline:
+    """The pipeline with a status line per job every ``--interval`` seconds."""
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
+
+    pipeline = Pipeline(*pipeline_args, not args.no_train, args.train_seconds, say)
+    pipeline.eval_prompts = args.eval_prompts
+    pipeline.thread.start()
+    headless(url, pipeline, args.interval, started)
+    return pipeline
+
+
+class TuiHooks:
+    """What the pipeline's thread tells the dashboard: notices, the training to follow, the eval job."""
+
+    def __init__(self, app: Any, demo_log: Path) -> None:
+        self.app = app
+        self.demo_log = demo_log
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the app is not running (not started yet, or quit)
+            self.app.call_from_thread(fn, *args, **kwargs)
+
+    def notify(self, text: str) -> None:
+        with open(self.demo_log, "a") as fh:
+            fh.write(text + "\n")
+        self._call(self.app.notify, text, title="demo", timeout=8)
+
+    def follow_training(self, job: str) -> None:
+        def show() -> None:
+            self.app.launched = (0, job)
+            self.app.switch_mode("training")
+
+        self._call(show)
+
+    def watch_eval(self, pid: int, events: Path) -> None:
+        # The measurement is a job of this dashboard (a monitor in this process watches its
+        # events and PID): a tab while it runs, its acceptance lengths on the training screen.
+        from hsmon.config import JobConfig
+        from hsmon.tui.sources import InProcessSource
+
+        job = JobConfig(name="eval-drafter", kind="external", events=str(events), pid=pid, role="trainer")
+        self._call(self.app.add_source, InProcessSource([job]))
+
+
+def run_in_tui(pipeline_args: tuple[Any, ...], args: argparse.Namespace, url: str, token: str,
+               base: Path) -> Pipeline:
+    """The pipeline under the TUI on the daemon; when the TUI quits early, the pipeline stops."""
+    from hsmon.tui.app import HsmonApp
+    from hsmon.tui.sources import HttpStatusSource
+
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+    app = HsmonApp([HttpStatusSource(url, token=token)])
+    hooks = TuiHooks(app, base / "demo.log")
+    pipeline = Pipeline(*pipeline_args, not args.no_train, args.train_seconds, hooks.notify,
+                        hooks.follow_training)
+    pipeline.eval_prompts = args.eval_prompts
+    pipeline.on_eval_started = hooks.watch_eval
+    pipeline.thread.start()
+    app.run()
+    if pipeline.thread.is_alive() and pipeline.phase == "evaluating":
+        finish_eval_in_terminal(pipeline)
+    if pipeline.thread.is_alive():
+        if pipeline.extraction.poll() is None:
+            print("demo: stopping the extraction (run `make demo` again to start over)")
+        pipeline.stop()
+    return pipeline
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make demo`: every step of the pipeline, then the summary and the verdict (exit 0 when OK)."""
+    args = parse_args(argv)
+    base = Path(args.dir).resolve()
+    if args.prepare:
+        from hsmon.demo.prepare import prepare
+
+        print(json.dumps(prepare(base, args.model)))
+        return 0
+    interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
+    base.mkdir(parents=True, exist_ok=True)
+    setup = prepare_in_child(base, args.model)
+    if setup is None:
+        return 1
+    token = fresh_start(base)
     extraction = daemon = None
     pipeline: Pipeline | None = None
     try:
-        with open(base / "extract.log", "ab") as log:
-            extraction = subprocess.Popen(
-                [
-                    sys.executable, "-m", "hsmon", "extract", setup["data"],
-                    "--out", str(out),
-                    "--model", setup["model"],
-                    "--events", str(events),
-                    "--chunk-size", "100",
-                    "--min-free", "100M",
-                    "--heartbeat", "1",
-                ],
-                stdout=log,
-                stderr=log,
-            )  # fmt: skip
+        extraction = start_extraction(base, setup)
         try:
-            with open(base / "daemon.log", "ab") as log:
-                daemon, url = daemon_process.spawn(
-                    [
-                        "--job", "extract",
-                        "--kind", "extract",
-                        "--out", str(out),
-                        "--events", str(events),
-                        "--pid", str(extraction.pid),
-                        "--control-token-file", str(token_file),
-                        "--scan-interval", "1",
-                    ],
-                    port_file,
-                    stdout=log,
-                    stderr=log,
-                )  # fmt: skip
+            daemon, url = start_daemon(base, extraction.pid)
         except daemon_process.DaemonStartError as exc:
             print(f"demo: {exc}; see {base / 'daemon.log'}", file=sys.stderr)
             return 1
+        out = base / "extract"
         print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
         print(f"demo: daemon {url} (metrics {url}/metrics); logs in {base}", flush=True)
         if not args.no_train:
@@ -149,68 +253,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         started = time.monotonic()
-
-        if not interactive:
-
-            def say(text: str) -> None:
-                print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
-
-            pipeline = Pipeline(
-                base, url, token, setup, extraction, not args.no_train, args.train_seconds, say
-            )
-            pipeline.eval_prompts = args.eval_prompts
-            pipeline.thread.start()
-            headless(url, pipeline, args.interval, started)
+        pipeline_args = (base, url, token, setup, extraction)
+        if interactive:
+            pipeline = run_in_tui(pipeline_args, args, url, token, base)
         else:
-            from hsmon.tui.app import HsmonApp
-            from hsmon.tui.sources import HttpStatusSource
-
-            os.environ.pop("COLUMNS", None)
-            os.environ.pop("LINES", None)
-            app = HsmonApp([HttpStatusSource(url, token=token)])
-            demo_log = base / "demo.log"
-
-            def notify(text: str) -> None:
-                with open(demo_log, "a") as fh:
-                    fh.write(text + "\n")
-                # RuntimeError: the app is not running (not started yet, or quit)
-                with contextlib.suppress(RuntimeError):
-                    app.call_from_thread(app.notify, text, title="demo", timeout=8)
-
-            def follow_training(job: str) -> None:
-                def show() -> None:
-                    app.launched = (0, job)
-                    app.switch_mode("training")
-
-                with contextlib.suppress(RuntimeError):
-                    app.call_from_thread(show)
-
-            def watch_eval(pid: int, events: Path) -> None:
-                # The measurement is a job of this dashboard (a monitor in this process watches its
-                # events and PID): a tab while it runs, its acceptance lengths on the training screen.
-                from hsmon.config import JobConfig
-                from hsmon.tui.sources import InProcessSource
-
-                job = JobConfig(
-                    name="eval-drafter", kind="external", events=str(events), pid=pid, role="trainer"
-                )
-                with contextlib.suppress(RuntimeError):
-                    app.call_from_thread(app.add_source, InProcessSource([job]))
-
-            train = not args.no_train
-            pipeline = Pipeline(
-                base, url, token, setup, extraction, train, args.train_seconds, notify, follow_training
-            )
-            pipeline.eval_prompts = args.eval_prompts
-            pipeline.on_eval_started = watch_eval
-            pipeline.thread.start()
-            app.run()
-            if pipeline.thread.is_alive() and pipeline.phase == "evaluating":
-                finish_eval_in_terminal(pipeline)
-            if pipeline.thread.is_alive():
-                if extraction.poll() is None:
-                    print("demo: stopping the extraction (run `make demo` again to start over)")
-                pipeline.stop()
+            pipeline = run_headless(pipeline_args, args, url, started)
         for line in summary(pipeline):
             print(line, flush=True)
         ok = bool(pipeline.ok)
