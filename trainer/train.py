@@ -1,7 +1,9 @@
-"""The EAGLE-3 training loop: TTT unroll, soft cross-entropy, AdamW + warmup/cosine, DDP, exact resume.
+"""The EAGLE-3 training: TTT unroll, soft cross-entropy, AdamW + warmup/cosine, DDP, exact resume.
 
-The objective is trainer/objective.py; rank and world, the heartbeat, the schedule and the RNG
-state are trainer/runtime.py.
+This module sets a training up (data index, drafter, optimizer, where a resumed run was); the step
+loop, checkpoints, evaluation and the ending are trainer/loop.py. The objective is
+trainer/objective.py; rank and world, the heartbeat, the schedule and the RNG state are
+trainer/runtime.py.
 """
 
 from __future__ import annotations
@@ -11,21 +13,18 @@ import random
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from hsmon import events as ev
-from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
     DataError,
     DataIndex,
-    Prefetcher,
     RowRef,
     build_draft_vocab,
     build_index,
@@ -33,18 +32,16 @@ from trainer.data import (
     plan_epoch,
     save_index,
 )
+from trainer.loop import Cursor, Training
 from trainer.model import DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import (
     DEFAULT_MAX_BAD_FRACTION,
     DEFAULT_MAX_SKIPS_IN_A_ROW,
-    LossGuard,
-    backward_unless_nonfinite,
     check_bad_fraction,
     rows_text,
-    skip_step,
 )
-from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
-from trainer.runtime import Dist, Heartbeat, lr_lambda_factory, ranks_in_sync, rng_state, set_rng_state
+from trainer.objective import TTTForward
+from trainer.runtime import Dist, lr_lambda_factory, set_rng_state
 from trainer.target import load_embed_and_head, load_target_config
 
 
@@ -92,34 +89,6 @@ def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
     return load_index(path)
 
 
-def _evaluate(
-    drafter: Eagle3Drafter,
-    rows: list[RowRef],
-    settings: TrainSettings,
-    target_head: torch.Tensor,
-    draft_ids: torch.Tensor,
-    device: torch.device,
-    autocast: bool,
-) -> StepStats | None:
-    if not rows:
-        return None
-    plan = plan_epoch(rows, settings.batch_tokens, seed=12345, epoch=0)[: settings.eval_batches]
-    sums = torch.zeros(3, settings.ttt_length, device=device)
-    drafter.eval()
-    forward = TTTForward(drafter)
-    prefetch = Prefetcher([[rows[i] for i in b] for b in plan])
-    try:
-        with torch.no_grad():
-            for batch in prefetch:
-                sums += ttt_loss(
-                    forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
-                )[1]
-    finally:
-        prefetch.close()
-    drafter.train()
-    return step_stats(sums)
-
-
 def _aux_layer_ids(data_dir: Path) -> list[int] | None:
     """SGLang layer ids of the capture points, when the extraction's manifest records them."""
     from hsmon.manifest_reader import read_manifest
@@ -162,18 +131,77 @@ def train(settings: TrainSettings) -> int:
 def _train(
     settings: TrainSettings, world: Dist, writer: ev.EventWriter | None, stop_requested: threading.Event
 ) -> int:
-    device = world.device
-    autocast = device.type == "cuda"
-    out = settings.out
-    resume_from = latest_checkpoint(out) if settings.resume else None
+    resume_from = latest_checkpoint(settings.out) if settings.resume else None
     ckpt = load_checkpoint(resume_from) if resume_from else None
-
     index = _prepare_index(settings, world)
     check_bad_fraction(settings.data_dir, index.nonfinite_rows, len(index.rows), settings.max_bad_fraction)
     if index.nonfinite_rows and world.main:
-        print(f"hsmon train: skipping {len(index.nonfinite_rows)} rows that hold NaN/Inf hidden states "
-              f"(rows {rows_text(index.nonfinite_rows)})", file=sys.stderr, flush=True)
+        print(
+            f"hsmon train: skipping {len(index.nonfinite_rows)} rows that hold NaN/Inf hidden states "
+            f"(rows {rows_text(index.nonfinite_rows)})",
+            file=sys.stderr,
+            flush=True,
+        )
     train_rows, held_rows = index.split(settings.eval_fraction)
+    drafter, cfg, target_head = _build_drafter(settings, index, ckpt, world.device)
+    steps_per_epoch, total_steps = _step_budget(settings, train_rows, world)
+    forward: torch.nn.Module = TTTForward(drafter)
+    if world.enabled:
+        forward = torch.nn.parallel.DistributedDataParallel(
+            forward, device_ids=[world.device.index] if world.device.type == "cuda" else None
+        )
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
+    )
+    warmup = max(1, int(settings.warmup_ratio * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
+    )
+    cursor = Cursor()
+    if ckpt is not None:
+        cursor = _restore(ckpt, resume_from, world, optimizer, scheduler)
+    training = Training(
+        settings=settings,
+        world=world,
+        writer=writer,
+        stop_requested=stop_requested,
+        drafter=drafter,
+        cfg=cfg,
+        forward=forward,
+        params=params,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        target_head=target_head,
+        draft_ids=torch.nonzero(drafter.t2d, as_tuple=False).flatten(),
+        train_rows=train_rows,
+        held_rows=held_rows,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        aux_layer_ids=_aux_layer_ids(settings.data_dir),
+        cursor=cursor,
+        nonfinite_rows=len(index.nonfinite_rows),
+    )
+    if writer:
+        writer.emit(
+            ev.START, backend="train", pid=os.getpid(), output_dir=str(settings.out),
+            data_dir=str(settings.data_dir), target_model=str(settings.target), total_rows=len(train_rows),
+            eval_rows=len(held_rows), total_tokens=sum(r.length for r in train_rows),
+            nonfinite_rows=len(index.nonfinite_rows), nonfinite_row_ids=index.nonfinite_rows[:20],
+            hidden_size=cfg.hidden_size, layers=index.num_aux, draft_vocab_size=cfg.draft_vocab_size,
+            ttt_length=settings.ttt_length, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+            world_size=world.world, resumed_from=str(resume_from) if resume_from else None,
+            start_step=cursor.step, dtype="bfloat16" if training.autocast else "float32",
+            device=world.device.type,
+        )  # fmt: skip
+    return training.run(checkpointed=ckpt is not None)
+
+
+def _build_drafter(
+    settings: TrainSettings, index: DataIndex, ckpt: dict[str, Any] | None, device: torch.device
+) -> tuple[Eagle3Drafter, DrafterConfig, torch.Tensor]:
+    """The drafter (from its checkpoint, or new with a draft vocabulary from the data's token
+    counts), its config, and the target's LM head, on ``device``."""
     target_config = load_target_config(settings.target)
     embed, head = load_embed_and_head(settings.target)
     if embed.shape[1] != index.hidden_size:
@@ -184,11 +212,9 @@ def _train(
     if ckpt is not None:
         cfg = DrafterConfig(**ckpt["drafter_config"])
     else:
-        counts = index.token_counts
         cfg = DrafterConfig.from_target_config(target_config, 0, index.num_aux)
-        d2t, t2d = build_draft_vocab(counts, cfg.vocab_size, settings.draft_vocab_size)
+        d2t, t2d = build_draft_vocab(index.token_counts, cfg.vocab_size, settings.draft_vocab_size)
         cfg.draft_vocab_size = int(d2t.shape[0])
-
     torch.manual_seed(settings.seed)
     random.seed(settings.seed)
     drafter = Eagle3Drafter(cfg)
@@ -199,9 +225,11 @@ def _train(
     else:
         drafter.load_state_dict(ckpt["model"], strict=False)
     drafter.to(device)
-    target_head = head.to(device)
-    draft_ids = torch.nonzero(drafter.t2d, as_tuple=False).flatten()
+    return drafter, cfg, head.to(device)
 
+
+def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist) -> tuple[int, int]:
+    """(steps per epoch for each rank, total steps) from the data, --epochs and --max-steps."""
     steps_per_epoch = len(plan_epoch(train_rows, settings.batch_tokens, settings.seed, 0)) // world.world
     if steps_per_epoch == 0:
         raise DataError(
@@ -213,240 +241,25 @@ def _train(
         total_steps = settings.max_steps if epochs_bound is None else min(settings.max_steps, epochs_bound)
     else:
         total_steps = (settings.epochs or 1) * steps_per_epoch
-    warmup = max(1, int(settings.warmup_ratio * total_steps))
-
-    forward: torch.nn.Module = TTTForward(drafter)
-    if world.enabled:
-        forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
-    )
-
-    step, epoch, position, tokens_done = 0, 0, 0, 0
-    if ckpt is not None:
-        if ckpt["world_size"] != world.world:
-            raise DataError(
-                f"{resume_from}: written by {ckpt['world_size']} processes, resumed with "
-                f"{world.world}; resume with the same --nproc_per_node"
-            )
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        step, epoch, position = ckpt["step"], ckpt["epoch"], ckpt["position"]
-        tokens_done = ckpt.get("tokens", 0)
-        set_rng_state(ckpt["rng"][world.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
-
-    aux_layer_ids = _aux_layer_ids(settings.data_dir)
-    counters: dict[str, Any] = {"step": step, "tokens": tokens_done, "total_steps": total_steps}
-    heartbeat = Heartbeat(writer, settings.heartbeat_s, counters)
-
-    def checkpoint() -> Path | None:
-        rng = [rng_state()]
-        if world.enabled:
-            gathered: list[Any] = [None] * world.world
-            dist.all_gather_object(gathered, rng[0])
-            rng = gathered
-        path = None
-        if world.main:
-            state = {
-                "model": {k: v for k, v in drafter.state_dict().items() if not k.startswith("embed_tokens.")},
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "step": step,
-                "epoch": epoch,
-                "position": position,
-                "tokens": tokens_done,
-                "rng": rng,
-                "world_size": world.world,
-                "drafter_config": cfg.to_dict(),
-                "aux_layer_ids": aux_layer_ids,
-                "target_model": str(settings.target),
-                "total_steps": total_steps,
-            }
-            path = save_checkpoint(out, step, state, settings.keep_checkpoints)
-            writer.emit(ev.CHECKPOINT, step=step, path=str(path), epoch=epoch)
-        world.barrier()
-        return path
-
-    if writer:
-        writer.emit(
-            ev.START,
-            backend="train",
-            pid=os.getpid(),
-            output_dir=str(out),
-            data_dir=str(settings.data_dir),
-            target_model=str(settings.target),
-            total_rows=len(train_rows),
-            eval_rows=len(held_rows),
-            total_tokens=sum(r.length for r in train_rows),
-            nonfinite_rows=len(index.nonfinite_rows),
-            nonfinite_row_ids=index.nonfinite_rows[:20],
-            hidden_size=cfg.hidden_size,
-            layers=index.num_aux,
-            draft_vocab_size=cfg.draft_vocab_size,
-            ttt_length=settings.ttt_length,
-            total_steps=total_steps,
-            steps_per_epoch=steps_per_epoch,
-            world_size=world.world,
-            resumed_from=str(resume_from) if resume_from else None,
-            start_step=step,
-            dtype="bfloat16" if autocast else "float32",
-            device=device.type,
-        )
-
-    last_ckpt_step = step if ckpt is not None else -1
-    guard = LossGuard(settings.max_skips_in_a_row)
-    run_started = time.monotonic()
-    out_of_time = False
-    interval_start, interval_tokens, interval_wait = time.perf_counter(), 0, 0.0
-    stopped = False
-    while step < total_steps and not stopped and not out_of_time:
-        plan = plan_epoch(train_rows, settings.batch_tokens, settings.seed, epoch)
-        mine = [plan[s * world.world + world.rank] for s in range(steps_per_epoch)]
-        prefetch = Prefetcher([[train_rows[i] for i in b] for b in mine[position:]])
-        waited = 0.0
-        try:
-            for batch in prefetch:
-                interval_wait += prefetch.wait_seconds - waited
-                waited = prefetch.wait_seconds
-                optimizer.zero_grad(set_to_none=True)
-                loss, sums = ttt_loss(
-                    forward, batch, target_head, draft_ids, settings.ttt_length, device, autocast
-                )
-                what, grad_norm = backward_unless_nonfinite(loss, params, settings.grad_clip, world)
-                if what:
-                    position += 1
-                    if position >= steps_per_epoch:
-                        epoch, position = epoch + 1, 0
-                    skip_step(guard, writer, step, batch.rows, what, counters)
-                    continue
-                guard.ok(step)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                position += 1
-                real = torch.tensor([float(batch.real_tokens), 1.0 if stop_requested.is_set() else 0.0])
-                world.all_sum(sums)
-                world.all_sum(real)
-                tokens_done += int(real[0])
-                interval_tokens += int(real[0])
-                counters.update(step=step, tokens=tokens_done, epoch=epoch)
-                if writer and (step % settings.log_every == 0 or step == total_steps):
-                    now = time.perf_counter()
-                    elapsed = max(now - interval_start, 1e-9)
-                    stats = step_stats(sums)
-                    writer.emit(
-                        ev.STEP,
-                        step=step,
-                        total_steps=total_steps,
-                        epoch=epoch,
-                        loss=stats.weighted_loss,
-                        losses=stats.losses,
-                        accs=stats.accs,
-                        lr=scheduler.get_last_lr()[0],
-                        grad_norm=float(grad_norm),
-                        tokens=tokens_done,
-                        tokens_s=interval_tokens / elapsed,
-                        data_wait_frac=min(1.0, interval_wait / elapsed),
-                        skipped_steps=guard.skipped,
-                    )
-                    interval_start, interval_tokens, interval_wait = now, 0, 0.0
-                if position >= steps_per_epoch:
-                    epoch, position = epoch + 1, 0
-                if real[1] > 0:
-                    stopped = True
-                    break
-                if settings.time_limit_s is not None:
-                    late = torch.tensor([float(time.monotonic() - run_started >= settings.time_limit_s)])
-                    if world.all_sum(late)[0] > 0:  # every rank ends at the same step
-                        out_of_time = True
-                        break
-                if settings.checkpoint_every and step % settings.checkpoint_every == 0:
-                    checkpoint()
-                    last_ckpt_step = step
-                if settings.eval_every and step % settings.eval_every == 0:
-                    _eval_and_emit(
-                        drafter,
-                        held_rows,
-                        settings,
-                        target_head,
-                        draft_ids,
-                        device,
-                        autocast,
-                        world,
-                        writer,
-                        step,
-                    )
-                if step >= total_steps:
-                    break
-        finally:
-            prefetch.close()
-    heartbeat.close()
-    if last_ckpt_step != step:
-        checkpoint()
-    if stopped:
-        if writer:
-            writer.emit(ev.STOPPED, reason="signal", step=step, tokens=tokens_done)
-        return 0
-    stats = _eval_and_emit(
-        drafter, held_rows, settings, target_head, draft_ids, device, autocast, world, writer, step
-    )
-    in_sync = ranks_in_sync(drafter, world)
-    if writer:
-        writer.emit(
-            ev.DONE,
-            step=step,
-            tokens=tokens_done,
-            epochs_done=epoch,
-            time_limit_reached=out_of_time,
-            eval_accs=stats.accs if stats else None,
-            skipped_steps=guard.skipped,
-            nonfinite_rows=len(index.nonfinite_rows),
-            ranks_in_sync=in_sync,
-            checkpoint=str(latest_checkpoint(out)),
-        )
-    return 0
+    return steps_per_epoch, total_steps
 
 
-def _eval_and_emit(
-    drafter: Eagle3Drafter,
-    held_rows: list[RowRef],
-    settings: TrainSettings,
-    target_head: torch.Tensor,
-    draft_ids: torch.Tensor,
-    device: torch.device,
-    autocast: bool,
+def _restore(
+    ckpt: dict[str, Any],
+    resume_from: Path | None,
     world: Dist,
-    writer: ev.EventWriter | None,
-    step: int,
-) -> StepStats | None:
-    stats = None
-    if world.main:
-        stats = _evaluate(drafter, held_rows, settings, target_head, draft_ids, device, autocast)
-        if stats and writer:
-            writer.emit(
-                ev.EVAL,
-                step=step,
-                rows=len(held_rows),
-                losses=stats.losses,
-                accs=stats.accs,
-                loss=stats.weighted_loss,
-                accept_len_est=expected_accept_length(stats.accs),
-            )
-    world.barrier()
-    return stats
-
-
-def expected_accept_length(accs: list[float]) -> float:
-    """1 + sum over k of the chance that the first k drafted tokens are all right, treating each
-    step's accuracy (measured given a right prefix... approximately) as a conditional rate."""
-    total, run = 1.0, 1.0
-    for acc in accs:
-        run *= acc
-        total += run
-    return total
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+) -> Cursor:
+    """Load the optimizer, the schedule and this rank's RNG from a checkpoint; where it stopped."""
+    if ckpt["world_size"] != world.world:
+        raise DataError(
+            f"{resume_from}: written by {ckpt['world_size']} processes, resumed with "
+            f"{world.world}; resume with the same --nproc_per_node"
+        )
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scheduler.load_state_dict(ckpt["scheduler"])
+    set_rng_state(ckpt["rng"][world.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
+    return Cursor(
+        step=ckpt["step"], epoch=ckpt["epoch"], position=ckpt["position"], tokens=ckpt.get("tokens", 0)
+    )
