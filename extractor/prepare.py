@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
+from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import cached_scan
 from extractor.targets import ModelUnavailable, check_model_arg
@@ -30,15 +30,6 @@ DEFAULT_BATCH_TOKENS = 8192
 # Settings that change what is written: a resume must match them exactly.
 RESUME_KEYS = ("dataset_sha256", "model_fingerprint", "backend", "dtype", "device_type", "layers",
                "max_length", "truncate", "chunk_size", "batch_tokens", "shard")
-
-
-class UsageError(Exception):
-    """Bad input or options: printed as one line, exit status 2."""
-
-
-def log(message: str) -> None:
-    """A line for the human, on stderr (stdout may carry the event stream)."""
-    print(f"hsmon extract: {message}", file=sys.stderr, flush=True)
 
 
 def model_fingerprint(model_dir: Path) -> str:

@@ -19,15 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
+from extractor.errors import UsageError, log
 from extractor.plan import plan_batches
-from extractor.prepare import (
-    Prepared,
-    UsageError,
-    dry_run,
-    headroom_line,
-    log,
-    prepare,
-)
+from extractor.prepare import Prepared, dry_run, headroom_line, prepare
 from hsmon import events as ev
 from hsmon import layout
 from hsmon.rejects import count_by_class, summary

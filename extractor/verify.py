@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         backend = _backend(backend_name, args, Path(model), layers, dtype, longest)
     except Exception as exc:  # includes PreflightError (a UsageError)
-        from extractor.prepare import UsageError
+        from extractor.errors import UsageError
 
         if isinstance(exc, UsageError):
             return _fail(str(exc))
@@ -166,8 +166,7 @@ def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int]
 
     from extractor.backends.base import ModelInfo, RunContext
     from extractor.backends.hf import model_facts
-    from extractor.backends.sglang.backend import SGLangOptions
-    from extractor.backends.sglang.options import DEFAULT_DUMP_ROOT, check_urls
+    from extractor.backends.sglang.options import DEFAULT_DUMP_ROOT, SGLangOptions, check_urls
     from extractor.writer import Progress
     from hsmon import events as ev
 

@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
 
     from trainer.data import DataError
     from trainer.nonfinite import NonFiniteError
+    from trainer.settings import TrainSettings
     from trainer.target import TargetError, resolve_target
-    from trainer.train import TrainSettings, train
+    from trainer.train import train
 
     if args.threads:
         torch.set_num_threads(args.threads)

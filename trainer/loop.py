@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,9 +22,7 @@ from trainer.model import DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import LossGuard, backward_unless_nonfinite, skip_step
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
 from trainer.runtime import Dist, Heartbeat, ranks_in_sync, rng_state
-
-if TYPE_CHECKING:
-    from trainer.train import TrainSettings
+from trainer.settings import TrainSettings
 
 
 @dataclass

@@ -13,7 +13,6 @@ import random
 import signal
 import sys
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,47 +34,13 @@ from trainer.data import (
 from trainer.loop import Cursor, Training
 from trainer.model import DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import (
-    DEFAULT_MAX_BAD_FRACTION,
-    DEFAULT_MAX_SKIPS_IN_A_ROW,
     check_bad_fraction,
     rows_text,
 )
 from trainer.objective import TTTForward
 from trainer.runtime import Dist, lr_lambda_factory, set_rng_state
+from trainer.settings import TrainSettings
 from trainer.target import load_embed_and_head, load_target_config
-
-
-@dataclass
-class TrainSettings:
-    data_dir: Path
-    target: Path
-    out: Path
-    epochs: int | None = None
-    max_steps: int | None = None
-    ttt_length: int = 7
-    draft_vocab_size: int | None = None
-    lr: float = 1e-4
-    batch_tokens: int = 4096
-    events: str | None = None
-    resume: bool = False
-    warmup_ratio: float = 0.03
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    grad_clip: float = 0.5
-    max_length: int | None = 2048
-    eval_fraction: float = 0.05
-    eval_every: int = 0
-    eval_batches: int = 50
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 2
-    log_every: int = 1
-    heartbeat_s: float = 10.0
-    seed: int = 0
-    time_limit_s: float | None = None
-    job: str = "train"
-    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
-    max_skips_in_a_row: int = DEFAULT_MAX_SKIPS_IN_A_ROW
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:

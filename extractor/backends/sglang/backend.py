@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,12 @@ import torch
 from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates, RunContext
 from extractor.backends.sglang import preflight, transports
 from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
+from extractor.backends.sglang.options import SGLangOptions
 from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
 from hsmon.rejects import SERVER_FAILING, SERVER_REFUSED
 
 PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
 RETRYABLE_STATUS = (408, 429)  # and every 5xx
-DUMP_WAIT_ENV = "HSMON_DUMP_WAIT_S"
 
 
 class RefusedError(Exception):
@@ -33,25 +32,6 @@ class RefusedError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status, self.message = status, message
-
-
-@dataclass
-class SGLangOptions:
-    """`hsmon extract --backend sglang` options (see extractor/cli.py)."""
-
-    urls: list[str]
-    transport: str = "shm"
-    dump_dir: str | None = None
-    concurrency: int = 0  # 0: chosen from the servers' info
-    max_dump_bytes: int = 2 << 30
-    dump_min_free: int = 1 << 30
-    request_timeout: float = 600.0
-    give_up_after: float = 600.0
-    longest_row: int = 1
-    row_attempts: int = 3  # failures of one row while its server serves others: then rejected
-    # seconds from the response to the file's rename (the plugin's writer thread may lag behind)
-    dump_wait: float = field(default_factory=lambda: float(os.environ.get(DUMP_WAIT_ENV) or 120.0))
-    facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
 
 
 class SGLangBackend(Backend):
@@ -247,7 +227,7 @@ class SGLangBackend(Backend):
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 
     def close(self) -> None:
-        from extractor.prepare import log
+        from extractor.errors import log
 
         self._executor.shutdown(wait=True, cancel_futures=True)
         st = self.stats

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from dataclasses import dataclass, field
 from typing import Any
+
+from extractor.errors import UsageError
 
 DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
 DEFAULT_MAX_DUMP = "2G"
@@ -38,9 +42,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "control request (default 3)")
 
 
-def _usage(message: str) -> Exception:
-    from extractor.prepare import UsageError
+DUMP_WAIT_ENV = "HSMON_DUMP_WAIT_S"
 
+
+@dataclass
+class SGLangOptions:
+    """`hsmon extract --backend sglang` options (see extractor/cli.py)."""
+
+    urls: list[str]
+    transport: str = "shm"
+    dump_dir: str | None = None
+    concurrency: int = 0  # 0: chosen from the servers' info
+    max_dump_bytes: int = 2 << 30
+    dump_min_free: int = 1 << 30
+    request_timeout: float = 600.0
+    give_up_after: float = 600.0
+    longest_row: int = 1
+    row_attempts: int = 3  # failures of one row while its server serves others: then rejected
+    # seconds from the response to the file's rename (the plugin's writer thread may lag behind)
+    dump_wait: float = field(default_factory=lambda: float(os.environ.get(DUMP_WAIT_ENV) or 120.0))
+    facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
+
+
+def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
@@ -77,9 +101,8 @@ def check_servers(opts: Any, layers: list[int], dtype: str, max_length: int | No
     return preflight.resolve_max_length(max_length, opts.facts, max_positions)
 
 
-def build(args: argparse.Namespace, job: str, longest_row: int) -> Any:
+def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions:
     """Check the options and return SGLangOptions (UsageError on bad ones)."""
-    from extractor.backends.sglang.backend import SGLangOptions
     from hsmon.units import parse_size
 
     urls = check_urls(args.url)

@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from extractor.prepare import UsageError
+from extractor.errors import UsageError
 
 PLUGIN_VERSION = "1"
 INFO_PATHS = ("/server_info", "/get_server_info")

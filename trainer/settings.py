@@ -1,0 +1,44 @@
+"""What one training is asked to do (`hsmon train`'s options), read by the set-up and the step loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.nonfinite import DEFAULT_MAX_BAD_FRACTION, DEFAULT_MAX_SKIPS_IN_A_ROW
+
+
+@dataclass
+class TrainSettings:
+    """`hsmon train`'s options for one training (trainer/cli.py maps the command line onto them)."""
+
+    data_dir: Path
+    target: Path
+    out: Path
+    epochs: int | None = None
+    max_steps: int | None = None
+    ttt_length: int = 7
+    draft_vocab_size: int | None = None
+    lr: float = 1e-4
+    batch_tokens: int = 4096
+    events: str | None = None
+    resume: bool = False
+    warmup_ratio: float = 0.03
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 0.5
+    max_length: int | None = 2048
+    eval_fraction: float = 0.05
+    eval_every: int = 0
+    eval_batches: int = 50
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    heartbeat_s: float = 10.0
+    seed: int = 0
+    time_limit_s: float | None = None
+    job: str = "train"
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
+    max_skips_in_a_row: int = DEFAULT_MAX_SKIPS_IN_A_ROW
+    extra: dict[str, Any] = field(default_factory=dict)
