@@ -26,6 +26,7 @@ demo: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 # Debian packages the tests use, as command:package: a real Prometheus (Debian's 2.42) scrapes the
 # daemon and promtool tests the alert rules; amtool checks the Alertmanager example; systemd-analyze
@@ -51,6 +52,7 @@ sglang-env: .sglang-venv/.hsmon-sglang-ready
 
 test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25
 
 bench: setup

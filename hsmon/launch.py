@@ -110,9 +110,9 @@ def _is_inside(child: Path, parent: Path) -> bool:
 
 
 def _is_preset(name: str) -> bool:
-    """A target preset's name (extractor.targets, no heavy imports); False where it is absent."""
+    """A target preset's name (extractor.presets, no imports); False where it is absent."""
     try:
-        from extractor.targets import is_preset
+        from extractor.presets import is_preset
     except ImportError:
         return False
     return is_preset(name)

