@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hsmon.capture_points import parse_capture_points
+
 # torch.save's zip container adds about this much per file (measured: 2.3 kB for 4 tensors).
 FILE_OVERHEAD_BYTES = 3000
 
@@ -75,26 +77,6 @@ def row_bytes(tokens: int, hidden_size: int, captures: int, element_size: int) -
     return tokens * 16 + tokens * hidden_size * (1 + captures) * element_size + FILE_OVERHEAD_BYTES
 
 
-def default_capture_points(num_layers: int) -> list[int]:
-    """The EAGLE-3 convention [2, N//2, N-3] (indices into transformers' hidden_states)."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
 def parse_layers(text: str | None, num_layers: int) -> list[int]:
     """'--layers 2,4,5' -> [2, 4, 5], checked against an N-layer model; None -> the default."""
-    if not text:
-        points = default_capture_points(num_layers)
-    else:
-        try:
-            points = [int(p) for p in text.replace(" ", "").split(",") if p]
-        except ValueError:
-            raise ValueError(f"--layers {text!r}: use comma-separated integers, e.g. 2,16,29") from None
-    if not points:
-        raise ValueError("--layers: give at least one capture point")
-    bad = [p for p in points if not 1 <= p <= num_layers - 1]
-    if bad:
-        raise ValueError(f"--layers {bad}: capture points must be within 1..{num_layers - 1} for a "
-                         f"{num_layers}-layer model (the last layer is always saved as hidden_state)")
-    if len(set(points)) != len(points):
-        raise ValueError(f"--layers {points}: a capture point is repeated")
-    return points
+    return parse_capture_points(text, num_layers)

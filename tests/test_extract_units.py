@@ -11,9 +11,10 @@ import torch
 from extract_helpers import tiny_chat_model, tiny_model  # noqa: F401 (fixtures)
 
 from extractor import dataset as ds
-from extractor.plan import Shard, default_capture_points, parse_layers, plan_batches, row_bytes
+from extractor.plan import Shard, parse_layers, plan_batches, row_bytes
 from extractor.writer import ChunkBook, finish_stats, layer_sums
 from hsmon import layout
+from hsmon.capture_points import default_capture_points
 
 
 @pytest.fixture(scope="module")

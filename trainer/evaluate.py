@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hsmon.capture_points import capture_points_of, default_capture_points
 from trainer.speculative import Target, ngram_draft, speculative_decode
 
 
@@ -164,11 +165,7 @@ def _load_export(path: Path, target: Path):
     state["embed_tokens.weight"] = embed
     drafter.load_state_dict(state, strict=True)
     layer_ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return drafter.eval(), ([i + 1 for i in layer_ids] if layer_ids else None)
-
-
-def default_capture_points(layers: int) -> list[int]:
-    return [2, layers // 2, layers - 3]
+    return drafter.eval(), (capture_points_of(layer_ids) if layer_ids else None)
 
 
 def evaluate(

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hsmon import events as ev
+from hsmon.capture_points import sglang_layer_ids
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
@@ -62,7 +63,7 @@ def _aux_layer_ids(data_dir: Path) -> list[int] | None:
         settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
         layers = settings.get("layers") or run.get("layers")
         if isinstance(layers, list) and all(isinstance(x, int) for x in layers):
-            return [x - 1 for x in layers]  # capture point p is SGLang's layer id p - 1
+            return sglang_layer_ids(layers)
     return None
 
 

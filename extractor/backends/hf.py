@@ -65,7 +65,7 @@ class HFBackend(Backend):
                  device: str = "auto", dtype: str = "auto") -> None:
         from transformers import AutoModelForCausalLM
 
-        from extractor.plan import default_capture_points
+        from hsmon.capture_points import default_capture_points
 
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)

@@ -22,6 +22,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from hsmon.capture_points import parse_capture_points, sglang_layer_ids
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 PLUGIN_ROOT = PACKAGE_DIR / "plugin_root"
 REPO_ROOT = PACKAGE_DIR.parent.parent
@@ -76,11 +78,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def default_layers(num_layers: int) -> list[int]:
-    """EAGLE-3's capture points for an N-layer target (as extractor's --layers default)."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
 def parse_layers(text: str | None, model_path: Path) -> list[int]:
     """Capture points from ``--layers`` or config.json; ServeError on bad input."""
     config_file = model_path / "config.json"
@@ -94,19 +91,10 @@ def parse_layers(text: str | None, model_path: Path) -> list[int]:
     num_layers = int(config.get("num_hidden_layers", 0))
     if not num_layers:
         raise ServeError(f"{config_file} has no num_hidden_layers; is this a causal-LM directory?")
-    if not text:
-        return default_layers(num_layers)
     try:
-        points = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ServeError(f"--layers {text!r}: give comma-separated integers, e.g. --layers 2,4,6") from None
-    bad = [p for p in points if not 1 <= p <= num_layers - 1]
-    if not points or bad or len(set(points)) != len(points):
-        raise ServeError(
-            f"--layers {text!r}: capture points must be distinct and lie in 1..{num_layers - 1} "
-            f"for this {num_layers}-layer model (the last layer is always returned after the norm)"
-        )
-    return points
+        return parse_capture_points(text, num_layers)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
 
 
 def sglang_python(explicit: str | None) -> str:
@@ -144,7 +132,7 @@ def build_command(
         "--speculative-algorithm",
         "EAGLE3",
         "--return-aux-hidden-state-layer-ids",
-        *[str(p - 1) for p in capture_points],
+        *[str(i) for i in sglang_layer_ids(capture_points)],
         "--disable-radix-cache",
     ]
     if cpu:

@@ -20,6 +20,7 @@ from extractor.backends.sglang import preflight, transports
 from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.options import SGLangOptions
 from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
+from hsmon.capture_points import sglang_layer_ids
 from hsmon.rejects import SERVER_FAILING, SERVER_REFUSED
 
 PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
@@ -99,7 +100,7 @@ class SGLangBackend(Backend):
             if orphan is not None:
                 try:
                     states = transports.take_dump(orphan, hidden, captures, self.torch_dtype, len(ids), 0.0,
-                                                  [p - 1 for p in self.capture_points])
+                                                  sglang_layer_ids(self.capture_points))
                     with self._lock:
                         self.stats["orphans_reused"] += 1
                     return states
@@ -222,7 +223,7 @@ class SGLangBackend(Backend):
         path = transports.dump_path(payload, url, row)
         try:
             return transports.take_dump(path, hidden, captures, self.torch_dtype, want,
-                                        self.options.dump_wait, [p - 1 for p in self.capture_points])
+                                        self.options.dump_wait, sglang_layer_ids(self.capture_points))
         except ValueError as exc:
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 

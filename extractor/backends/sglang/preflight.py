@@ -14,6 +14,7 @@ from typing import Any
 import requests
 
 from extractor.errors import UsageError
+from hsmon.capture_points import capture_points_of, sglang_layer_ids
 
 PLUGIN_VERSION = "1"
 INFO_PATHS = ("/server_info", "/get_server_info")
@@ -130,7 +131,7 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
                  dump_dir: str | None) -> None:
     """Raise PreflightError naming the flag to add or fix; return when the server fits."""
     info, url = facts.raw, facts.url
-    want = [p - 1 for p in capture_points]
+    want = sglang_layer_ids(capture_points)
     ids = " ".join(str(i) for i in want)
     missing = []  # every flag to add, so that one relaunch fixes them all
     if not info.get("enable_return_hidden_states"):
@@ -152,7 +153,7 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
         raise PreflightError(f"--url {url}: the server captures SGLang layer ids {facts.layer_ids}, this run "
                              f"needs {want} (capture points {capture_points} minus 1); relaunch it with "
                              f"--return-aux-hidden-state-layer-ids {ids}, or pass --layers "
-                             f"{','.join(str(i + 1) for i in facts.layer_ids)}")
+                             f"{','.join(map(str, capture_points_of(facts.layer_ids)))}")
     if int(info.get("pp_size") or 1) > 1:
         raise PreflightError(f"--url {url}: pipeline parallelism (--pp-size {info.get('pp_size')}) is not "
                              "supported: only the last stage captures; use --tp-size/--dp-size instead")
