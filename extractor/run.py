@@ -169,7 +169,7 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
                         "rows_total": progress.rows_total, "tokens_total": progress.tokens_total,
                         "chunks_total": chunks_total, "rejects": progress.rejects,
                         "bytes_needed": prep.bytes_needed}])
-        record_rejects(prep, prep.scan.rejects or [], book, events, writer)
+        writer.record_scan_rejects(prep.scan.rejects or [], prep.manifest.rejects)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
         if stop_event.is_set():
@@ -242,11 +242,11 @@ def end_run(prep: Prepared, writer: Any, events: ev.EventWriter, snap: dict[str,
         if not stopped:
             events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
             return 1
-        record_ending(prep, writer, "stopped", snap, seconds)
+        writer.record_ending("stopped", snap, seconds)
         events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
         log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
         return 0
-    record_ending(prep, writer, "done", snap, seconds)
+    writer.record_ending("done", snap, seconds)
     events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
     why = summary(snap["rejects_by_reason"])
     log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
@@ -282,53 +282,6 @@ def start_books(prep: Prepared) -> tuple[dict[int, int], Any, Any]:
                         rejects=len(rejects) + len(late), chunks_done=chunks_recorded,
                         rejects_by_reason=count_by_class([r.reason for r in rejects] + list(late.values())))
     return expected, book, progress
-
-
-def record_ending(prep: Prepared, writer: Any, kind: str, snap: dict[str, Any], seconds: float) -> None:
-    """Append the run's ``done`` or ``stopped`` record to the manifest (fsynced), so that a monitor
-    reading only the output directory knows the run ended on purpose.
-
-    A direct append: the disk reserve is for rows, not for these 200 bytes. Only a truly full
-    disk refuses it; then a ``done`` waits for room like any write (paused), and a ``stopped``
-    (a person wants the process gone) is left out with a line saying so.
-    """
-    record = {"type": kind, "ts": time.time(), "rows": snap["rows_done"], "tokens": snap["tokens_done"],
-              "bytes": snap["bytes_done"], "chunks": snap["chunks_done"], "rejects": snap["rejects"],
-              "rejects_by_reason": snap["rejects_by_reason"], "seconds": seconds}
-    if kind == "stopped":
-        record["reason"] = "signal"
-    try:
-        layout.append_jsonl(prep.manifest_path, [record])
-        return
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-    if kind == "done":
-        try:
-            writer.append([record])  # waits (paused) for room; a stop meanwhile abandons it
-            return
-        except Exception as exc:  # Abandoned, or the disk error again
-            why = f"{type(exc).__name__}: {exc}"
-    log(f"could not record the {kind} run in {prep.manifest_path} ({why}); "
-        "the output directory will not show how the run ended")
-
-
-def record_rejects(prep: Prepared, rejects: list[ds.Reject], book: Any, events: ev.EventWriter,
-                   writer: Any) -> None:
-    """Write rejects not yet in the manifest to the rejects file, the manifest and the events."""
-    rejects_path = prep.out / layout.rejects_name(prep.shard.as_tuple)
-    layout.repair_jsonl_tail(rejects_path)
-    listed = {r.get("row") for r in layout.iter_jsonl(rejects_path)}
-    from extractor.writer import reject_lines
-
-    new = [r for r in rejects if r.index not in prep.manifest.rejects]
-    pairs = [reject_lines(r.index, r.line, r.reason) for r in new]
-    writer.append([line for r, (line, _) in zip(new, pairs, strict=True) if r.index not in listed],
-                  path=rejects_path)
-    writer.append([record for _, record in pairs])
-    for r in rejects:
-        book.add_reject(r.index)
-    for r, (line, _) in zip(new, pairs, strict=True):
-        events.emit(ev.REJECT, row=r.index, line=r.line, reason=r.reason, reason_class=line["class"])
 
 
 class RowFetcher:

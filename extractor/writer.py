@@ -6,11 +6,11 @@ are appended to the manifest in one fsynced write; then any chunk that became co
 its ``chunk`` record. A crash between these steps leaves files the manifest does not count,
 which a resumed run rewrites with identical content.
 
-Row records carry raw per-layer sums so that chunk statistics can be finished after a resume
-without reading the files again: ``stats[layer] = [tokens, sum_l2, count, sum, sumsq, max_abs,
-nonfinite]`` (``tokens`` and ``sum_l2`` over tokens whose vector is finite, ``count``/``sum``/
-``sumsq``/``max_abs`` over finite elements). Layers are named ``final`` (the hidden state after
-the final norm) and by capture point (``"2"``, ``"16"``, ...).
+Row records carry raw per-layer sums (extractor/row_stats.py) so that chunk statistics can be
+finished after a resume without reading the files again.
+
+The writer owns every manifest record a run appends: its ``run`` record, the rejects the scan
+found, rows, chunks, and the ``done``/``stopped`` ending.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from typing import Any
 
 import torch
 
+from extractor.errors import log
 from extractor.pauses import pause_line, resume_line
+from extractor.row_stats import finish_stats, row_stats
 from hsmon import events as ev
 from hsmon import layout
-from hsmon.data_facts import LayerTotals
 from hsmon.rejects import classify
 from hsmon.units import format_bytes
 
@@ -87,41 +88,6 @@ def serialize(payload: dict[str, torch.Tensor]) -> bytes:
 def write_file(path: Path, data: bytes) -> int:
     """Atomically write ``data`` to ``path`` (temporary name, fsync, rename)."""
     return layout.atomic_write(path, lambda fh: fh.write(data))
-
-
-def layer_sums(x: torch.Tensor) -> list[float]:
-    """[tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite] of a [seq, H] tensor."""
-    x = x.float()
-    finite = torch.isfinite(x)
-    nonfinite = int(finite.numel() - int(finite.sum()))
-    clean = torch.where(finite, x, torch.zeros((), dtype=x.dtype)) if nonfinite else x
-    token_ok = finite.all(dim=-1) if nonfinite else None
-    norms = clean.norm(dim=-1)
-    if token_ok is not None:
-        norms = norms[token_ok]
-    count = int(finite.sum()) if nonfinite else x.numel()
-    as64 = clean.double()
-    return [int(norms.numel()), float(norms.double().sum()), count, float(as64.sum()),
-            float((as64 * as64).sum()), float(clean.abs().max()) if clean.numel() else 0.0, nonfinite]
-
-
-def row_stats(item: RowItem, capture_points: Sequence[int]) -> dict[str, list[float]]:
-    hidden = item.hidden_state.shape[-1]
-    stats = {"final": layer_sums(item.hidden_state)}
-    for k, point in enumerate(capture_points):
-        stats[str(point)] = layer_sums(item.aux_hidden_state[:, k * hidden:(k + 1) * hidden])
-    return stats
-
-
-def finish_stats(sums: Sequence[Sequence[float]]) -> dict[str, float | int]:
-    """Combine row sums of one layer into mean L2 norm, std, max |x| and NaN/Inf count (the same
-    arithmetic the monitor's data facts use)."""
-    totals = LayerTotals()
-    for row in sums:
-        totals.add(row)
-    figures = totals.figures()
-    return {"mean_l2": figures["mean_l2"], "std": figures["std"], "max_abs": figures["max_abs"],
-            "nonfinite": figures["nonfinite_values"]}
 
 
 @dataclass
@@ -285,7 +251,8 @@ class RowWriter(threading.Thread):
             records.append({"type": "row", "row": item.row, "chunk": path.parent.name,
                             "tokens": len(item.input_ids), "bytes": len(data),
                             "sha256": hashlib.sha256(data).hexdigest(),
-                            "stats": row_stats(item, self.capture_points)})
+                            "stats": row_stats(item.hidden_state, item.aux_hidden_state,
+                                                self.capture_points)})
         self.append(records)
         for record in records:
             self.book.add_row(record)
@@ -317,6 +284,48 @@ class RowWriter(threading.Thread):
                 by[file_line["class"]] = by.get(file_line["class"], 0) + 1
             self.events.emit(ev.REJECT, row=item.row, line=item.line, reason=item.reason,
                              reason_class=file_line["class"])
+
+    def record_scan_rejects(self, rejects: Sequence[Any], in_manifest: Any) -> None:
+        """Rows the dataset scan rejected (already counted in the progress): those not yet in the
+        manifest go to the rejects file (unless listed there), the manifest and the events."""
+        layout.repair_jsonl_tail(self.rejects_path)
+        listed = {r.get("row") for r in layout.iter_jsonl(self.rejects_path)}
+        new = [r for r in rejects if r.index not in in_manifest]
+        pairs = [reject_lines(r.index, r.line, r.reason) for r in new]
+        self.append([line for r, (line, _) in zip(new, pairs, strict=True) if r.index not in listed],
+                    path=self.rejects_path)
+        self.append([record for _, record in pairs])
+        for r in rejects:
+            self.book.add_reject(r.index)
+        for r, (line, _) in zip(new, pairs, strict=True):
+            self.events.emit(ev.REJECT, row=r.index, line=r.line, reason=r.reason, reason_class=line["class"])
+
+    def record_ending(self, kind: str, snap: dict[str, Any], seconds: float) -> None:
+        """Append the run's ``done`` or ``stopped`` record (fsynced), so that a monitor reading only
+        the output directory knows the run ended on purpose.
+
+        A direct append: the disk reserve is for rows, not for these 200 bytes. Only a truly full
+        disk refuses it; then a ``done`` waits for room like any write (paused), and a ``stopped``
+        (a person wants the process gone) is left out with a line saying so.
+        """
+        record = {"type": kind, "ts": time.time(), "rows": snap["rows_done"], "tokens": snap["tokens_done"],
+                  "bytes": snap["bytes_done"], "chunks": snap["chunks_done"], "rejects": snap["rejects"],
+                  "rejects_by_reason": snap["rejects_by_reason"], "seconds": seconds}
+        if kind == "stopped":
+            record["reason"] = "signal"
+        try:
+            layout.append_jsonl(self.manifest, [record])
+            return
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        if kind == "done":
+            try:
+                self.append([record])  # waits (paused) for room; a stop meanwhile abandons it
+                return
+            except Exception as exc:  # Abandoned, or the disk error again
+                why = f"{type(exc).__name__}: {exc}"
+        log(f"could not record the {kind} run in {self.manifest} ({why}); "
+            "the output directory will not show how the run ended")
 
     def write_completed_chunks(self) -> None:
         for record in self.book.completed():

@@ -12,7 +12,8 @@ from extract_helpers import tiny_chat_model, tiny_model  # noqa: F401 (fixtures)
 
 from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, plan_batches, row_bytes
-from extractor.writer import ChunkBook, finish_stats, layer_sums
+from extractor.row_stats import finish_stats, layer_sums
+from extractor.writer import ChunkBook
 from hsmon import layout
 from hsmon.capture_points import default_capture_points
 

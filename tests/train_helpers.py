@@ -84,7 +84,7 @@ def write_rows(target: Path, out: Path, sequences: list[list[int]], chunk_size: 
     """Run the target over ``sequences`` and write contract-2 rows (and manifest records)."""
     from transformers import LlamaForCausalLM
 
-    from extractor.writer import layer_sums  # the per-layer stats hsmon extract records
+    from extractor.row_stats import layer_sums  # the per-layer stats hsmon extract records
 
     model = LlamaForCausalLM.from_pretrained(target).eval()
     points = capture_points(model.config.num_hidden_layers)
