@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from extractor.errors import log
-from extractor.pauses import pause_line, resume_line
+from extractor.pauses import Pause
 from extractor.row_stats import finish_stats, row_stats
 from hsmon import events as ev
 from hsmon import layout
@@ -189,7 +189,7 @@ class RowWriter(threading.Thread):
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_batches)
         self.error: BaseException | None = None
         self.abandoned = False
-        self._pause_started = 0.0
+        self._disk_pause = Pause("disk", events, progress)
 
     # -- main-thread side ---------------------------------------------------------------
     def submit(self, batch: list[RowItem | RejectItem]) -> bool:
@@ -358,25 +358,14 @@ class RowWriter(threading.Thread):
         while True:
             free = shutil.disk_usage(self.out_dir).free
             if free - need >= self.min_free:
-                if self.progress.paused:
-                    with self.progress.lock:
-                        self.progress.paused = None
-                    paused_s = time.monotonic() - self._pause_started
-                    self.events.emit(ev.RESUME, reason="disk", free_bytes=free,
-                                     paused_seconds=round(paused_s, 3))
-                    resume_line("disk", paused_s, f"{format_bytes(free)} free on {self.out_dir}")
+                self._disk_pause.end(f"{format_bytes(free)} free on {self.out_dir}", free_bytes=free)
                 return
-            if not self.progress.paused:
-                with self.progress.lock:
-                    self.progress.paused = "disk"
-                self._pause_started = time.monotonic()
-                self.events.emit(ev.PAUSE, reason="disk", free_bytes=free, need_bytes=need,
-                                 min_free_bytes=self.min_free, path=str(self.out_dir))
-                pause_line("disk", f"{format_bytes(free)} free on {self.out_dir}, the next write needs "
-                           f"{format_bytes(need)} above the --min-free reserve of "
-                           f"{format_bytes(self.min_free)}",
-                           f"{format_bytes(need + self.min_free - free)} more free space (stop with SIGTERM)",
-                           self.poll_seconds)
+            self._disk_pause.begin(
+                f"{format_bytes(free)} free on {self.out_dir}, the next write needs {format_bytes(need)} "
+                f"above the --min-free reserve of {format_bytes(self.min_free)}",
+                f"{format_bytes(need + self.min_free - free)} more free space (stop with SIGTERM)",
+                self.poll_seconds, free_bytes=free, need_bytes=need, min_free_bytes=self.min_free,
+                path=str(self.out_dir))
             if self.stop_event.is_set():
                 raise Abandoned
             time.sleep(self.poll_seconds)

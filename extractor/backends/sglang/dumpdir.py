@@ -13,13 +13,11 @@ import os
 import re
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from extractor.backends.sglang.pool import Stopped
-from extractor.pauses import pause_line, resume_line
-from hsmon import events as ev
+from extractor.pauses import Pause
 from hsmon.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
@@ -62,7 +60,7 @@ class DumpDir:
         self.max_bytes, self.min_free, self.poll_s = max_bytes, min_free, poll_s
         self.events, self.progress, self.stop_event = events, progress, stop_event
         self._lock = threading.Lock()
-        self._paused_at: float | None = None
+        self._pause = Pause("shm", events, progress)
         self.orphans: dict[int, Path] = {}
 
     def prepare(self) -> None:
@@ -94,26 +92,12 @@ class DumpDir:
         free space is under the reserve; ``pause``/``resume`` events with reason ``shm``."""
         while True:
             why = self._why_full()
-            with self._lock:
-                if why is None:
-                    paused_at, self._paused_at = self._paused_at, None
-                    if paused_at is not None:
-                        with self.progress.lock:
-                            if self.progress.paused == "shm":
-                                self.progress.paused = None
-                        paused_s = time.monotonic() - paused_at
-                        self.events.emit(ev.RESUME, reason="shm", path=str(self.path),
-                                         paused_seconds=round(paused_s, 3))
-                        resume_line("shm", paused_s, f"room again in {self.path}")
-                    return
-                if self._paused_at is None:
-                    self._paused_at = time.monotonic()
-                    with self.progress.lock:
-                        if self.progress.paused is None:
-                            self.progress.paused = "shm"
-                    self.events.emit(ev.PAUSE, reason="shm", path=str(self.path), **why)
-                    pause_line("shm", _why_text(self.path, why),
-                               "the server's dump files to be consumed (stop with SIGTERM)", self.poll_s)
+            if why is None:
+                self._pause.end(f"room again in {self.path}", path=str(self.path))
+                return
+            self._pause.begin(_why_text(self.path, why),
+                              "the server's dump files to be consumed (stop with SIGTERM)", self.poll_s,
+                              path=str(self.path), **why)
             if self.stop_event.wait(self.poll_s):
                 raise Stopped
 

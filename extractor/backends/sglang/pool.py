@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extractor.backends.base import BackendStopped
-from extractor.pauses import pause_line, resume_line
+from extractor.pauses import Pause
 from hsmon import events as ev
 
 
@@ -62,7 +62,7 @@ class ServerPool:
         self._state = {url: _State(max_input=(max_input or {}).get(url)) for url in self.urls}
         self._lock = threading.Lock()
         self._failing_since: float | None = None
-        self._paused_at: float | None = None
+        self._pause = Pause("server", events, progress)
         self.retries = 0
 
     def acquire(self, length: int = 0) -> str:
@@ -92,14 +92,7 @@ class ServerPool:
             state.down_since = None
             state.served += 1
             self._failing_since = None
-            paused_at, self._paused_at = self._paused_at, None
-        if paused_at is not None:
-            with self.progress.lock:
-                if self.progress.paused == "server":
-                    self.progress.paused = None
-            paused_s = time.monotonic() - paused_at
-            self.events.emit(ev.RESUME, reason="server", url=url, paused_seconds=round(paused_s, 3))
-            resume_line("server", paused_s, f"{url} answers")
+        self._pause.end(f"{url} answers", url=url)
 
     def row_failed(self, url: str, row: int, error: str, attempt: int) -> None:
         """One row failed on a server that answers other requests: a ``retry`` event (reason
@@ -113,7 +106,7 @@ class ServerPool:
     def failed(self, url: str, error: str) -> None:
         """A retryable failure on ``url``; pauses when no server is up; GiveUp after ``give_up_s``."""
         now = time.monotonic()
-        emit_retry = pause = False
+        emit_retry = False
         with self._lock:
             self.retries += 1
             state = self._state[url]
@@ -126,19 +119,14 @@ class ServerPool:
             if now - state.last_retry_event >= 1.0:
                 state.last_retry_event, emit_retry = now, True
             all_down = all(s.down_since is not None for s in self._state.values())
-            if all_down and self._paused_at is None:
-                self._paused_at, pause = now, True
             down = [u for u, s in self._state.items() if s.down_since is not None]
         if emit_retry:
             self.events.emit(ev.RETRY, reason="server", url=url, error=error, retries=self.retries)
-        if pause:
-            with self.progress.lock:
-                if self.progress.paused is None:
-                    self.progress.paused = "server"
-            self.events.emit(ev.PAUSE, reason="server", url=url, urls=down, error=error)
-            pause_line("server", f"no SGLang server answers ({', '.join(down)}; last: {error})",
-                       f"one to answer (gives up after {self.give_up_s:g}s without any)",
-                       f"with backoff, at most every {BACKOFF_CAP_S:g}s")
+        if all_down:
+            self._pause.begin(f"no SGLang server answers ({', '.join(down)}; last: {error})",
+                              f"one to answer (gives up after {self.give_up_s:g}s without any)",
+                              f"with backoff, at most every {BACKOFF_CAP_S:g}s",
+                              url=url, urls=down, error=error)
         if failing > self.give_up_s:
             raise GiveUp(f"no SGLang server answered for {failing:.0f} s (last: {url}: {error}); check the "
                          f"server(s), then run the same command to resume (--give-up-after sets this limit)")
