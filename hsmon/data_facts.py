@@ -172,6 +172,7 @@ class DataFacts:
             "drift_tolerance": self.tolerance,
             "drifted_chunks": self.drifted_chunks,
             "drifts": [d.as_dict() for d in self.drifts],
+            "verify": None,  # the engine check's section (hsmon/verify_watch.py), when the job has one
         }
 
 
