@@ -21,8 +21,8 @@ from daemon_helpers import Daemon, Procs, child_env, wait_until
 from extract_helpers import (
     assert_same_output,
     events_of,
-    load_output,
     hsmon_status,
+    load_output,
     run_extract,
     start_extract,
     wait_for_event,
