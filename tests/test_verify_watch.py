@@ -102,3 +102,22 @@ def test_toml_and_flags_configure_the_check_with_one_line_errors(tmp_path):
     from hsmon.verify_watch import VerifyWatch
 
     assert VerifyWatch(cfg.jobs[0].verify, str(tmp_path)).result.against == "hf:/m/x"
+
+
+def test_verify_data_refuses_a_chunk_without_rows_in_one_line(tmp_path):
+    """`hsmon verify-data --chunk` (what the daemon runs) names the chunk and the fix, before torch."""
+    import subprocess
+    import sys
+
+    from extractor.embedded_target import ensure_embedded_target
+
+    records = [{"type": "run", "settings": {"model": str(ensure_embedded_target()), "layers": [2, 4, 5]}},
+               {"type": "row", "row": 0, "chunk": "rows_0-2000", "tokens": 5}]
+    (tmp_path / "hsmon-manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = subprocess.run([sys.executable, "-m", "hsmon", "verify-data", str(tmp_path), "--chunk",
+                           "rows_4000-6000", "--backend", "hf", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"hsmon verify-data: --chunk rows_4000-6000: no rows of {tmp_path} in that chunk; give a chunk "
+        "directory's name"]
