@@ -71,7 +71,7 @@ def verify_hints(v: VerifyResult | None) -> list[Hint]:
         return [Hint(
             "engine-mismatch", "critical",
             f"the data at rows {rows} is not what the engine computes: {v.rows_checked} rows re-extracted by "
-            f"{v.against} disagree ({v.reason}; worst cosine {_figure(v.worst_cosine, '.6f')}, max abs diff "
+            f"{v.against} disagree: {v.reason} (worst cosine {_figure(v.worst_cosine, '.6f')}, max abs diff "
             f"{_figure(v.max_abs_diff, '.3g')}). Do not train on it for this engine: find what changed "
             "(weights, revision, dtype, engine) and re-extract; details: `hsmon verify-data OUT --chunk "
             f"rows_{rows}`.",

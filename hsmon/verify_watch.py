@@ -230,8 +230,10 @@ class VerifyWatch:
         r.reason = report.get("reason")
         if verdict == "disagree":
             tol = report.get("tolerance") or {}
-            r.reason = (f"layers {', '.join(report.get('differ') or [])} differ (tolerance: cosine >= "
-                        f"{tol.get('cos_min')}, max abs diff <= {tol.get('max_abs_diff_rel')} x max |x|)")
+            layers = ", ".join(report.get("differ") or [])
+            r.reason = (f"layers {layers} differ beyond the {report.get('dtype')} tolerance, cosine >= "
+                        f"{tol.get('cos_min')} and max abs diff <= "
+                        f"{tol.get('max_abs_diff_rel')} x max |x|")
         r.checks_total += 1
         r.disagreements_total += verdict == "disagree"
         r.checks_by_verdict[verdict] = r.checks_by_verdict.get(verdict, 0) + 1

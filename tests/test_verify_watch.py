@@ -35,11 +35,12 @@ def test_agree_running_and_unset_give_no_hint():
 
 def test_disagree_is_critical_and_names_the_chunk_and_the_worst_figure():
     (hint,) = verify_hints(result("disagree", worst_cosine=0.973, max_abs_diff=0.41, disagreements_total=1,
-                                  reason="layers 5, final differ (tolerance: cosine >= 0.9999, ...)"))
+                                  reason="layers 5, final differ beyond the float32 tolerance, ..."))
     assert hint["id"] == "engine-mismatch" and hint["severity"] == "critical"
     assert hint["message"].startswith(
         "the data at rows 4000-6000 is not what the engine computes: 3 rows re-extracted by "
-        "http://10.0.0.5:30000 disagree (layers 5, final differ")
+        "http://10.0.0.5:30000 disagree: layers 5, final differ beyond the float32 tolerance, ... (worst "
+        "cosine 0.973000, max abs diff 0.41). Do not train on it for this engine")
     assert "worst cosine 0.973000, max abs diff 0.41" in hint["message"]
 
 
