@@ -9,6 +9,9 @@ rate (2 rows/s, one scan per second; goal <= 0.1 %), and the accumulator's size 
 after all rows (goal: flat).
 
     python bench/data_facts.py [--rows 1000000] [--chunk-size 2000]
+    python bench/data_facts.py --variation OUT   # a real output's chunk-to-chunk variation instead:
+        per layer, the largest distance of a chunk's mean L2 norm / std from the first 3 chunks'
+        (what the 25 % drift tolerance is set against); ends RESULT variation_worst=... chunks=...
 Ends with: RESULT rows=... parse_us_per_row=... facts_us_per_row=... extra_ratio=...
            core_share_at_2_rows_s=... snapshot_us=... size_flat=...
 """
@@ -24,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hsmon.data_facts import DataFacts, summarize
+from hsmon.data_facts import REFERENCE_CHUNKS, DataFacts, chunk_variation, summarize
+from hsmon.layout import MANIFEST_NAME, iter_jsonl
 
 LAYERS = ("final", "2", "16", "29")
 
@@ -52,7 +56,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=2000)
+    parser.add_argument("--variation", metavar="OUT", help="measure a real output's chunk variation instead")
     args = parser.parse_args()
+    if args.variation:
+        return variation(Path(args.variation))
     lines = record_lines(args.rows, args.chunk_size)
 
     start = time.process_time()
@@ -91,6 +98,20 @@ def main() -> int:
     print(f"RESULT rows={args.rows} parse_us_per_row={parse_us:.2f} facts_us_per_row={facts_us:.2f} "
           f"extra_ratio={facts_us / parse_us:.2f} core_share_at_2_rows_s={share:.6f} "
           f"snapshot_us={snapshot_us:.1f} size_flat={size_end <= (size_early or 0) + 200}")
+    return 0
+
+
+def variation(out: Path) -> int:
+    """Print the chunk-to-chunk variation of a real output (hsmon layout)."""
+    records = list(iter_jsonl(out / MANIFEST_NAME))
+    chunks = sum(r.get("type") == "chunk" for r in records)
+    worst = chunk_variation(records)
+    print(f"{out}: {chunks} chunks, the first {REFERENCE_CHUNKS} the reference")
+    for layer, figures in worst.items():
+        print(f"layer {layer:>6}: mean L2 norm within {figures['mean_l2'] * 100:.1f} %, "
+              f"std within {figures['std'] * 100:.1f} % of the reference")
+    top = max((f for figures in worst.values() for f in figures.values()), default=0.0)
+    print(f"RESULT variation_worst={top:.4f} chunks={chunks} tolerance=0.25")
     return 0
 
 

@@ -122,6 +122,12 @@ def rows() -> list[tuple[str, list[P]]]:
                                     Q(f"hsmon_output_drifted_chunks{{{SEL}}}", f"{WHO} drifted chunks")],
               kind="stat", extraction=False,
               description="hsmon train skips rows with NaN/Inf; status names the first ones."),
+            P("Engine check: worst cosine of the last check",
+              [Q(f"hsmon_verify_worst_cosine{{{SEL}}}", f"{WHO} worst cosine"),
+               Q(f"hsmon_verify_disagree{{{SEL}}}", f"{WHO} disagrees")],
+              extraction=False,
+              description="hsmon daemon --verify-every N re-extracts a few rows of the newest chunk "
+                          "with the reference engine; disagrees = 1 fires HsmonEngineMismatch."),
         ]),
         ("Dump directory and /dev/shm", [
             P("Dump files", [Q(f"hsmon_dump_files{{{SEL}}}")], width=6),

@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model directory (default: the one the data was made with)")
     parser.add_argument("--sample", type=int, default=8, metavar="N", help="rows to re-extract (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    parser.add_argument("--chunk", metavar="rows_A-B",
+                        help="sample only the rows of this chunk (what `hsmon daemon --verify-every` checks)")
     parser.add_argument("--transport", choices=["json", "shm"], default="json",
                         help="how the server returns the states (default json)")
     parser.add_argument("--dump-dir", metavar="DIR", help="dump directory for --transport shm")
@@ -83,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if not layers or not model or not (Path(model) / "config.json").is_file():
         return _fail(f"cannot tell the data's model or layers from {out}'s manifest; pass --model DIR")
     rows = list(manifest.rows)  # ascending
+    if args.chunk:
+        bounds = layout.parse_chunk_dir_name(args.chunk)
+        rows = [r for r in rows if bounds and bounds[0] <= r < bounds[1]]
+        if not rows:
+            return _fail(f"--chunk {args.chunk}: no rows of {out} in that chunk; "
+                         "give a chunk directory's name")
     sample = sorted(random.Random(args.seed).sample(rows, min(args.sample, len(rows))))
     import torch
 
@@ -134,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
     cos_tol, rel_tol = TOLERANCES.get(dtype, TOLERANCES["bfloat16"])
     report = {"out": str(out), "against": args.against or [f"hf:{model}"], "rows": sample, "dtype": dtype,
               "tolerance": {"cos_min": cos_tol, "max_abs_diff_rel": rel_tol}, "layers": results,
-              "verdict": "agree" if agree else "disagree"}
+              "verdict": "agree" if agree else "disagree", "chunk": args.chunk,
+              "worst_cosine": min(r["cos_min"] for r in results.values()),
+              "max_abs_diff": max(r["max_abs_diff"] for r in results.values()),
+              "differ": [n for n, r in results.items() if not r["ok"]]}
     if args.json:
         print(json.dumps(report))
     else:

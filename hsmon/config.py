@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hsmon.verify_watch import VERIFY_KEYS, VerifySpec, spec_from_table
+
 JOB_KINDS = ("extract", "train", "external")
 PROCESS_ROLES = ("extractor", "server", "trainer")
 DEFAULT_STALL_AFTER = 300.0
@@ -121,6 +123,7 @@ class JobConfig:
     shm_dir: str = "/dev/shm"
     rows_total: int | None = None
     needed_bytes: int | None = None
+    verify: VerifySpec | None = None  # the engine check during the run (hsmon/verify_watch.py)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -173,6 +176,13 @@ class JobConfig:
                 raise ConfigError(f"job {self.name}: {key} must be a positive number of seconds")
         for server in self.servers:
             server.validate(self.name)
+        if self.verify is not None:
+            if not self.out_dir:
+                raise ConfigError(f"job {self.name}: verify_every needs the job's out_dir (--out)")
+            try:
+                self.verify.validate(self.name)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         urls = [s.url for s in self.servers]
         if len(set(urls)) != len(urls):
             raise ConfigError(f"job {self.name}: server URLs must be unique (got {urls})")
@@ -222,11 +232,11 @@ DAEMON_KEYS = {
 
 
 def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig:
-    unknown = set(table) - _JOB_KEYS - {"process", "server"}
+    unknown = set(table) - _JOB_KEYS - VERIFY_KEYS - {"process", "server"}
     if unknown:
         raise ConfigError(
             f"{source}: [[job]] #{index + 1} has unknown keys {sorted(unknown)}; "
-            f"known: {sorted(_JOB_KEYS | {'process', 'server'})}"
+            f"known: {sorted(_JOB_KEYS | VERIFY_KEYS | {'process', 'server'})}"
         )
     kwargs = {k: v for k, v in table.items() if k in _JOB_KEYS}
     kwargs.setdefault("name", f"job{index + 1}")
@@ -252,7 +262,11 @@ def _job_from_table(table: dict[str, Any], source: str, index: int) -> JobConfig
         }
         servers.append(ServerSpec(**{**defaults, **server}))
     try:
-        return JobConfig(processes=processes, servers=servers, **kwargs)
+        verify = spec_from_table(table, str(kwargs["name"]))
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    try:
+        return JobConfig(processes=processes, servers=servers, verify=verify, **kwargs)
     except TypeError as exc:
         raise ConfigError(f"{source}: job #{index + 1}: {exc}") from None
 

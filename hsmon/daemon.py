@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon import config as cfgmod
+from hsmon import verify_watch
 from hsmon.layout import atomic_write
 
 log = logging.getLogger("hsmon.daemon")
@@ -33,6 +34,7 @@ MAX_BODY = 64 * 1024
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="hsmon.toml with [daemon] and [[job]] tables")
     cfgmod.add_job_arguments(parser)
+    verify_watch.add_arguments(parser)
     parser.add_argument("--host", default=None, help=f"address to bind (default {cfgmod.DEFAULT_HOST})")
     parser.add_argument(
         "--port", type=int, default=None, help=f"port (default {cfgmod.DEFAULT_PORT}; 0: any)"
@@ -73,6 +75,15 @@ def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
     """Merge the TOML file and flags (flags win)."""
     cfg = cfgmod.load_toml(args.config) if args.config else cfgmod.DaemonConfig()
     job = cfgmod.job_from_args(args)
+    try:
+        verify = verify_watch.spec_from_args(args)
+    except ValueError as exc:
+        raise cfgmod.ConfigError(str(exc)) from None
+    if verify is not None:
+        if job is None:
+            raise cfgmod.ConfigError("--verify-every checks the job given by flags: give its --out too")
+        job.verify = verify
+        job.validate()
     if job is not None:
         if any(j.name == job.name for j in cfg.jobs):
             raise cfgmod.ConfigError(f"--job {job.name}: a job of that name is already in {args.config}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +172,7 @@ class DataFacts:
             "drift_tolerance": self.tolerance,
             "drifted_chunks": self.drifted_chunks,
             "drifts": [d.as_dict() for d in self.drifts],
+            "verify": None,  # the engine check's section (hsmon/verify_watch.py), when the job has one
         }
 
 
@@ -200,3 +201,21 @@ def summarize(facts: DataFacts) -> DataSummary:
         tolerance=facts.tolerance,
         reference=tuple(facts.reference),
     )
+
+
+def chunk_variation(records: Iterable[dict[str, Any]], reference_chunks: int = REFERENCE_CHUNKS
+                    ) -> dict[str, dict[str, float]]:
+    """Per layer, the largest relative distance of any later chunk's mean L2 norm and std from the
+    mean of the first ``reference_chunks`` chunk records: what the drift tolerance is set against
+    (docs/daemon.md "Data facts"). ``records``: a manifest's records, in order."""
+    facts = DataFacts(reference_chunks=reference_chunks, tolerance=0.0)  # every chunk is a "drift"
+    worst: dict[str, dict[str, float]] = {}
+    for record in records:
+        if record.get("type") != "chunk":
+            continue
+        facts.drifts = []
+        facts.add(record)
+        for d in facts.drifts:
+            entry = worst.setdefault(d.layer, {"mean_l2": 0.0, "std": 0.0})
+            entry[d.figure] = max(entry[d.figure], abs(d.value - d.reference) / d.reference)
+    return worst

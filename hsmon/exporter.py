@@ -304,3 +304,26 @@ def _data_facts(jobs: list[dict[str, Any]]) -> Iterator[Any]:
             if newest.get("mean_l2") is not None and ref.get("mean_l2"):
                 ratio.add_metric([name, layer], newest["mean_l2"] / ref["mean_l2"])
     yield from (*run.values(), *chunk.values(), ratio, rows, drifted)
+    yield from _verify(jobs)
+
+
+def _verify(jobs: list[dict[str, Any]]) -> Iterator[Any]:
+    """The engine check during the run (output.data.verify, hsmon/verify_watch.py)."""
+    checks = _c("hsmon_verify_checks_total", "engine checks finished, by verdict (agree, disagree, error, "
+                "timeout)", ("job", "verdict"))
+    cosine = _g("hsmon_verify_worst_cosine", "lowest per-token cosine of the last engine check (1 = equal)")
+    diff = _g("hsmon_verify_max_abs_diff", "largest absolute difference of the last engine check")
+    last = _g("hsmon_verify_last_timestamp_seconds", "when the last engine check finished")
+    disagree = _g("hsmon_verify_disagree", "1 when the last engine check disagreed with the data, else 0")
+    for job in jobs:
+        v = ((job.get("output") or {}).get("data") or {}).get("verify")
+        if not v:
+            continue
+        name = job["job"]
+        for verdict in ("agree", "disagree", "error", "timeout"):
+            checks.add_metric([name, verdict], (v.get("checks_by_verdict") or {}).get(verdict, 0))
+        _add(cosine, [name], v.get("worst_cosine"))
+        _add(diff, [name], v.get("max_abs_diff"))
+        _add(last, [name], v.get("checked_ts"))
+        disagree.add_metric([name], 1.0 if v.get("verdict") == "disagree" else 0.0)
+    yield from (checks, cosine, diff, last, disagree)

@@ -23,6 +23,7 @@ from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server import ServerTracker
+from hsmon.verify_watch import VerifyWatch
 
 log = logging.getLogger("hsmon.monitor")
 
@@ -39,6 +40,7 @@ class JobRuntime:
         self.watch_start_ts = now
         self.dump = DumpDirTracker(cfg.dump_dir) if cfg.dump_dir else None
         self.output = OutputDirTracker(cfg.out_dir) if cfg.out_dir else None
+        self.verify = VerifyWatch(cfg.verify, cfg.out_dir) if cfg.verify and cfg.out_dir else None
         self.progress = ProgressTracker(cfg.events) if cfg.events else None
         self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
         self._pid_from_events = not self.processes
@@ -91,7 +93,8 @@ class JobRuntime:
                         specs.append(self.cfg.server_spec(url))
                     except ConfigError:
                         log.warning("job %s: bad server URL %r in its start event", self.cfg.name, url)
-                self.close()
+                for tracker in self.servers:
+                    tracker.stop()
                 self.servers = [ServerTracker(spec, now) for spec in specs]
         for tracker in self.servers:
             if not tracker.started:
@@ -101,11 +104,13 @@ class JobRuntime:
             self.servers[0].note_job_progress(self.progress.last_progress_ts)
 
     def close(self) -> None:
-        """Stop the server trackers' threads (and a manifest read in progress)."""
+        """Stop the server trackers' threads, a manifest read and an engine check in progress."""
         for tracker in self.servers:
             tracker.stop()
         if self.output is not None:
             self.output.close()
+        if self.verify is not None:
+            self.verify.close()
 
     def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
         """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
@@ -198,6 +203,7 @@ class JobRuntime:
             self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
         out = self.output.snapshot() if self.output else None
+        self._poll_verify(now, out)
         self._note_activity(now, procs, dump, out)
         prog = self.progress.snapshot(now) if self.progress else None
 
@@ -349,7 +355,17 @@ class JobRuntime:
             output_ending_ts=out.get("ending_ts") if out else None,
             output_run_seconds=out.get("run_seconds") if out else None,
             data=self.output.data_summary() if out and out.get("layout") == "hsmon" else None,
+            verify=self.verify.result if self.verify is not None else None,
         )
+
+    def _poll_verify(self, now: float, out: dict[str, Any] | None) -> None:
+        """Run the engine check when its chunks are due; its section goes in ``output.data``."""
+        if self.verify is None or out is None or out.get("layout") != "hsmon":
+            return
+        data = out.get("data")
+        self.verify.poll(out.get("chunks_complete"), data.get("newest_chunk") if data else None, now)
+        if data is not None:
+            out["data"] = {**data, "verify": self.verify.result.as_dict()}
 
     def _publish_reading(self, now: float) -> None:
         """The job's document while its output's manifest is read: the state it had (starting at

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from hsmon import logtail
 from hsmon.data_facts import DataSummary
 from hsmon.units import format_duration
+from hsmon.verify_watch import VerifyResult
 
 STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
@@ -110,6 +111,8 @@ class Snapshot:
     gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
     # What the hidden states written look like (hsmon/data_facts.py; None: no hsmon manifest):
     data: DataSummary | None = None
+    # The engine check's last verdict (hsmon/verify_watch.py; None: --verify-every not set):
+    verify: VerifyResult | None = None
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hsmon.data_facts import DataSummary, Drift
 from hsmon.state import Hint, Snapshot
+from hsmon.verify_watch import VerifyResult
 
 FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std"}
 
@@ -29,7 +30,7 @@ def data_hints(snap: Snapshot) -> list[Hint]:
     """Warnings for non-finite values and for drift in the output's data."""
     data: DataSummary | None = snap.data
     if data is None:
-        return []
+        return verify_hints(snap.verify)
     hints: list[Hint] = []
     if data.nonfinite_rows:
         layers = "; ".join(f"layer {name}: {rows} rows, {values} values"
@@ -53,4 +54,39 @@ def data_hints(snap: Snapshot) -> list[Hint]:
             f"{_drift_text(first, data.tolerance)}{also}{count}. Did the target, its weights or the "
             "engine change mid-run? Check with `hsmon verify-data`.",
         ))
-    return hints
+    return hints + verify_hints(snap.verify)
+
+
+def _figure(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def verify_hints(v: VerifyResult | None) -> list[Hint]:
+    """The engine check's verdict: DISAGREE is critical (the data written is not what the serving
+    engine computes); a check that failed or ran out of time is a warning (it proves nothing)."""
+    if v is None or v.verdict in (None, "running"):
+        return []
+    rows = _chunk_rows(v.chunk or "")
+    if v.verdict == "disagree":
+        return [Hint(
+            "engine-mismatch", "critical",
+            f"the data at rows {rows} is not what the engine computes: {v.rows_checked} rows re-extracted by "
+            f"{v.against} disagree: {v.reason} (worst cosine {_figure(v.worst_cosine, '.6f')}, max abs diff "
+            f"{_figure(v.max_abs_diff, '.3g')}). Do not train on it for this engine: find what changed "
+            "(weights, revision, dtype, engine) and re-extract; details: `hsmon verify-data OUT --chunk "
+            f"rows_{rows}`.",
+        )]
+    if v.verdict in ("error", "timeout"):
+        what = "failed" if v.verdict == "error" else "ran out of time"
+        return [Hint(
+            f"verify-{v.verdict}", "warning",
+            f"the engine check of rows {rows} against {v.against} {what}: {v.reason}. The data is not "
+            "checked (nothing is known to be wrong with it); the next check runs after the next chunks.",
+        )]
+    if v.disagreements_total:
+        return [Hint(
+            "engine-mismatch-earlier", "warning",
+            f"{v.disagreements_total} of {v.checks_total} engine checks disagreed earlier; the latest "
+            f"(rows {rows}) agrees: re-check the chunks written before it with `hsmon verify-data`.",
+        )]
+    return []

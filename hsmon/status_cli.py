@@ -289,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
         jobs = cfgmod.load_toml(args.config).jobs if args.config else []
         if job is not None:
             jobs.append(job)
+        for each in jobs:
+            each.verify = None  # the engine check is the daemon's: a one-shot look does not start one
         if jobs and args.url:
             raise cfgmod.ConfigError("give either --url or path/process options, not both")
         doc = measure(jobs, args.sample) if jobs else fetch(args.url or DEFAULT_URL)

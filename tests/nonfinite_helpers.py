@@ -59,3 +59,22 @@ def scaled_embedding_target(path: Path, factor: float = 1.5) -> Path:
     weights[key] = weights[key] * factor
     save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
     return path
+
+
+def overflow_embedding_target(path: Path, token: int = BAD_TOKEN, peak: float = 1e5) -> Path:
+    """Copy the embedded target to ``path`` with embedding row ``token`` scaled so that its largest
+    value is ``peak`` (default 1e5, beyond float16's 65,504): finite in the float32 checkpoint, Inf
+    once the model runs with ``--dtype float16``, so every row holding that token overflows there."""
+    from safetensors.torch import load_file, save_file
+
+    from extractor.embedded_target import ensure_embedded_target
+
+    if (path / "config.json").is_file():
+        return path
+    shutil.copytree(ensure_embedded_target(), path)
+    weights = load_file(path / "model.safetensors")
+    key = next(k for k in weights if k.endswith("embed_tokens.weight"))
+    row = weights[key][token]
+    weights[key][token] = row / row.abs().max() * peak
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    return path

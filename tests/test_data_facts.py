@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from daemon_helpers import free_port, wait_until
 from extract_helpers import hsmon_status, make_dataset, run_extract
 from nonfinite_helpers import nan_embedding_target, scaled_embedding_target, token_rows
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,6 +20,7 @@ from hsmon.exporter import MetricsEndpoint
 from hsmon.layout import MANIFEST_NAME, iter_jsonl
 from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
+from hsmon.verify_watch import VerifySpec
 
 CHUNK = ["--chunk-size", "3"]
 
@@ -140,3 +142,51 @@ def test_facts_keep_running_totals_only():
         facts.add({**row, "row": i})
     assert len(json.dumps(facts.snapshot())) <= size + 40
     assert facts.first_nonfinite_rows == [5] and facts.layers["final"].figures()["mean_l2"] == 12.0
+
+
+def test_engine_check_hf_agrees_and_a_failed_or_slow_check_only_warns(clean):
+    """`--verify-every 5 --verify-against hf` on the clean 20-chunk run: one real check of 2 rows of
+    the newest chunk agrees; a check against a port nobody listens on is an error, one with a budget
+    of 0.3 s (verify-data cannot even import torch in that time) a timeout: warnings, never critical."""
+    out = str(clean[1])
+    specs = {"hf": VerifySpec(5, "hf", sample=2), "slow": VerifySpec(5, "hf", sample=2, budget=0.3),
+             "nobody": VerifySpec(5, f"http://127.0.0.1:{free_port()}", sample=2)}
+    monitor = Monitor([JobConfig(name=n, out_dir=out, verify=v) for n, v in specs.items()],
+                      use_watchdog=False)
+
+    def verdicts() -> dict[str, dict] | None:
+        monitor.tick(force_scan=True)
+        jobs = {j["job"]: j for j in monitor.status_document()["jobs"]}
+        done = all(j["output"]["data"]["verify"]["verdict"] not in (None, "running") for j in jobs.values())
+        return jobs if done else None
+
+    try:
+        jobs = wait_until(verdicts, 300, interval=0.5, what="three engine checks")
+        text = MetricsEndpoint(monitor).render().decode()
+    finally:
+        monitor.stop()
+    v = jobs["hf"]["output"]["data"]["verify"]
+    assert v["verdict"] == "agree" and v["chunk"] == "rows_57-60" and v["rows_checked"] == 2
+    assert v["worst_cosine"] > 0.9999 and v["max_abs_diff"] < 1e-3 and v["reason"] is None
+    assert v["against"] == f"hf:{_embedded()}" and v["checks_total"] == 1 and v["running_chunk"] is None
+    assert v["checked_ts"] > 0 and v["seconds"] > 0
+    assert not [h for h in jobs["hf"]["hints"] if "verify" in h["id"] or "engine" in h["id"]]
+    slow = jobs["slow"]["output"]["data"]["verify"]
+    assert slow["verdict"] == "timeout" and slow["reason"] == "no verdict within the budget of 0.3 s"
+    assert [(h["id"], h["severity"]) for h in jobs["slow"]["hints"]] == [("verify-timeout", "warning")]
+    nobody = jobs["nobody"]["output"]["data"]["verify"]
+    assert nobody["verdict"] == "error" and nobody["worst_cosine"] is None, nobody
+    (hint,) = jobs["nobody"]["hints"]
+    assert hint["id"] == "verify-error" and hint["severity"] == "warning", hint
+    assert "no SGLang server answers" in nobody["reason"] and nobody["reason"] in hint["message"]
+    samples = {(s.name, s.labels.get("job"), s.labels.get("verdict")): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("hsmon_verify_checks_total", "hf", "agree")] == 1
+    assert samples[("hsmon_verify_checks_total", "slow", "timeout")] == 1
+    assert samples[("hsmon_verify_disagree", "hf", None)] == 0
+    assert samples[("hsmon_verify_worst_cosine", "hf", None)] > 0.9999
+    assert ("hsmon_verify_worst_cosine", "nobody", None) not in samples
+    if shutil.which("promtool"):
+        res = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode == 0, res.stdout + res.stderr

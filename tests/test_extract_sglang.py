@@ -119,6 +119,34 @@ def shm_long(workdir, data_long, server):
     return out
 
 
+@pytest.fixture(scope="module")
+def json_short(workdir, server, data_short):
+    """The short rows extracted by the server over json (one at a time): data that server made."""
+    out, events = workdir / "json-short", workdir / "json-short.jsonl"
+    proc = run_extract(data_short, out, MODEL, *SHORT, "--concurrency", "1",
+                       *sglang_args(server, workdir, "json", "short"), events=events)
+    assert proc.returncode == 0, proc.stderr
+    return out, events
+
+
+@pytest.fixture(scope="module")
+def perturbed(workdir, data_short):
+    """(model, output): a copy of the target with layer 3's MLP scaled by 1.05, and the short rows
+    extracted with it by transformers: data whose weights differ from the server's."""
+    other_model = workdir / "perturbed-model"
+    shutil.copytree(MODEL, other_model)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(other_model / "model.safetensors")
+    key = next(k for k in weights if "layers.3.mlp.down_proj" in k)
+    weights[key] = weights[key] * 1.05
+    save_file(weights, other_model / "model.safetensors", metadata={"format": "pt"})
+    other = workdir / "hf-perturbed"
+    proc = run_extract(data_short, other, other_model, *SHORT)
+    assert proc.returncode == 0, proc.stderr
+    return other_model, other
+
+
 def sglang_args(server: SGLangServer, workdir: Path, transport: str, name: str, *extra: str) -> list[str]:
     args = ["--backend", "sglang", "--url", server.url, "--transport", transport, *extra]
     if transport == "shm":
@@ -142,14 +170,15 @@ def assert_close(got: Path, want: Path, atol: float, exact_ids: bool = True) -> 
             assert diff <= atol, f"row {row} {key}: max abs diff {diff} > {atol}"
 
 
-def test_both_transports_equal_hf_and_each_other(workdir, server, data_short, hf_short):
+def test_both_transports_equal_hf_and_each_other(workdir, server, data_short, hf_short, json_short):
     outs = {}
     for transport in ("json", "shm"):
         out = workdir / f"{transport}-short"
         events = workdir / f"{transport}-short.jsonl"
-        proc = run_extract(data_short, out, MODEL, *SHORT, "--concurrency", "1",
-                           *sglang_args(server, workdir, transport, "short"), events=events)
-        assert proc.returncode == 0, proc.stderr
+        if transport == "shm":
+            proc = run_extract(data_short, out, MODEL, *SHORT, "--concurrency", "1",
+                               *sglang_args(server, workdir, transport, "short"), events=events)
+            assert proc.returncode == 0, proc.stderr
         start = events_of(events)[0]
         assert start["backend"] == "sglang" and start["urls"] == [server.url]
         assert start["transport"] == transport
@@ -223,7 +252,7 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
     assert "radix cache is on" in proc.stderr
 
 
-def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, server, data_short, hf_short):
+def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, server, hf_short, perturbed):
     ok = subprocess.run([sys.executable, "-m", "hsmon", "verify-data", str(hf_short), "--against", server.url,
                          "--sample", "3", "--json"], capture_output=True, text=True, env=extract_env(),
                         timeout=300)
@@ -232,17 +261,7 @@ def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, s
     assert report["verdict"] == "agree" and set(report["layers"]) == {"final", "2", "4", "5"}
     assert all(r["max_abs_diff"] <= 1e-4 for r in report["layers"].values())
     # Data made by a model whose weights differ from the server's (layer 3's MLP scaled by 1.05).
-    other_model = workdir / "perturbed-model"
-    shutil.copytree(MODEL, other_model)
-    from safetensors.torch import load_file, save_file
-
-    weights = load_file(other_model / "model.safetensors")
-    key = next(k for k in weights if "layers.3.mlp.down_proj" in k)
-    weights[key] = weights[key] * 1.05
-    save_file(weights, other_model / "model.safetensors", metadata={"format": "pt"})
-    other = workdir / "hf-perturbed"
-    proc = run_extract(data_short, other, other_model, *SHORT)
-    assert proc.returncode == 0, proc.stderr
+    _, other = perturbed
     bad = subprocess.run([sys.executable, "-m", "hsmon", "verify-data", str(other), "--against", server.url,
                           "--sample", "3", "--model", str(MODEL)], capture_output=True, text=True,
                          env=extract_env(), timeout=300)
@@ -251,6 +270,52 @@ def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, s
     lines = {line.split(":")[0].split()[-1]: line
              for line in bad.stdout.splitlines() if line.startswith("layer")}
     assert lines["2"].endswith("ok") and lines["5"].endswith("DIFFERS") and lines["final"].endswith("DIFFERS")
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed: run `make sysdeps`")
+def test_daemon_engine_check_agrees_on_server_data_and_pages_on_other_weights(workdir, server, json_short,
+                                                                              perturbed):
+    """`verify_every = 1` against the real server: data that server made agrees; data from the
+    perturbed copy of the target DISAGREES: a critical hint naming the chunk, and HsmonEngineMismatch
+    firing in a real Prometheus loaded with the committed rules (the good job's stays quiet)."""
+    from prometheus_helpers import Prometheus
+
+    config = workdir / "verify.toml"
+    config.write_text("[daemon]\nscan_interval = 0.5\n" + "".join(
+        f'[[job]]\nname = "{name}"\nkind = "extract"\nout_dir = "{out}"\nverify_every = 1\n'
+        f'verify_against = "{server.url}"\nverify_sample = 2\nverify_budget = 300\n'
+        for name, out in (("good", json_short[0]), ("bad", perturbed[1]))))
+    procs = Procs()
+    try:
+        daemon = Daemon(procs, workdir, ["--config", str(config)])
+        prom = Prometheus(procs, workdir, [daemon.url.removeprefix("http://")])
+
+        def checked() -> dict | None:
+            jobs = {j["job"]: j for j in daemon.status()["jobs"]}
+            verdicts = [j["output"]["data"]["verify"]["verdict"] for j in jobs.values()]
+            return jobs if all(v not in (None, "running") for v in verdicts) else None
+
+        jobs = wait_until(checked, 300, interval=0.5, what="both engine checks")
+        good, bad = (jobs[n]["output"]["data"]["verify"] for n in ("good", "bad"))
+        assert good["verdict"] == "agree" and good["chunk"] == "rows_0-2000", good
+        assert good["rows_checked"] == 2
+        assert good["max_abs_diff"] <= 1e-4 and good["against"] == server.url
+        assert not [h for h in jobs["good"]["hints"] if h["severity"] == "critical"]
+        assert bad["verdict"] == "disagree" and bad["disagreements_total"] == 1, bad
+        assert re.match(r"layers final, (4, )?5 differ", bad["reason"]), bad
+        (hint,) = [h for h in jobs["bad"]["hints"] if h["id"] == "engine-mismatch"]
+        assert hint["severity"] == "critical"
+        assert hint["message"].startswith(f"the data at rows 0-2000 is not what the engine computes: 2 rows "
+                                          f"re-extracted by {server.url} disagree")
+        worst = f"worst cosine {bad['worst_cosine']:.6f}, max abs diff {bad['max_abs_diff']:.3g}"
+        assert worst in hint["message"]
+        assert bad["max_abs_diff"] > 10 * good["max_abs_diff"]  # here the max diff is what differs
+        firing = wait_until(lambda: [a for a in prom.alerts("HsmonEngineMismatch") if a["state"] == "firing"],
+                            60, interval=0.5, what="HsmonEngineMismatch firing in /api/v1/alerts")
+        assert [(a["labels"]["job"], a["labels"]["severity"]) for a in firing] == [("bad", "critical")]
+        assert prom.query('hsmon_verify_checks_total{job="good",verdict="agree"}')[0]["value"][1] == "1"
+    finally:
+        procs.close()
 
 
 def test_kill_9_client_with_shm_resumes_without_orphans(workdir, server, data_long, shm_long):

@@ -21,15 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from daemon_helpers import REPO, STORY, Daemon, Procs, child_env, free_port, wait_until
 from extract_helpers import make_dataset
+from prometheus_helpers import Prometheus
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,8 +37,6 @@ pytestmark = [
 ]
 
 DASHBOARD = REPO / "dashboards" / "grafana" / "dashboards" / "hsmon.json"
-PROM_EXAMPLE = REPO / "dashboards" / "prometheus" / "prometheus.yml"
-RULES = REPO / "dashboards" / "prometheus" / "hsmon-alerts.yml"
 STALL_AFTER = 3
 
 
@@ -86,32 +82,16 @@ stall_after = 30
         self.daemon = Daemon(procs, tmp, ["--config", str(config)])
         self.target = self.daemon.url.removeprefix("http://")
         # the committed example, with this test's intervals, target and rules path (configuration)
-        prom = yaml.safe_load(PROM_EXAMPLE.read_text())
-        prom["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-        prom["rule_files"] = [str(RULES)]
-        prom.pop("alerting", None)
-        prom["scrape_configs"] = [c for c in prom["scrape_configs"] if c["job_name"] == "hsmon"]
-        prom["scrape_configs"][0]["static_configs"] = [{"targets": [self.target]}]
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prom))
-        self.prom_port = free_port()
-        self.prometheus = procs.start(
-            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.prom_port}"],
-            stdout=open(tmp / "prometheus.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        )
+        self.prom = Prometheus(procs, tmp, [self.target])
 
     def api(self, path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{self.prom_port}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return json.loads(resp.read())
+        return self.prom.api(path, **params)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        return self.api("query", query=expr)["data"]["result"]
+        return self.prom.query(expr)
 
     def alerts(self, name: str) -> list[dict[str, Any]]:
-        return [a for a in self.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] == name]
+        return self.prom.alerts(name)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from daemon_helpers import Daemon, Procs, child_env, wait_until
 from extract_helpers import (
     assert_same_output,
     events_of,
+    hsmon_status,
     load_output,
     run_extract,
     start_extract,
@@ -31,6 +32,8 @@ from sglang_server import SGLangServer, start_sglang_server
 from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
 
 from hsmon import layout
+from hsmon.data_facts import chunk_variation
+from hsmon.layout import iter_jsonl
 from hsmon.manifest_reader import read_manifest, read_row_records
 
 # A 135 M model on a shared 2-core machine: the GGUF read alone took 9 minutes at load 25 (30 s idle).
@@ -157,6 +160,19 @@ def test_extract_with_the_chat_template_masks_exactly_the_assistant_turns(
             aux = torch.cat([states[2], states[15], states[27]], dim=-1)
             torch.testing.assert_close(data["hidden_state"], states[-1], atol=2e-4, rtol=1e-4)
             torch.testing.assert_close(data["aux_hidden_state"], aux, atol=2e-4, rtol=1e-4)
+
+
+def test_a_clean_extraction_gives_no_data_warning(extracted):
+    """No false warning on SmolLM2: no NaN/Inf, no drift; and its chunks stay well inside the drift
+    tolerance (less than half of it), so the 25 % does not sit at the edge of normal variation."""
+    _, job = hsmon_status("--out", str(extracted))
+    data = job["output"]["data"]
+    assert data["nonfinite_rows"] == 0 and data["drifted_chunks"] == 0 and data["rows"] == ROWS
+    assert set(data["layers"]) == {"final", "2", "15", "27"} and len(data["reference_chunks"]) == 3
+    assert not [h for h in job["hints"] if h["id"].startswith("data-")], job["hints"]
+    worst = chunk_variation(iter_jsonl(extracted / layout.MANIFEST_NAME))
+    assert set(worst) == {"final", "2", "15", "27"}
+    assert all(f < data["drift_tolerance"] / 2 for figures in worst.values() for f in figures.values()), worst
 
 
 def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):

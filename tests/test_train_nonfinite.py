@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from extract_helpers import run_extract
-from nonfinite_helpers import nan_embedding_target, token_rows
+from extract_helpers import hsmon_status, run_extract
+from nonfinite_helpers import nan_embedding_target, overflow_embedding_target, token_rows
 
 from hsmon.events import encode_event, iter_events
 from hsmon.layout import MANIFEST_NAME, iter_jsonl
@@ -80,6 +80,32 @@ def test_train_skips_nan_rows_and_says_so(nan_data, tmp_path):
         f"hsmon train: {nan_data}: 2 of 12 rows hold NaN/Inf hidden states (rows 3, 9), more than "
         "--max-bad-fraction 0.1; re-extract them (check the target's weights and --dtype) or raise "
         "--max-bad-fraction to train on the rest"]
+
+
+def test_float16_overflow_rows_are_named_by_the_daemon_and_skipped_by_the_trainer(tmp_path):
+    """`--dtype float16` with a target whose embedding row 777 peaks at 1e5 (beyond float16's
+    65,504): rows 3 and 9, which hold that token, overflow; the status names them and the layers,
+    and hsmon train leaves them out."""
+    target = overflow_embedding_target(tmp_path / "overflow")
+    out = tmp_path / "out"
+    proc = run_extract(token_rows(tmp_path / "rows.jsonl", 12, BAD_ROWS), out, target, "--chunk-size", "4",
+                       "--dtype", "float16")
+    assert proc.returncode == 0, proc.stderr
+    _, job = hsmon_status("--out", str(out))
+    data = job["output"]["data"]
+    assert data["nonfinite_rows"] == 2 and data["first_nonfinite_rows"] == [3, 9]
+    (hint,) = [h for h in job["hints"] if h["id"] == "data-nonfinite"]
+    assert hint["severity"] == "warning" and hint["message"].startswith(
+        "2 rows of the output hold NaN/Inf hidden states (rows 3, 9; layer final: 2 rows")
+    for layer in ("2", "4", "5"):
+        assert f"layer {layer}: 2 rows" in hint["message"]
+    events = tmp_path / "train.jsonl"
+    trained = train(out, tmp_path / "run", "--max-steps", "2", "--events", str(events),
+                    "--max-bad-fraction", "0.2")
+    assert trained.returncode == 0, trained.stderr
+    assert "skipping 2 rows that hold NaN/Inf hidden states (rows 3, 9)" in trained.stderr
+    steps = [e for e in iter_events(events) if e["kind"] == "step"]
+    assert steps and all(e["loss"] is not None and e["skipped_steps"] == 0 for e in steps)
 
 
 def test_nan_loss_skips_steps_and_stops_after_too_many_in_a_row(nan_target, tmp_path):
