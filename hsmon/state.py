@@ -17,118 +17,31 @@ States (contract of issue 3):
     done      the job said it finished (``done``, or ``stopped`` on request), in its events or
               in its output's manifest (a ``done``/``stopped`` record after the last ``run``)
 
-No I/O, no clock, no threads here: the caller measures, this decides.
+No I/O, no clock, no threads here: the caller measures, this decides. The facts it reads
+(`Snapshot` and its parts) are hsmon/state_facts.py, shared with the engine and data rules.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from hsmon import logtail
-from hsmon.data_facts import DataSummary
+from hsmon.state_data import data_hints
+from hsmon.state_engine import engine_hints, server_blame
+from hsmon.state_facts import (
+    ALERT_STATES,
+    STATES,
+    Decision,
+    Hint,
+    ProcessFacts,
+    ServerFacts,
+    Snapshot,
+    age,
+    fmt_seconds,
+)
 from hsmon.units import format_duration
-from hsmon.verify_watch import VerifyResult
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
-ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
-
-
-@dataclass(frozen=True)
-class Hint:
-    id: str
-    severity: str  # info | warning | critical
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.id, "severity": self.severity, "message": self.message}
-
-
-@dataclass
-class ProcessFacts:
-    role: str
-    pid: int | None
-    alive: bool
-    status: str  # running | sleeping | stopped | zombie | gone
-    seen_alive: bool = False  # this process role was alive at some point while watched
-    stdout: str | None = None
-    stdout_buffered: bool = False
-    cmdline: str = ""
-    oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
-
-
-@dataclass
-class ServerFacts:
-    """One inference server the job talks to (hsmon/trackers/server.py measures it)."""
-
-    url: str
-    state: str  # up | busy | hung | down | unknown
-    detail: str = ""
-    last_forward_ts: float | None = None  # a forward last completed (None: never seen)
-    watch_start_ts: float | None = None  # watched since
-
-
-@dataclass
-class Snapshot:
-    """Everything the decision needs, measured by the monitor at ``now``."""
-
-    now: float
-    stall_after: float
-    watch_start_ts: float
-    processes: list[ProcessFacts] = field(default_factory=list)
-    process_watched: bool = False  # a pid/pidfile/match (or the events' pid) is configured
-    events_watched: bool = False
-    # From the events file:
-    started: bool = False  # a start event was seen
-    terminal_kind: str | None = None  # done | stopped (after the last start)
-    terminal_ts: float | None = None
-    events_start_ts: float | None = None  # the last start event's time
-    paused_reason: str | None = None
-    last_progress_ts: float | None = None  # last event that moved a counter
-    last_error: str | None = None
-    # From the other trackers (the monitor's clock of when each last moved; None: never):
-    last_work_ts: float | None = None  # dump files created/consumed, output grew
-    last_busy_ts: float | None = None  # CPU or I/O above the idle threshold
-    evidence_of_job: bool = False  # any output, dump file or event exists
-    bad_event_lines: int = 0
-    disk_fits: bool | None = None
-    disk_message: str | None = None
-    shm_fits: bool | None = None
-    shm_message: str | None = None
-    dump_oldest_age_s: float | None = None
-    # How a process ended (a process gone; see ``_ended_without_word``):
-    runner_alive: bool = False  # `hsmon run` started it and is still recording how it ended
-    exit_log: str | None = None  # where its stdout/stderr went (regular files), or hsmon run's log
-    exit_log_tail: list[str] | None = None  # the last lines of that log, read once after it was gone
-    rows_done: int | None = None  # rows written (events or output directory, the larger)
-    rows_total: int | None = None  # rows expected (events, --rows-total/config, the output's plan)
-    # From the output directory's manifests (hsmon layout; None where the layout carries no plan):
-    output_ending: str | None = None  # done | stopped: every manifest's latest run ended so
-    output_ending_ts: float | None = None
-    output_run_seconds: float | None = None
-    # The engine (hsmon/trackers/server.py, gpu.py):
-    servers: list[ServerFacts] = field(default_factory=list)
-    gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
-    gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
-    # What the hidden states written look like (hsmon/data_facts.py; None: no hsmon manifest):
-    data: DataSummary | None = None
-    # The engine check's last verdict (hsmon/verify_watch.py; None: --verify-every not set):
-    verify: VerifyResult | None = None
-
-
-@dataclass
-class Decision:
-    state: str
-    reason: str
-    hints: list[Hint]
-
-
-def _age(now: float, ts: float | None) -> float | None:
-    return None if ts is None else max(0.0, now - ts)
-
-
-def _fmt(seconds: float) -> str:
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
-
+# The facts' types are defined in hsmon/state_facts.py; importers of this module may name them here.
+__all__ = ["ALERT_STATES", "STATES", "Decision", "Hint", "ProcessFacts", "ServerFacts", "Snapshot", "decide",
+           "hints_for"]
 
 def hints_for(snap: Snapshot) -> list[Hint]:
     """Advice that holds whatever the state."""
@@ -175,8 +88,8 @@ def hints_for(snap: Snapshot) -> list[Hint]:
             Hint(
                 "dump-backlog",
                 "warning",
-                f"the oldest dump file is {_fmt(snap.dump_oldest_age_s)} old: nothing consumes the dump "
-                "directory (is the packing script alive?)",
+                f"the oldest dump file is {fmt_seconds(snap.dump_oldest_age_s)} old: nothing consumes the "
+                "dump directory (is the packing script alive?)",
             )
         )
     if snap.bad_event_lines:
@@ -187,7 +100,6 @@ def hints_for(snap: Snapshot) -> list[Hint]:
                 f"{snap.bad_event_lines} line(s) of the events file are not valid events (skipped)",
             )
         )
-    from hsmon.state_data import data_hints  # here: it imports this module
 
     return hints + data_hints(snap)
 
@@ -286,7 +198,6 @@ def decide(snap: Snapshot) -> Decision:
             "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
         )
 
-    from hsmon.state_engine import engine_hints, server_blame  # here: it imports this module
 
     hints += engine_hints(snap)
     blame = server_blame(snap)
@@ -294,37 +205,39 @@ def decide(snap: Snapshot) -> Decision:
         why = f"the job paused itself (reason: {snap.paused_reason})"
         return Decision("paused", f"{why}; {blame}" if blame else why, hints)
 
-    progress_age = _age(now, snap.last_progress_ts)
-    work_age = _age(now, snap.last_work_ts)
-    busy_age = _age(now, snap.last_busy_ts)
+    progress_age = age(now, snap.last_progress_ts)
+    work_age = age(now, snap.last_work_ts)
+    busy_age = age(now, snap.last_busy_ts)
     if progress_age is not None and progress_age <= stall:
-        return Decision("running", f"progress events {_fmt(progress_age)} ago", hints)
+        return Decision("running", f"progress events {fmt_seconds(progress_age)} ago", hints)
     if work_age is not None and work_age <= stall:
         if snap.events_watched and snap.last_progress_ts is not None:
-            why = f"no progress event for {_fmt(progress_age or 0)}"
+            why = f"no progress event for {fmt_seconds(progress_age or 0)}"
         elif snap.events_watched:
             why = "no progress events yet"
         else:
             why = "no events file watched"
         return Decision(
-            "silent", f"work is visible (dump/output moved {_fmt(work_age)} ago) but {why}", hints
+            "silent", f"work is visible (dump/output moved {fmt_seconds(work_age)} ago) but {why}", hints
         )
     never_worked = snap.last_progress_ts is None and snap.last_work_ts is None
     since_watch = max(0.0, now - snap.watch_start_ts)
     if not snap.process_watched and not snap.evidence_of_job and never_worked:
         # nothing says the job exists yet (no process known, no events, output or dump files)
-        return Decision("starting", f"waiting for the job to start (watching for {_fmt(since_watch)})", hints)
+        waiting = f"waiting for the job to start (watching for {fmt_seconds(since_watch)})"
+        return Decision("starting", waiting, hints)
     if busy_age is not None and busy_age <= stall:
         if never_worked:
-            return Decision("starting", f"busy (CPU/I/O {_fmt(busy_age)} ago) but no output yet", hints)
+            busy = f"busy (CPU/I/O {fmt_seconds(busy_age)} ago) but no output yet"
+            return Decision("starting", busy, hints)
         return Decision(
             "silent",
-            f"CPU/I/O busy {_fmt(busy_age)} ago, no output for "
-            f"{_fmt(min(a for a in (progress_age, work_age) if a is not None))}",
+            f"CPU/I/O busy {fmt_seconds(busy_age)} ago, no output for "
+            f"{fmt_seconds(min(a for a in (progress_age, work_age) if a is not None))}",
             hints,
         )
     if never_worked and snap.last_busy_ts is None and since_watch <= stall:
-        return Decision("starting", f"watching for {_fmt(since_watch)}; no signal yet", hints)
+        return Decision("starting", f"watching for {fmt_seconds(since_watch)}; no signal yet", hints)
     last = max(
         (t for t in (snap.last_progress_ts, snap.last_work_ts, snap.last_busy_ts) if t is not None),
         default=snap.watch_start_ts,
@@ -332,15 +245,15 @@ def decide(snap: Snapshot) -> Decision:
     quiet = max(0.0, now - last)
     if not snap.process_watched and not snap.events_watched and not blame:
         hints.append(Hint("quiet", "warning", _quiet_message(snap, quiet)))
-        return Decision("quiet", f"no change for {_fmt(quiet)}; no process or events watched", hints)
+        return Decision("quiet", f"no change for {fmt_seconds(quiet)}; no process or events watched", hints)
     nothing = (
-        f"no signal (events, dump files, output, CPU, I/O) moved for {_fmt(quiet)} "
-        f"(stall-after {_fmt(stall)})"
+        f"no signal (events, dump files, output, CPU, I/O) moved for {fmt_seconds(quiet)} "
+        f"(stall-after {fmt_seconds(stall)})"
     )
     hints.append(Hint("stalled", "critical", f"{nothing}: {blame}" if blame else nothing))
     if blame:
         return Decision("stalled", blame, hints)
-    return Decision("stalled", f"no signal moved for {_fmt(quiet)}", hints)
+    return Decision("stalled", f"no signal moved for {fmt_seconds(quiet)}", hints)
 
 
 def _counts(snap: Snapshot) -> str:
@@ -362,7 +275,7 @@ def _output_ending(snap: Snapshot) -> str | None:
         return None
     when = ""
     if snap.output_ending_ts is not None:
-        when = f" {_fmt(max(0.0, snap.now - snap.output_ending_ts))} ago"
+        when = f" {fmt_seconds(max(0.0, snap.now - snap.output_ending_ts))} ago"
     facts = [_counts(snap)] if snap.rows_done is not None else []
     if snap.output_run_seconds is not None:
         facts.append(f"took {format_duration(snap.output_run_seconds)}")
@@ -377,11 +290,11 @@ def _quiet_message(snap: Snapshot, quiet: float) -> str:
     """What is known about a quiet directory that no process or events file accounts for."""
     if snap.rows_total is not None and snap.rows_done is not None and snap.rows_done < snap.rows_total:
         return (
-            f"{_counts(snap)} written and no change for {_fmt(quiet)}, so the job did not finish: it "
+            f"{_counts(snap)} written and no change for {fmt_seconds(quiet)}, so the job did not finish: it "
             "was killed or is stuck, and with no process watched the two look alike: resume it (for "
             "hsmon extract, rerun the same command), or add --pid, --match or --events"
         )
     return (
-        f"no change for {_fmt(quiet)}; no process watched, so finished and stalled look alike: "
+        f"no change for {fmt_seconds(quiet)}; no process watched, so finished and stalled look alike: "
         "add --pid, --match or --events"
     )

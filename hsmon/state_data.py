@@ -5,7 +5,7 @@ it. These are warnings: bad data does not stop a job, but it must be seen before
 from __future__ import annotations
 
 from hsmon.data_facts import DataSummary, Drift
-from hsmon.state import Hint, Snapshot
+from hsmon.state_facts import Hint, Snapshot
 from hsmon.verify_watch import VerifyResult
 
 FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std"}

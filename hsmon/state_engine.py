@@ -3,12 +3,12 @@ and GPUs (hsmon/trackers/server.py, gpu.py measure them). Pure, like hsmon/state
 
 from __future__ import annotations
 
-from hsmon.state import Hint, ServerFacts, Snapshot, _fmt
+from hsmon.state_facts import Hint, ServerFacts, Snapshot, fmt_seconds
 
 
 def _no_forward(snap: Snapshot, server: ServerFacts) -> str:
     since = server.last_forward_ts or server.watch_start_ts or snap.watch_start_ts
-    return f"no forward completed in {_fmt(max(0.0, snap.now - since))}"
+    return f"no forward completed in {fmt_seconds(max(0.0, snap.now - since))}"
 
 
 def engine_hints(snap: Snapshot) -> list[Hint]:
@@ -44,8 +44,8 @@ def engine_hints(snap: Snapshot) -> list[Hint]:
                 Hint(
                     "gpu-idle",
                     "warning",
-                    f"GPU {gpus} of the job's processes at 0 % utilization for {_fmt(idle)} "
-                    f"(stall-after {_fmt(snap.stall_after)}) while they are alive: a hung collective "
+                    f"GPU {gpus} of the job's processes at 0 % utilization for {fmt_seconds(idle)} "
+                    f"(stall-after {fmt_seconds(snap.stall_after)}) while they are alive: a hung collective "
                     "(NCCL) or a stuck scheduler? `py-spy dump` the processes to see where they wait.",
                 )
             )

@@ -39,5 +39,5 @@ def test_a_monitor_module_importing_torch_breaks_the_named_rule(tmp_path: Path) 
     assert proc.returncode != 0
     assert "never imports torch, transformers or sglang BROKEN" in said
     assert "hsmon.trackers.disk -> torch" in said
-    assert "no import cycles between the modules of extractor and trainer BROKEN" in said
+    assert "no import cycles between the modules of extractor, trainer and the monitor BROKEN" in said
     assert ".errors -> .prepare" in said

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from hsmon.config import ServerSpec
-from hsmon.state import ServerFacts
+from hsmon.state_facts import ServerFacts
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
 from hsmon.trackers.server_rules import COUNTERS, SERVER_STATES, ServerLook, decide_server, parse_load

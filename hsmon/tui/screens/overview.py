@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
+from hsmon.tui.screens.event_detail import EventDetailScreen
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
@@ -94,6 +95,10 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def on_event_log_open_event(self, message: EventLog.OpenEvent) -> None:
+        message.stop()
+        self.app.push_screen(EventDetailScreen(message.event, message.now))
 
     def action_open_event(self) -> None:
         overview = self._active_overview()

@@ -253,8 +253,13 @@ class EventLog(Vertical):
         if message.index < len(self._chosen):
             self.open_event(self._chosen[message.index])
 
-    def open_event(self, event: dict[str, Any] | None) -> None:
-        from hsmon.tui.screens.event_detail import EventDetailScreen
+    class OpenEvent(Message):
+        """Show one event whole (the screen that holds the log opens the detail screen)."""
 
+        def __init__(self, event: dict[str, Any], now: float | None) -> None:
+            super().__init__()
+            self.event, self.now = event, now
+
+    def open_event(self, event: dict[str, Any] | None) -> None:
         if event is not None:
-            self.app.push_screen(EventDetailScreen(event, self._now))
+            self.post_message(self.OpenEvent(event, self._now))

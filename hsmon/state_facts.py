@@ -1,0 +1,115 @@
+"""What the job state machine reads and returns: the snapshot of plain figures the monitor
+measured (`Snapshot` with its process and server facts), the states, hints and the decision.
+
+Types only (and two formatting helpers): hsmon/state.py decides, hsmon/state_engine.py and
+hsmon/state_data.py add the engine's and the data's hints, all from these facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hsmon.data_facts import DataSummary
+from hsmon.verify_watch import VerifyResult
+
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
+ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
+
+
+@dataclass(frozen=True)
+class Hint:
+    id: str
+    severity: str  # info | warning | critical
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "severity": self.severity, "message": self.message}
+
+
+@dataclass
+class ProcessFacts:
+    role: str
+    pid: int | None
+    alive: bool
+    status: str  # running | sleeping | stopped | zombie | gone
+    seen_alive: bool = False  # this process role was alive at some point while watched
+    stdout: str | None = None
+    stdout_buffered: bool = False
+    cmdline: str = ""
+    oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
+
+
+@dataclass
+class ServerFacts:
+    """One inference server the job talks to (hsmon/trackers/server.py measures it)."""
+
+    url: str
+    state: str  # up | busy | hung | down | unknown
+    detail: str = ""
+    last_forward_ts: float | None = None  # a forward last completed (None: never seen)
+    watch_start_ts: float | None = None  # watched since
+
+
+@dataclass
+class Snapshot:
+    """Everything the decision needs, measured by the monitor at ``now``."""
+
+    now: float
+    stall_after: float
+    watch_start_ts: float
+    processes: list[ProcessFacts] = field(default_factory=list)
+    process_watched: bool = False  # a pid/pidfile/match (or the events' pid) is configured
+    events_watched: bool = False
+    # From the events file:
+    started: bool = False  # a start event was seen
+    terminal_kind: str | None = None  # done | stopped (after the last start)
+    terminal_ts: float | None = None
+    events_start_ts: float | None = None  # the last start event's time
+    paused_reason: str | None = None
+    last_progress_ts: float | None = None  # last event that moved a counter
+    last_error: str | None = None
+    # From the other trackers (the monitor's clock of when each last moved; None: never):
+    last_work_ts: float | None = None  # dump files created/consumed, output grew
+    last_busy_ts: float | None = None  # CPU or I/O above the idle threshold
+    evidence_of_job: bool = False  # any output, dump file or event exists
+    bad_event_lines: int = 0
+    disk_fits: bool | None = None
+    disk_message: str | None = None
+    shm_fits: bool | None = None
+    shm_message: str | None = None
+    dump_oldest_age_s: float | None = None
+    # How a process ended (a process gone; see ``_ended_without_word``):
+    runner_alive: bool = False  # `hsmon run` started it and is still recording how it ended
+    exit_log: str | None = None  # where its stdout/stderr went (regular files), or hsmon run's log
+    exit_log_tail: list[str] | None = None  # the last lines of that log, read once after it was gone
+    rows_done: int | None = None  # rows written (events or output directory, the larger)
+    rows_total: int | None = None  # rows expected (events, --rows-total/config, the output's plan)
+    # From the output directory's manifests (hsmon layout; None where the layout carries no plan):
+    output_ending: str | None = None  # done | stopped: every manifest's latest run ended so
+    output_ending_ts: float | None = None
+    output_run_seconds: float | None = None
+    # The engine (hsmon/trackers/server.py, gpu.py):
+    servers: list[ServerFacts] = field(default_factory=list)
+    gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
+    gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
+    # What the hidden states written look like (hsmon/data_facts.py; None: no hsmon manifest):
+    data: DataSummary | None = None
+    # The engine check's last verdict (hsmon/verify_watch.py; None: --verify-every not set):
+    verify: VerifyResult | None = None
+
+
+@dataclass
+class Decision:
+    state: str
+    reason: str
+    hints: list[Hint]
+
+
+def age(now: float, ts: float | None) -> float | None:
+    """Seconds since ``ts`` (never negative); None when it never happened."""
+    return None if ts is None else max(0.0, now - ts)
+
+
+def fmt_seconds(seconds: float) -> str:
+    """``45s`` below two minutes, else ``7m``: how the reasons say a duration."""
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
