@@ -47,6 +47,10 @@ class MonitorCollector(Collector):
         )
         overflows.add_metric([], doc["daemon"]["overflows_total"])
         yield overflows
+        errors = _c("hsmon_tracker_errors_total", "exceptions a tracker raised (others ran on)", ("tracker",))
+        for tracker, count in sorted((doc["daemon"].get("tracker_errors") or {}).items()):
+            errors.add_metric([tracker], count)
+        yield errors
         tick = _g("hsmon_tick_duration_seconds", "how long the last monitor pass took", ())
         tick.add_metric([], doc["daemon"]["tick_seconds_last"])
         yield tick

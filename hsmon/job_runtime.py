@@ -16,6 +16,7 @@ from hsmon import events as ev
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
 from hsmon.trackers.output_dir import OutputDirTracker
@@ -47,6 +48,8 @@ class JobRuntime:
         self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
         self._event_urls: list[str] = []
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
+        self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
+        self._procs: list[dict[str, Any]] = []  # the processes' last figures (kept if a poll fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.state: str | None = None
         self.state_since_ts = now
@@ -182,20 +185,23 @@ class JobRuntime:
         """Poll everything due, decide the state, and rebuild the cached document. With
         ``background``, a large manifest is read on a thread: until it is read the job's document
         says so and nothing is decided (the figures are not known yet)."""
+        guard, job = self.errors.guard, self.cfg.name
         if self.progress is not None:
-            self.progress.poll()
-        self.poll_servers(now)
-        procs = self.poll_processes()
+            guard("progress", self.progress.poll, None, job)
+        guard("server", lambda: self.poll_servers(now), None, job)
+        procs = self._procs = guard("processes", self.poll_processes, self._procs, job)
         gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
         self._runner_alive = gone and self.ending.runner_alive(self.progress)
         if gone and self.progress is not None:
             # read again after the process (and hsmon run) checks: an ending written before they
             # exited is seen now, so a clean exit never reads as dead for one tick
-            self.progress.poll()
+            guard("progress", self.progress.poll, None, job)
         if self.dump is not None and (scan_dump or self._dump_dir_changed()):
-            self.dump.scan(full=full_scan)
+            dump_dir = self.dump
+            guard("dump_dir", lambda: dump_dir.scan(full=full_scan), None, job)
         if self.output is not None and (scan_output or self.output.loading):
-            self.output.scan(background)
+            output = self.output
+            guard("output_dir", lambda: output.scan(background), None, job)
             if self.output.reading is not None:
                 self._publish_reading(now)
                 return
@@ -203,7 +209,7 @@ class JobRuntime:
             self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
         out = self.output.snapshot() if self.output else None
-        self._poll_verify(now, out)
+        guard("verify", lambda: self._poll_verify(now, out), None, job)
         self._note_activity(now, procs, dump, out)
         prog = self.progress.snapshot(now) if self.progress else None
 

@@ -24,6 +24,7 @@ from typing import Any
 from hsmon import __version__
 from hsmon.config import DEFAULT_SCAN_INTERVAL, JobConfig
 from hsmon.job_runtime import JobRuntime
+from hsmon.tracker_errors import TrackerErrors
 
 log = logging.getLogger("hsmon.monitor")
 
@@ -82,6 +83,7 @@ class Monitor:
         self.scans_total = 0
         self.ticks_total = 0
         self.tick_seconds_last = 0.0
+        self.tracker_errors = TrackerErrors()
         from hsmon.trackers.gpu import GpuTracker
 
         # NVML is loaded lazily at the first tick; ``gpu`` may be a GpuTracker (a recording in tests)
@@ -97,6 +99,7 @@ class Monitor:
                 raise ValueError(f"a job named {cfg.name!r} is already watched; pick another name")
             runtime = JobRuntime(cfg, time.time())
             runtime.gpu = self.gpu
+            runtime.errors = self.tracker_errors
             if runtime.output is not None:
                 runtime.output.on_read = self._wake.set  # a manifest read on a thread: tick at once
             self._jobs[cfg.name] = runtime
@@ -217,14 +220,18 @@ class Monitor:
             with self._lock:
                 runtimes = list(self._jobs.values())
             if self.gpu.due(time.time()):
-                self.gpu.poll(time.time())
+                self.tracker_errors.guard("gpu", lambda: self.gpu.poll(time.time()), None)
             for runtime in runtimes:
                 now = time.time()
                 # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
                 # lists only a directory whose mtime moved
                 full = force_scan or overflow or self.scans_total % FULL_SCAN_EVERY == 0
-                runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full,
-                               background=self._thread is not None or self._starting)
+                try:
+                    runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full,
+                                   background=self._thread is not None or self._starting)
+                except Exception as exc:  # one job's failure leaves the other jobs watched
+                    self.tracker_errors.record("job", exc, runtime.cfg.name)
+                    continue
                 if self._observer is not None and runtime.dump is not None:
                     self._ensure_watch(runtime)
                 previous = runtime.apply_decision(now)
@@ -333,6 +340,7 @@ class Monitor:
                 "overflows_total": self.overflows_total,
                 "ticks_total": self.ticks_total,
                 "tick_seconds_last": self.tick_seconds_last,
+                "tracker_errors": self.tracker_errors.snapshot(),
             },
             "jobs": self.job_documents(),
             "gpus": self.gpu.snapshot(),

@@ -1,0 +1,67 @@
+"""A tracker that raises is counted, logged once per kind, and leaves every other tracker and job
+running (hsmon/tracker_errors.py). The exception is injected: a bug cannot be made real on demand."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from hsmon import events as ev
+from hsmon.config import JobConfig
+from hsmon.exporter import MetricsEndpoint
+from hsmon.monitor import Monitor
+from hsmon.notify import Notifier
+from hsmon.trackers.output_dir import OutputDirTracker
+
+
+def test_a_failing_output_tracker_leaves_its_events_and_the_other_job_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = {name: tmp_path / f"{name}.jsonl" for name in ("broken", "fine")}
+    for name, path in events.items():
+        with ev.EventWriter(name, path) as w:
+            w.emit(ev.START, rows_total=10)
+            w.emit(ev.ROWS, rows=3, tokens=30, last_row=2, rows_done=3, rows_total=10, tokens_done=30,
+                   tokens_total=100, bytes_done=300)
+    (tmp_path / "out").mkdir()
+    jobs = [JobConfig(name="broken", events=str(events["broken"]), out_dir=str(tmp_path / "out")),
+            JobConfig(name="fine", events=str(events["fine"]))]
+    monitor = Monitor(jobs, use_watchdog=False)
+
+    def boom(self: OutputDirTracker, background: bool = False) -> None:
+        raise RuntimeError("injected: the output tracker's bug")
+
+    monkeypatch.setattr(OutputDirTracker, "scan", boom)
+    with caplog.at_level(logging.ERROR, logger="hsmon.trackers"):
+        for _ in range(3):
+            monitor.tick(force_scan=True)
+    docs = {job["job"]: job for job in monitor.status_document()["jobs"]}
+    assert docs["broken"]["progress"]["rows_done"] == 3  # its events tracker ran on
+    assert docs["fine"]["progress"]["rows_done"] == 3 and docs["fine"]["state"] == "running"
+    assert monitor.status_document()["daemon"]["tracker_errors"] == {"output_dir": 3}
+    logged = [r for r in caplog.records if "tracker output_dir failed" in r.getMessage()]
+    assert len(logged) == 1 and "job broken" in logged[0].getMessage()
+    text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+    assert 'hsmon_tracker_errors_total{tracker="output_dir"} 3.0' in text
+
+
+def test_a_job_whose_update_fails_does_not_stop_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = tmp_path / "fine.jsonl"
+    with ev.EventWriter("fine", events) as w:
+        w.emit(ev.START, rows_total=10)
+    monitor = Monitor([JobConfig(name="first", events=str(tmp_path / "none.jsonl")),
+                       JobConfig(name="fine", events=str(events))], use_watchdog=False)
+    first = monitor._jobs["first"]
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise KeyError("injected")
+
+    monkeypatch.setattr(first, "update", fail)
+    monitor.tick(force_scan=True)
+    docs = {job["job"]: job for job in monitor.status_document()["jobs"]}
+    assert docs["fine"]["progress"]["rows_total"] == 10
+    assert monitor.status_document()["daemon"]["tracker_errors"] == {"job": 1}
