@@ -9,10 +9,11 @@ the AROUND hook there reads both tensors for requests that opted in and leaves e
 to SGLang.
 
 Opt-in, per request, through ``sampling_params.custom_params["hsmon"]``:
-- ``{"dump_dir": DIR}``: copy every chunked-prefill piece to the host as it passes (stock SGLang
-  discards the middle chunks); when the last piece is in, hand the request to the writer thread
-  (``writer.py``), which writes ``DIR/<rid>.safetensors`` (or ``DIR/<rid>.error``) off the
-  scheduler's thread. The response may come before the file: the marker says where it will be.
+- ``{"dump_dir": DIR}``: hold every chunked-prefill piece as it passes (views on CPU, copies
+  on CUDA; stock SGLang discards the middle chunks); when the last piece is in, hand the request
+  to the writer thread (``writer.py``), which writes ``DIR/<rid>.safetensors`` (or
+  ``DIR/<rid>.error``) off the scheduler's thread. The response may come before the file: the
+  marker says where it will be.
 - ``{"pack_last": true}``: every piece is kept too; ``meta_info.hidden_states[0]`` becomes the
   whole row, ``[rows, K*H + H]``, the captured layers then the last layer.
 Each opted-in request gets ``meta_info["hsmon"] = [marker]`` through SGLang's customized-info
@@ -196,9 +197,10 @@ def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
         _forget_abandoned()
         _pending[rid] = Pending(req)
     pending = _pending[rid]
-    # a copy: a slice would keep the whole batch's tensor alive (and on the GPU); pack's rows go
-    # into the response on this thread anyway, so they take the synchronous copy
-    pending.pieces.append(writer.copy(aux, last, force_sync=mode == "pack" or _old_path(options)))
+    # dump: views on CPU (the pool counts the batch tensors they keep alive), pinned copies on
+    # CUDA; pack's rows go into the response on this thread anyway: the synchronous copy
+    pending.pieces.append(writer.hold(aux, last, kwargs["logits_output"],
+                                      force_sync=mode == "pack" or _old_path(options)))
     if middle:
         pending.hook_s += time.perf_counter() - started
         return end
