@@ -238,12 +238,28 @@ def _forget_abandoned() -> None:
             _drop(rid)
 
 
+_dump_dirs: dict[tuple[str, str], str] = {}
+
+
+def _checked_dump_dir(dump_dir: Any, root: str) -> str:
+    """``check_dump_dir``, remembered per directory: a job's requests share one, and its
+    ``realpath`` (a few syscalls, each a chance to wait for the GIL) is off the hook after the
+    first request."""
+    key = (dump_dir, root) if isinstance(dump_dir, str) else None
+    if key is not None and key in _dump_dirs:
+        return _dump_dirs[key]
+    real = check_dump_dir(dump_dir, root)
+    if key is not None and len(_dump_dirs) < 256:
+        _dump_dirs[key] = real
+    return real
+
+
 def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
     """The request's marker, and which path took it ("async", "sync" or "fallback")."""
     writer = get_writer()
     try:
         rid = check_rid(req.rid)
-        dump_dir = check_dump_dir(options.get("dump_dir"), dump_root())
+        dump_dir = _checked_dump_dir(options.get("dump_dir"), dump_root())
     except DumpRefused as exc:
         writer.release(pieces)
         return {"mode": "dump", "ok": False, "error": str(exc), "errno": None}, "refused"

@@ -166,7 +166,7 @@ class Writer:
                 aux, last = aux.clone(), last.clone()
             return Piece(aux, last, None, nbytes, True, keys)
         stream = torch.cuda.current_stream()
-        host = [_start_copy(t, stream) for t in (aux, last)]
+        host = [_start_copy(t, stream, views) for t in (aux, last)]
         event = torch.cuda.Event()
         event.record(stream)  # after the copies
         return Piece(host[0], host[1], event, nbytes, True, keys)
@@ -283,12 +283,12 @@ class Writer:
         thread.join(timeout)
 
 
-def _start_copy(tensor: torch.Tensor, stream: Any) -> torch.Tensor:
-    """A pinned host tensor that ``tensor`` is being copied into on ``stream`` (CUDA), or the
-    tensor itself when it is on the host already (SGLang's overlap scheduler copies
-    ``hidden_states`` to pinned memory before the hook)."""
+def _start_copy(tensor: torch.Tensor, stream: Any, views: bool) -> torch.Tensor:
+    """A pinned host tensor that ``tensor`` is being copied into on ``stream`` (CUDA), or, when
+    it is on the host already (SGLang's overlap scheduler copies ``hidden_states`` to fresh
+    pinned memory before the hook), the tensor itself (a copy once views are off)."""
     if not tensor.is_cuda:
-        return tensor
+        return tensor if views else tensor.clone()
     host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
     # the batch's tensors may come from another stream (the forward's): tell the caching
     # allocator they are in use on this one until the copies are done
