@@ -59,20 +59,18 @@ def _tensors(seq: int = 7, hidden: int = 16, k: int = 3) -> dict[str, torch.Tens
 
 
 def test_write_dump_renames_a_complete_file(tmp_path, monkeypatch):
-    import safetensors.torch
-
     tensors = _tensors()
     target = tmp_path / "d" / "job"
     seen = {}
-    real_save = safetensors.torch.save_file
+    real_save = dump.save_parts
 
-    def watching_save(data, filename, metadata=None):
+    def watching_save(filename, data, metadata):
         # while the bytes are being written, nothing exists under the final name
         seen["final_during_write"] = (target / "r1.safetensors").exists()
         seen["tmp_name"] = Path(filename).name
-        real_save(data, filename, metadata=metadata)
+        real_save(filename, data, metadata)
 
-    monkeypatch.setattr(safetensors.torch, "save_file", watching_save)
+    monkeypatch.setattr(dump, "save_parts", watching_save)
     meta = {"rid": "r1", "tokens": "7", "layer_ids": "1,3,4", "sglang_version": "x", "plugin_version": "1"}
     marker = dump.write_dump(str(target), "r1", tensors, meta)
     assert seen == {"final_during_write": False, "tmp_name": ".r1.safetensors.tmp"}
@@ -85,6 +83,30 @@ def test_write_dump_renames_a_complete_file(tmp_path, monkeypatch):
         assert fh.metadata() == meta
         for name, tensor in tensors.items():
             assert torch.equal(fh.get_tensor(name), tensor)
+
+
+def test_pieces_are_written_as_one_safetensors_tensor_in_any_dtype(tmp_path):
+    # the writer hands row pieces (views of larger batch tensors) to save_parts, which writes
+    # them one after the other: safetensors reads one tensor per name, equal to their torch.cat
+    from safetensors.torch import load_file, save_file
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        batch = torch.randn(50, 24).to(dtype)
+        pieces = [batch[0:7], batch[20:50], batch[7:7]]  # views, one of them empty
+        last = [torch.randn(7, 8).to(dtype), torch.randn(30, 8).to(dtype), torch.randn(0, 8).to(dtype)]
+        path = tmp_path / f"p-{dtype}.safetensors"
+        dump.save_parts(str(path), {"hidden_state": last, "aux_hidden_state": pieces}, {"rid": "x"})
+        with safe_open(str(path), framework="pt") as fh:
+            assert fh.metadata() == {"rid": "x"}
+            assert torch.equal(fh.get_tensor("aux_hidden_state"), torch.cat(pieces))
+            assert torch.equal(fh.get_tensor("hidden_state"), torch.cat(last))
+        # byte for byte what safetensors itself reads back from its own writer
+        save_file({"hidden_state": torch.cat(last), "aux_hidden_state": torch.cat(pieces)},
+                  str(tmp_path / "ref.safetensors"), metadata={"rid": "x"})
+        ours, ref = load_file(str(path)), load_file(str(tmp_path / "ref.safetensors"))
+        assert ours.keys() == ref.keys() and all(torch.equal(ours[k], ref[k]) for k in ref)
+    with pytest.raises(ValueError, match="cannot be saved"):
+        dump.save_parts(str(tmp_path / "bad"), {"a": [torch.zeros(2, 3), torch.zeros(2, 4)]}, None)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -10,9 +10,10 @@ so the client, which may have its response before the file exists, always learns
   are cloned per layer and concatenated (``layers/aux_hidden_states.py``
   ``AuxHiddenStateList.capture``, ``pack_aux_hidden_states``), the last layer is the final norm's
   output (``layers/layernorm.py`` ``forward_native``/``forward_cpu``), the packer's preallocated
-  buffer exists only for the decode CUDA graph (``forward_batch_info.py`` ``aux_hidden_states_buffer``).
-  The writer thread does the copy (``torch.cat``) and the write. The pool counts what the views
-  keep alive: the whole batch tensor's storage, once however many requests hold rows of it. Should
+  buffer exists only for the decode CUDA graph (``forward_batch_info.py``
+  ``aux_hidden_states_buffer``). The writer thread writes the pieces straight from the views into
+  the file (``dump.save_parts``). The pool counts what the views keep alive: the whole batch
+  tensor's storage, once however many requests hold rows of it. Should
   a later SGLang reuse the buffer, a later forward's output arrives on a storage still held: the
   requests holding it get ``<rid>.error`` (never a wrong file) and the plugin copies from then on.
 - CUDA: each piece is copied ``non_blocking`` into pinned host memory (torch's caching host
@@ -260,10 +261,9 @@ class Writer:
         if clobbered:
             marker = {"mode": "dump", "ok": False, "error": REUSED, "errno": None}
         else:
-            # the copy out of SGLang's tensors (CPU views) happens here, off the scheduler's thread
-            aux = torch.cat([p.aux for p in pieces]) if len(pieces) > 1 else pieces[0].aux.contiguous()
-            last = torch.cat([p.last for p in pieces]) if len(pieces) > 1 else pieces[0].last.contiguous()
-            tensors = {"hidden_state": last, "aux_hidden_state": aux}
+            # the copy out of SGLang's tensors (CPU views) is the file write itself, piece by
+            # piece, off the scheduler's thread (dump.save_parts)
+            tensors = {"hidden_state": [p.last for p in pieces], "aux_hidden_state": [p.aux for p in pieces]}
             marker = write_dump(job.dump_dir, job.rid, tensors, job.metadata)
         if not marker["ok"]:
             write_error(job.dump_dir, job.rid, marker)
