@@ -7,7 +7,8 @@ Each server is looked at by two threads of its own, never by a scrape:
   own ``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s by default), one in flight at most; ``/server_info``
   and SGLang's own timeout (a local server's environment) once per connect, on the same thread;
   ``/server_info`` again after each check that succeeded, for the capture plugin's counters
-  (``server_capture.py``; a scheduler that does not answer is never waited for).
+  (``server_capture.py``), on a short-lived thread of its own (3 s timeout, one at a time): the
+  forward thread never waits for it.
 
 The states and their evidence are decided by hsmon/state_server.py (``decide_server``); the
 threads here only measure.
@@ -62,6 +63,7 @@ class ServerTracker:
         self.info: dict[str, Any] | None = None
         self.capture: CaptureFacts | None = None  # the capture plugin's counters (None: no plugin)
         self._need_info = False
+        self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
         self._gen_rate = RateWindow(30.0)
         self._prompt_rate = RateWindow(30.0)
@@ -256,8 +258,17 @@ class ServerTracker:
         except Unreachable as exc:
             error = "timed out" if "timed out" in str(exc) else str(exc)
         self.health_done(time.time(), ok, time.monotonic() - mono, error)
-        if ok:  # the scheduler answers: its counters come back at once (a short timeout)
+        if ok and not self._info_in_flight:
+            # the capture counters, on a thread of their own: a scheduler that stops right now
+            # must not delay the next check (and so the hung verdict) by this read's timeout
+            self._info_in_flight = True
+            threading.Thread(target=self._refresh_info, name="hsmon-server-info", daemon=True).start()
+
+    def _refresh_info(self) -> None:
+        try:
             self._read_server_info(LIVENESS_TIMEOUT)
+        finally:
+            self._info_in_flight = False
 
     def _read_server_info(self, timeout: float) -> None:
         """``/server_info``: the server's facts (``info``) and the capture plugin's counters."""
