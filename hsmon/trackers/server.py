@@ -27,7 +27,14 @@ from hsmon.state import ServerFacts
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server_capture import CaptureFacts, parse_capture
 from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
-from hsmon.trackers.server_rules import COUNTERS, SERVER_STATES, ServerLook, decide_server, parse_load
+from hsmon.trackers.server_rules import (
+    COUNTERS,
+    SERVER_STATES,
+    ServerLook,
+    decide_server,
+    info_of,
+    parse_load,
+)
 
 __all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
 
@@ -283,17 +290,7 @@ class ServerTracker:
         with self._lock:
             self._need_info = False
             self.capture = capture
-            self.info = {
-                "version": data.get("version"),
-                "model": data.get("model_path"),
-                "tp_size": data.get("tp_size"),
-                "dp_size": data.get("dp_size"),
-                "enable_metrics": data.get("enable_metrics"),
-                "enable_return_hidden_states": data.get("enable_return_hidden_states"),
-                "enable_return_aux_hidden_states": data.get("enable_return_aux_hidden_states"),
-                "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
-                "max_total_tokens": data.get("max_total_tokens"),
-            }
+            self.info = info_of(data)
 
     def health_started(self, now: float) -> None:
         """A /health_generate went out at ``now``."""
