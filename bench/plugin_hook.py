@@ -12,7 +12,7 @@ turn (the best round's tokens/s counts); longer prompts (slow on CPU) only ``bef
 ``dump``, ``--long-requests`` of them, for the hook's time:
 - ``none``: no opt-in (the stock path of the same server);
 - ``before``: dump mode with ``sync_write`` (the old path: copy and write on the hook);
-- ``dump``: dump mode (copies start on the hook, the writer thread writes);
+- ``dump``: dump mode (on CPU the hook holds views, the writer thread copies and writes);
 - ``pack``: json's mode (lengths up to ``--pack-max`` only: the JSON body is huge).
 The hook's time per request is taken inside the plugin (perf_counter around the hook, summed
 over a request's pieces) and read from /server_info (``internal_states[0].hsmon_capture``).

@@ -242,6 +242,36 @@ def rows() -> list[tuple[str, list[P]]]:
               width=12, height=5,
               description="0: no nvidia-ml-py or no driver on that host; the GPU panels stay empty."),
         ]),
+        ("Capture plugin inside the SGLang servers (seen by the daemon)", [
+            P("Capture hook time p99 (scheduler thread)",
+              [Q(f"hsmon_server_capture_hook_seconds_p99{{{SEL}}}", "{{server}}")],
+              unit="s", width=8, extraction=False,
+              description="Time inside hsmon's hook per request on SGLang's scheduler thread (recent "
+                          "requests); the goal is <= 1 ms. Empty: no capture plugin."),
+            P("Capture writer queue", [Q(f"hsmon_server_capture_queue_depth{{{SEL}}}", "{{server}}")],
+              width=8, extraction=False,
+              description="Requests waiting for the plugin's writer thread (a growing queue: the dump "
+                          "directory's filesystem is slower than the server)."),
+            P("Capture host pool",
+              [Q(f"hsmon_server_capture_pool_bytes_in_use{{{SEL}}}", "{{server}} in use"),
+               Q(f"hsmon_server_capture_pool_bytes_max{{{SEL}}}", "{{server}} limit")],
+              unit="bytes", width=8, extraction=False,
+              description="Host memory held for the writer; at the limit requests are written on the "
+                          "scheduler's thread (sync fallbacks)."),
+            P("Capture files written per second",
+              [Q(f"rate(hsmon_server_capture_files_written_total{{{SEL}}}[$__rate_interval])", "{{server}}")],
+              width=12, height=5, extraction=False),
+            P("Capture errors and fallbacks in range",
+              [Q(f"increase(hsmon_server_capture_write_errors_total{{{SEL}}}[$__range])",
+                 "{{server}} write errors"),
+               Q(f"increase(hsmon_server_capture_sync_fallbacks_total{{{SEL}}}[$__range])",
+                 "{{server}} sync fallbacks"),
+               Q(f"increase(hsmon_server_capture_buffer_reuses_total{{{SEL}}}[$__range])",
+                 "{{server}} buffer reuses")],
+              kind="stat", width=12, height=5, extraction=False,
+              description="Write errors left <rid>.error files (alert HsmonCaptureWriteErrors); buffer "
+                          "reuses should stay 0 (docs/extract.md)."),
+        ]),
         ("SGLang server (when Prometheus scrapes it)", [
             P("Requests running / queued", [Q(f"sglang:num_running_reqs{{{SGL}}}", "{{instance}} running"),
                                             Q(f"sglang:num_queue_reqs{{{SGL}}}", "{{instance}} queued")],

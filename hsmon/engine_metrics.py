@@ -22,6 +22,21 @@ from hsmon.metric_families import counter as _c
 from hsmon.metric_families import gauge as _g
 from hsmon.trackers.server_rules import SERVER_STATES
 
+# servers[i].capture keys exported as hsmon_server_capture_<key> (counters get _total), kind, help
+CAPTURE_FAMILIES = (
+    ("requests", "counter", "opted-in requests through the capture plugin's hook"),
+    ("files_written", "counter", "dump files the plugin's writer thread wrote"),
+    ("write_errors", "counter", "dumps that failed to write (each left a <rid>.error)"),
+    ("sync_fallbacks", "counter", "requests written on the scheduler thread (the host pool was full)"),
+    ("buffer_reuses", "counter", "later forwards seen on memory the plugin still held"),
+    ("write_seconds", "counter", "seconds the plugin's writer thread spent writing"),
+    ("hook_seconds", "counter", "seconds spent in the plugin's hook on the scheduler's thread"),
+    ("queue_depth", "gauge", "requests queued for the plugin's writer thread"),
+    ("pool_bytes_in_use", "gauge", "host bytes the plugin holds for its writer"),
+    ("pool_bytes_max", "gauge", "the plugin's host pool limit"),
+    ("hook_seconds_p99", "gauge", "99th percentile of the hook's time per request, recent requests"),
+)
+
 
 class EngineCollector(Collector):
     """The server and GPU families of one status document (its ``jobs`` and ``gpus``)."""
@@ -32,6 +47,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         yield from self._servers()
+        yield from self._captures()
         yield from self._gpus()
 
     def _servers(self) -> Iterator[Any]:
@@ -80,6 +96,19 @@ class EngineCollector(Collector):
                 for key, fam in loads.items():
                     _add(fam, label, (srv.get("load") or {}).get(key))
         yield from (up, state, latency, failures, forward, info, *loads.values())
+
+    def _captures(self) -> Iterator[Any]:
+        """The capture plugin's counters of each server (``servers[i].capture``; none without it)."""
+        labels = ("job", "server")
+        fams = {key: (_c if kind == "counter" else _g)(f"hsmon_server_capture_{key}", doc, labels)
+                for key, kind, doc in CAPTURE_FAMILIES}
+        for job in self.jobs:
+            for srv in job.get("servers") or []:
+                capture = srv.get("capture")
+                if capture:
+                    for key, fam in fams.items():
+                        _add(fam, [job["job"], srv["url"]], capture.get(key))
+        yield from fams.values()
 
     def _gpus(self) -> Iterator[Any]:
         available = _g("hsmon_gpu_available", "1 when NVML answers (0: no driver or no nvidia-ml-py)", ())

@@ -223,6 +223,19 @@ def test_json_returns_rows_four_times_the_prefill_chunk_whole(workdir, server, d
     assert_close(shm_long, hf_long, atol=1e-4)  # and shm, on the long rows of the module
 
 
+def wait_plain(workdir, plain_server) -> str:
+    """The plain server's URL once it answers /health (it was started without waiting)."""
+    url, plain = plain_server
+    deadline = time.monotonic() + 420
+    while True:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            if resp.status == 200:
+                return url
+        assert plain.poll() is None and time.monotonic() < deadline, \
+            (workdir / "plain-sglang.log").read_text()
+        time.sleep(1)
+
+
 def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_short):
     # Wrong layers on the real server: one line naming the flag, exit 2, before any row.
     proc = run_extract(data_short, workdir / "wrong-layers", MODEL, "--layers", "1,2,3",
@@ -232,15 +245,7 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
     assert "--return-aux-hidden-state-layer-ids 0 1 2" in proc.stderr
     assert not (workdir / "wrong-layers" / "rows_0-2000").exists()
     # A plain SGLang launch: no capture flags, radix cache on (SGLang's default).
-    url, plain = plain_server
-    deadline = time.monotonic() + 420
-    while True:
-        with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=5) as resp:
-            if resp.status == 200:
-                break
-        assert plain.poll() is None and time.monotonic() < deadline, \
-            (workdir / "plain-sglang.log").read_text()
-        time.sleep(1)
+    url = wait_plain(workdir, plain_server)
     proc = run_extract(data_short, workdir / "plain", MODEL, "--backend", "sglang", "--url", url,
                        "--transport", "json")
     last = proc.stderr.strip().splitlines()[-1]
@@ -250,6 +255,26 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
                  "--return-aux-hidden-state-layer-ids 1 3 4", "--disable-radix-cache"):
         assert flag in proc.stderr, proc.stderr
     assert "radix cache is on" in proc.stderr
+
+
+def test_the_status_capture_section_is_null_without_the_plugin(workdir, server, plain_server):
+    # The server tracker's entry (servers[i] of the status document) of each real server, after
+    # one look and one forward check: the plugin's counters where `hsmon sglang-serve` loaded it,
+    # null for a plain SGLang launch (its /server_info read all the same).
+    from hsmon.config import ServerSpec
+    from hsmon.trackers.server import ServerTracker
+
+    entries = {}
+    for name, url in (("plain", wait_plain(workdir, plain_server)), ("plugin", server.url)):
+        tracker = ServerTracker(ServerSpec(url, health_timeout=120))
+        tracker.look()
+        tracker.check_forward()
+        entries[name] = tracker.snapshot(time.time())
+    assert entries["plain"]["health"]["ok"] is True and entries["plain"]["info"]["version"], entries["plain"]
+    assert entries["plain"]["capture"] is None
+    capture = entries["plugin"]["capture"]
+    assert capture is not None and capture["plugin_version"] == "1" and capture["schedulers"] == 1, capture
+    assert capture["pool_bytes_max"] > 0 and capture["write_errors"] == 0
 
 
 def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, server, hf_short, perturbed):

@@ -254,6 +254,26 @@ def test_a_real_sglang_extraction_names_its_server_and_its_load_rises(rig, tmp_p
                 peak[key] = max(peak[key], load.get(key) or 0.0)
             time.sleep(0.2)
         assert peak["queued"] >= 1 and peak["prompt_tokens_per_s"] > 0, (peak, err.read_text()[-2000:])
+        # the capture plugin's counters (json = its pack mode), read from /server_info after each
+        # health check that succeeded, move while the extraction works; and reach /metrics
+        def capture():
+            return daemon.job()["servers"][0]["capture"]
+
+        first = wait_until(capture, 30, 0.2, what="capture counters")
+        assert first["plugin_version"] == "1" and first["schedulers"] == 1 and first["pool_bytes_max"] > 0
+        moved = wait_until(lambda: (c := capture())["requests"] > first["requests"] and c, 30, 0.2,
+                           what="the capture counters moving")  # fmt: skip
+        assert moved["read_ts"] > first["read_ts"] and moved["hook_seconds"] >= first["hook_seconds"]
+        assert moved["hook_seconds_p99"] is not None and moved["hook_seconds_p99"] > 0
+        assert moved["write_errors"] == 0 and moved["buffer_reuses"] == 0
+        line = f'hsmon_server_capture_requests_total{{job="{daemon.job()["job"]}",server="{server.url}"}}'
+
+        def exported():
+            text = urllib.request.urlopen(daemon.url + "/metrics", timeout=10).read().decode()
+            return text if line in text else None
+
+        text = wait_until(exported, 10, 0.2, what="the capture counters in /metrics")
+        assert float(text.split(line, 1)[1].split()[0]) >= first["requests"]
         job = wait_until(lambda: (j := daemon.job())["state"] in ("running", "done") and j, 30, 0.2,
                          what="the extraction's job running")  # fmt: skip
         print(f"while extracting: {peak}, job {job['state']}, {job['progress'].get('rows_done')} rows done")

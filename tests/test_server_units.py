@@ -260,3 +260,68 @@ def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):
     toml.write_text('[[job]]\nname = "x"\n[[job.server]]\nurl = "http://a:1"\nhealthz = 9\n')
     with pytest.raises(ConfigError, match=r"\[\[job.server\]\] needs url and takes only"):
         load_toml(str(toml))
+
+
+def _plugin_snapshot(requests: int, hook_ms: list[float], **counters: float) -> dict:
+    """One scheduler's ``hsmon_capture`` dict as the plugin itself builds it (its Stats)."""
+    import sys
+
+    from extractor.sglang import serve
+
+    sys.path.insert(0, str(serve.PLUGIN_ROOT))
+    try:
+        from hsmon_sglang_plugin.writer import Stats
+    finally:
+        sys.path.pop(0)
+    stats = Stats(pool_limit_bytes=1 << 30, requests=requests, **counters)
+    stats.hook_samples.extend(("async", ms, 1.0) for ms in hook_ms)
+    return stats.snapshot()
+
+
+def test_capture_counters_sum_over_schedulers_and_are_null_without_the_plugin():
+    from hsmon.trackers.server_capture import parse_capture
+
+    info = {"hsmon_plugin": {"version": "1"}, "internal_states": [
+        {"hsmon_capture": _plugin_snapshot(3, [0.2, 0.3, 40.0], files_written=2, write_errors=1,
+                                           queue_depth=1, pool_bytes_in_use=100, write_seconds=0.5)},
+        {"hsmon_capture": _plugin_snapshot(2, [0.1, 0.4], files_written=2, sync_fallbacks=1,
+                                           hook_seconds=0.25)},
+    ]}
+    facts = parse_capture(info, now=5.0)
+    assert facts is not None
+    assert (facts.schedulers, facts.plugin_version, facts.requests, facts.files_written) == (2, "1", 5, 4)
+    assert (facts.write_errors, facts.sync_fallbacks, facts.queue_depth) == (1, 1, 1)
+    assert (facts.pool_bytes_in_use, facts.pool_bytes_max) == (100, 2 << 30)
+    assert facts.write_seconds == 0.5 and facts.hook_seconds == 0.25 and facts.read_ts == 5.0
+    assert facts.hook_seconds_p50 == 0.0003 and facts.hook_seconds_p99 == 0.04  # nearest rank of 5
+    # a server without the plugin, or whose schedulers do not report (yet): no capture section
+    assert parse_capture({"internal_states": [{"hsmon_capture": {}}]}, 1.0) is None
+    assert parse_capture({"hsmon_plugin": {"version": "1"}, "internal_states": [{}]}, 1.0) is None
+    assert parse_capture({"hsmon_plugin": {"version": "1"}}, 1.0) is None
+    odd = {"hsmon_plugin": {}, "internal_states": [{"hsmon_capture": {"requests": "x"}}]}
+    empty = parse_capture(odd, 1.0)
+    assert empty is not None and empty.requests == 0 and empty.hook_seconds_p99 is None
+
+
+def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
+    import shutil
+    import subprocess
+    from dataclasses import asdict
+
+    from hsmon.engine_metrics import render_engine
+    from hsmon.trackers.server_capture import parse_capture
+
+    info = {"hsmon_plugin": {"version": "1"},
+            "internal_states": [{"hsmon_capture": _plugin_snapshot(7, [0.5], write_errors=2)}]}
+    with_plugin = {"url": "http://a:1", "capture": asdict(parse_capture(info, 1.0))}
+    without = {"url": "http://b:1", "capture": None}
+    text = render_engine({"jobs": [{"job": "x", "servers": [with_plugin, without]}]}).decode()
+    assert 'hsmon_server_capture_requests_total{job="x",server="http://a:1"} 7.0' in text
+    assert 'hsmon_server_capture_write_errors_total{job="x",server="http://a:1"} 2.0' in text
+    assert 'hsmon_server_capture_pool_bytes_max{job="x",server="http://a:1"} 1.073741824e+09' in text
+    assert 'hsmon_server_capture_hook_seconds_p99{job="x",server="http://a:1"} 0.0005' in text
+    assert "# TYPE hsmon_server_capture_queue_depth gauge" in text
+    assert 'server="http://b:1"' not in text.split("hsmon_server_capture_", 1)[1]  # nothing guessed
+    if shutil.which("promtool"):
+        lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert lint.returncode == 0 and not (lint.stdout + lint.stderr).strip(), lint

@@ -59,20 +59,18 @@ def _tensors(seq: int = 7, hidden: int = 16, k: int = 3) -> dict[str, torch.Tens
 
 
 def test_write_dump_renames_a_complete_file(tmp_path, monkeypatch):
-    import safetensors.torch
-
     tensors = _tensors()
     target = tmp_path / "d" / "job"
     seen = {}
-    real_save = safetensors.torch.save_file
+    real_save = dump.save_parts
 
-    def watching_save(data, filename, metadata=None):
+    def watching_save(filename, data, metadata):
         # while the bytes are being written, nothing exists under the final name
         seen["final_during_write"] = (target / "r1.safetensors").exists()
         seen["tmp_name"] = Path(filename).name
-        real_save(data, filename, metadata=metadata)
+        real_save(filename, data, metadata)
 
-    monkeypatch.setattr(safetensors.torch, "save_file", watching_save)
+    monkeypatch.setattr(dump, "save_parts", watching_save)
     meta = {"rid": "r1", "tokens": "7", "layer_ids": "1,3,4", "sglang_version": "x", "plugin_version": "1"}
     marker = dump.write_dump(str(target), "r1", tensors, meta)
     assert seen == {"final_during_write": False, "tmp_name": ".r1.safetensors.tmp"}
@@ -85,6 +83,30 @@ def test_write_dump_renames_a_complete_file(tmp_path, monkeypatch):
         assert fh.metadata() == meta
         for name, tensor in tensors.items():
             assert torch.equal(fh.get_tensor(name), tensor)
+
+
+def test_pieces_are_written_as_one_safetensors_tensor_in_any_dtype(tmp_path):
+    # the writer hands row pieces (views of larger batch tensors) to save_parts, which writes
+    # them one after the other: safetensors reads one tensor per name, equal to their torch.cat
+    from safetensors.torch import load_file, save_file
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        batch = torch.randn(50, 24).to(dtype)
+        pieces = [batch[0:7], batch[20:50], batch[7:7]]  # views, one of them empty
+        last = [torch.randn(7, 8).to(dtype), torch.randn(30, 8).to(dtype), torch.randn(0, 8).to(dtype)]
+        path = tmp_path / f"p-{dtype}.safetensors"
+        dump.save_parts(str(path), {"hidden_state": last, "aux_hidden_state": pieces}, {"rid": "x"})
+        with safe_open(str(path), framework="pt") as fh:
+            assert fh.metadata() == {"rid": "x"}
+            assert torch.equal(fh.get_tensor("aux_hidden_state"), torch.cat(pieces))
+            assert torch.equal(fh.get_tensor("hidden_state"), torch.cat(last))
+        # byte for byte what safetensors itself reads back from its own writer
+        save_file({"hidden_state": torch.cat(last), "aux_hidden_state": torch.cat(pieces)},
+                  str(tmp_path / "ref.safetensors"), metadata={"rid": "x"})
+        ours, ref = load_file(str(path)), load_file(str(tmp_path / "ref.safetensors"))
+        assert ours.keys() == ref.keys() and all(torch.equal(ours[k], ref[k]) for k in ref)
+    with pytest.raises(ValueError, match="cannot be saved"):
+        dump.save_parts(str(tmp_path / "bad"), {"a": [torch.zeros(2, 3), torch.zeros(2, 4)]}, None)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
@@ -107,7 +129,7 @@ def test_write_dump_on_a_full_tmpfs_reports_enospc_and_leaves_nothing(tmp_path):
 def _job(w: writer.Writer, dump_dir: Path, rid: str, seq: int = 30, pieces: int = 3) -> writer.Job:
     """A request of ``pieces`` chunked-prefill pieces copied through ``w`` (as the hook does)."""
     torch.manual_seed(seq)
-    copied = [w.copy(torch.randn(seq, 48), torch.randn(seq, 16)) for _ in range(pieces)]
+    copied = [w.hold(torch.randn(seq, 48), torch.randn(seq, 16)) for _ in range(pieces)]
     return writer.Job(rid, str(dump_dir), copied, {"rid": rid, "tokens": str(seq * pieces)})
 
 
@@ -182,6 +204,80 @@ def test_the_old_synchronous_path_is_kept_for_comparisons(tmp_path):
     job = _job(w, tmp_path, "r5")
     assert not any(p.pooled for p in job.pieces)
     assert w.submit(job)["ok"] is True and w.snapshot()["sync_fallbacks"] == 0
+
+
+class Forward:
+    """One forward's output as the hook sees it (SGLang's LogitsProcessorOutput: a fresh
+    ``hidden_states`` [batch tokens, K*H] and ``last_hidden_states`` [batch tokens, H])."""
+
+    def __init__(self, tokens: int, seed: int, aux: torch.Tensor | None = None,
+                 last: torch.Tensor | None = None) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.hidden_states = torch.randn(tokens, 48, generator=gen) if aux is None else aux
+        self.last_hidden_states = torch.randn(tokens, 16, generator=gen) if last is None else last
+
+
+def test_cpu_pieces_are_views_and_the_pool_counts_each_batch_tensor_once(tmp_path):
+    w = writer.Writer(pool_bytes=1 << 20)
+    fwd = Forward(40, seed=1)  # one batch: request a has rows 0-9, b rows 10-39
+    a = w.hold(fwd.hidden_states[0:10], fwd.last_hidden_states[0:10], fwd)
+    b = w.hold(fwd.hidden_states[10:40], fwd.last_hidden_states[10:40], fwd)
+    # no copy on the hook: the pieces share the forward's storage
+    assert a.aux.data_ptr() == fwd.hidden_states.data_ptr() and a.pooled and b.pooled
+    assert a.nbytes == 10 * 64 * 4 and b.nbytes == 30 * 64 * 4  # what each file will hold
+    whole = 40 * 64 * 4  # what the views keep alive: both batch tensors, once
+    assert w.snapshot()["pool_bytes_in_use"] == whole
+    assert w.submit(writer.Job("a", str(tmp_path), [a], {"tokens": "10"})) is None
+    w.drain()
+    assert w.snapshot()["pool_bytes_in_use"] == whole  # b still holds the same tensors
+    w.release([b])
+    assert w.snapshot()["pool_bytes_in_use"] == 0
+    with safe_open(str(tmp_path / "a.safetensors"), framework="pt") as fh:
+        assert torch.equal(fh.get_tensor("aux_hidden_state"), fwd.hidden_states[0:10])
+
+
+def test_a_view_held_across_the_following_forwards_keeps_its_rows(tmp_path):
+    # A 3-piece request (chunked prefill), each piece in its own forward, queued only after five
+    # more forwards ran (a busy writer): every view is held across the following forwards.
+    w = writer.Writer(pool_bytes=1 << 20)
+    forwards = [Forward(20, seed=s) for s in range(3)]
+    expected_aux = torch.cat([f.hidden_states[5:20].clone() for f in forwards])
+    pieces = [w.hold(f.hidden_states[5:20], f.last_hidden_states[5:20], f) for f in forwards]
+    del forwards  # SGLang drops its reference; later forwards allocate afresh
+    later = [Forward(20, seed=10 + s) for s in range(5)]
+    for f in later:
+        w.release([w.hold(f.hidden_states[0:3], f.last_hidden_states[0:3], f)])
+    assert w.submit(writer.Job("r", str(tmp_path), pieces, {"tokens": "45"})) is None
+    w.drain()
+    with safe_open(str(tmp_path / "r.safetensors"), framework="pt") as fh:
+        assert torch.equal(fh.get_tensor("aux_hidden_state"), expected_aux)
+    assert w.snapshot()["buffer_reuses"] == 0 and w.snapshot()["pool_bytes_in_use"] == 0
+
+
+def test_a_reused_output_buffer_is_caught_and_gives_an_error_never_a_wrong_file(tmp_path):
+    # Were SGLang to write each forward into one static buffer (as its decode CUDA graph does),
+    # a held view would read the NEXT forward's rows. The plugin sees the held storage come back
+    # with another forward's output: the request gets <rid>.error, and later pieces are copied.
+    w = writer.Writer(pool_bytes=1 << 20)
+    aux, last = torch.empty(20, 48), torch.empty(20, 16)
+    first = Forward(20, seed=0, aux=aux, last=last)
+    aux.copy_(torch.randn(20, 48)), last.copy_(torch.randn(20, 16))
+    piece = w.hold(aux[0:20], last[0:20], first)
+    second = Forward(20, seed=1, aux=aux, last=last)  # the same storage, written again in place
+    aux.copy_(torch.randn(20, 48)), last.copy_(torch.randn(20, 16))
+    expected = aux.clone()
+    later = w.hold(aux[0:20], last[0:20], second)
+    aux.zero_()  # a third forward: the copied piece must not see it
+    assert w.submit(writer.Job("r1", str(tmp_path), [piece], {"tokens": "20"})) is None  # queued late
+    assert w.submit(writer.Job("r2", str(tmp_path), [later], {"tokens": "20"})) is None
+    w.drain()
+    stats = w.snapshot()
+    assert stats["buffer_reuses"] >= 1 and stats["write_errors"] == 1 and stats["files_written"] == 1
+    assert not (tmp_path / "r1.safetensors").exists()
+    assert "reused output buffer" in (tmp_path / "r1.error").read_text()
+    with safe_open(str(tmp_path / "r2.safetensors"), framework="pt") as fh:
+        assert torch.equal(fh.get_tensor("aux_hidden_state"), expected)
+    assert stats["pool_bytes_in_use"] == 0
 
 
 @pytest.mark.sglang

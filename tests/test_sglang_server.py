@@ -136,6 +136,32 @@ def test_server_info_counts_the_hook_and_the_writer(server):
     assert path == "async" and hook_ms > 0 and mb == round(100 * 4 * 128 * 4 / 1e6, 4)
 
 
+def test_rows_held_as_views_across_interleaved_forwards_are_right(server, reference):
+    # On CPU the plugin holds views of each forward's output (no copy on the hook) until its
+    # writer thread writes the file. Four multi-chunk dumps in flight at once share batches and
+    # each holds rows of earlier forwards while later forwards run: every file must equal
+    # transformers (it would hold a later forward's rows were SGLang to reuse its buffers).
+    from concurrent.futures import ThreadPoolExecutor
+
+    job = server.dump_root / "job-v"
+    rows = {f"view-{n}": prompt(n, seed=100 + n) for n in (150, 190, 97, 230)}
+    with ThreadPoolExecutor(len(rows)) as pool:
+        metas = list(pool.map(
+            lambda item: server.generate(request(item[1], item[0], {"dump_dir": str(job)}))["meta_info"],
+            rows.items()))
+    assert all(m["hsmon"][0]["ok"] for m in metas), metas
+    for rid, ids in rows.items():
+        wait_for(job / f"{rid}.safetensors")
+        aux_ref, last_ref = reference(ids)
+        with safe_open(str(job / f"{rid}.safetensors"), framework="pt") as fh:
+            assert (fh.get_tensor("aux_hidden_state") - aux_ref).abs().max().item() <= TOL, rid
+            assert (fh.get_tensor("hidden_state") - last_ref).abs().max().item() <= TOL, rid
+    deadline = time.monotonic() + 30  # the writer frees the pool just after the last rename
+    while (state := capture_state(server))["pool_bytes_in_use"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert state["buffer_reuses"] == 0 and state["pool_bytes_in_use"] == 0
+
+
 def capture_state(server) -> dict:
     (state,) = server.server_info()["internal_states"]
     return state["hsmon_capture"]

@@ -5,7 +5,10 @@ Each server is looked at by two threads of its own, never by a scrape:
   ``/model_info``, else ``/v1/models``: these answer without the scheduler (the front is there);
 - a real forward, every ``health_interval``: ``/health_generate`` (SGLang answers 503 after its
   own ``SGLANG_HEALTH_CHECK_TIMEOUT``, 20 s by default), one in flight at most; ``/server_info``
-  and SGLang's own timeout (a local server's environment) once per connect, on the same thread.
+  and SGLang's own timeout (a local server's environment) once per connect, on the same thread;
+  ``/server_info`` again after each check that succeeded, for the capture plugin's counters
+  (``server_capture.py``), on a short-lived thread of its own (3 s timeout, one at a time): the
+  forward thread never waits for it.
 
 The states and their evidence are decided by hsmon/state_server.py (``decide_server``); the
 threads here only measure.
@@ -16,13 +19,22 @@ import json
 import logging
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 from hsmon.config import ServerSpec
 from hsmon.state_facts import ServerFacts
 from hsmon.trackers.rates import RateWindow
+from hsmon.trackers.server_capture import CaptureFacts, parse_capture
 from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
-from hsmon.trackers.server_rules import COUNTERS, SERVER_STATES, ServerLook, decide_server, parse_load
+from hsmon.trackers.server_rules import (
+    COUNTERS,
+    SERVER_STATES,
+    ServerLook,
+    decide_server,
+    info_of,
+    parse_load,
+)
 
 __all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
 
@@ -56,7 +68,9 @@ class ServerTracker:
         self.connects_total = 0
         self.model: str | None = None
         self.info: dict[str, Any] | None = None
+        self.capture: CaptureFacts | None = None  # the capture plugin's counters (None: no plugin)
         self._need_info = False
+        self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
         self._gen_rate = RateWindow(30.0)
         self._prompt_rate = RateWindow(30.0)
@@ -190,6 +204,7 @@ class ServerTracker:
         self.metrics_enabled = None
         self.load = {}
         self._counters = None
+        self.capture = None  # a restarted server's counters start again
 
     def record_metrics(self, now: float, body: bytes) -> None:
         """A /metrics answer read at ``now`` (what ``look`` does with one; for replays)."""
@@ -231,28 +246,11 @@ class ServerTracker:
                 self.model = data["model_path"]
 
     def check_forward(self) -> None:
-        """Server info once per connect, then one /health_generate; its latency is recorded."""
+        """Server info once per connect, then one /health_generate; its latency is recorded; after
+        a health check that succeeded, /server_info again for the capture plugin's counters."""
         timeout = self.spec.health_timeout
         if self._need_info:
-            try:
-                status, body = http_get(self.url + "/server_info", timeout)
-                data = json.loads(body) if status == 200 else None
-            except (Unreachable, ValueError):
-                data = None
-            if isinstance(data, dict):
-                with self._lock:
-                    self._need_info = False
-                    self.info = {
-                        "version": data.get("version"),
-                        "model": data.get("model_path"),
-                        "tp_size": data.get("tp_size"),
-                        "dp_size": data.get("dp_size"),
-                        "enable_metrics": data.get("enable_metrics"),
-                        "enable_return_hidden_states": data.get("enable_return_hidden_states"),
-                        "enable_return_aux_hidden_states": data.get("enable_return_aux_hidden_states"),
-                        "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
-                        "max_total_tokens": data.get("max_total_tokens"),
-                    }
+            self._read_server_info(timeout)
         if not self._timeout_looked:
             found = sglang_timeout_of(self.url)
             with self._lock:
@@ -267,6 +265,32 @@ class ServerTracker:
         except Unreachable as exc:
             error = "timed out" if "timed out" in str(exc) else str(exc)
         self.health_done(time.time(), ok, time.monotonic() - mono, error)
+        if ok and not self._info_in_flight:
+            # the capture counters, on a thread of their own: a scheduler that stops right now
+            # must not delay the next check (and so the hung verdict) by this read's timeout
+            self._info_in_flight = True
+            threading.Thread(target=self._refresh_info, name="hsmon-server-info", daemon=True).start()
+
+    def _refresh_info(self) -> None:
+        try:
+            self._read_server_info(LIVENESS_TIMEOUT)
+        finally:
+            self._info_in_flight = False
+
+    def _read_server_info(self, timeout: float) -> None:
+        """``/server_info``: the server's facts (``info``) and the capture plugin's counters."""
+        try:
+            status, body = http_get(self.url + "/server_info", timeout)
+            data = json.loads(body) if status == 200 else None
+        except (Unreachable, ValueError):
+            data = None
+        if not isinstance(data, dict):
+            return  # unanswered: the last counters stay, their read_ts says how old they are
+        capture = parse_capture(data, time.time())
+        with self._lock:
+            self._need_info = False
+            self.capture = capture
+            self.info = info_of(data)
 
     def health_started(self, now: float) -> None:
         """A /health_generate went out at ``now``."""
@@ -388,6 +412,7 @@ class ServerTracker:
                     "sglang_timeout_source": self.sglang_timeout[1] if self.sglang_timeout else None,
                 },
                 "last_forward_ts": self.last_forward_ts,
+                "capture": asdict(self.capture) if self.capture is not None else None,
                 "load": {
                     "running": load.get("running"),
                     "queued": load.get("queued"),

@@ -62,3 +62,18 @@ def parse_load(text: str) -> dict[str, float]:
                 load[field] = max(groups) if field == "token_usage" else sum(groups)
                 break
     return load
+
+
+def info_of(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``info`` of a server's status entry from its ``/server_info`` answer."""
+    return {
+        "version": data.get("version"),
+        "model": data.get("model_path"),
+        "tp_size": data.get("tp_size"),
+        "dp_size": data.get("dp_size"),
+        "enable_metrics": data.get("enable_metrics"),
+        "enable_return_hidden_states": data.get("enable_return_hidden_states"),
+        "enable_return_aux_hidden_states": data.get("enable_return_aux_hidden_states"),
+        "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
+        "max_total_tokens": data.get("max_total_tokens"),
+    }

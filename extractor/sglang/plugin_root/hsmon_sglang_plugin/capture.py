@@ -9,10 +9,11 @@ the AROUND hook there reads both tensors for requests that opted in and leaves e
 to SGLang.
 
 Opt-in, per request, through ``sampling_params.custom_params["hsmon"]``:
-- ``{"dump_dir": DIR}``: copy every chunked-prefill piece to the host as it passes (stock SGLang
-  discards the middle chunks); when the last piece is in, hand the request to the writer thread
-  (``writer.py``), which writes ``DIR/<rid>.safetensors`` (or ``DIR/<rid>.error``) off the
-  scheduler's thread. The response may come before the file: the marker says where it will be.
+- ``{"dump_dir": DIR}``: hold every chunked-prefill piece as it passes (views on CPU, copies
+  on CUDA; stock SGLang discards the middle chunks); when the last piece is in, hand the request
+  to the writer thread (``writer.py``), which writes ``DIR/<rid>.safetensors`` (or
+  ``DIR/<rid>.error``) off the scheduler's thread. The response may come before the file: the
+  marker says where it will be.
 - ``{"pack_last": true}``: every piece is kept too; ``meta_info.hidden_states[0]`` becomes the
   whole row, ``[rows, K*H + H]``, the captured layers then the last layer.
 Each opted-in request gets ``meta_info["hsmon"] = [marker]`` through SGLang's customized-info
@@ -196,9 +197,10 @@ def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
         _forget_abandoned()
         _pending[rid] = Pending(req)
     pending = _pending[rid]
-    # a copy: a slice would keep the whole batch's tensor alive (and on the GPU); pack's rows go
-    # into the response on this thread anyway, so they take the synchronous copy
-    pending.pieces.append(writer.copy(aux, last, force_sync=mode == "pack" or _old_path(options)))
+    # dump: views on CPU (the pool counts the batch tensors they keep alive), pinned copies on
+    # CUDA; pack's rows go into the response on this thread anyway: the synchronous copy
+    pending.pieces.append(writer.hold(aux, last, kwargs["logits_output"],
+                                      force_sync=mode == "pack" or _old_path(options)))
     if middle:
         pending.hook_s += time.perf_counter() - started
         return end
@@ -236,12 +238,28 @@ def _forget_abandoned() -> None:
             _drop(rid)
 
 
+_dump_dirs: dict[tuple[str, str], str] = {}
+
+
+def _checked_dump_dir(dump_dir: Any, root: str) -> str:
+    """``check_dump_dir``, remembered per directory: a job's requests share one, and its
+    ``realpath`` (a few syscalls, each a chance to wait for the GIL) is off the hook after the
+    first request."""
+    key = (dump_dir, root) if isinstance(dump_dir, str) else None
+    if key is not None and key in _dump_dirs:
+        return _dump_dirs[key]
+    real = check_dump_dir(dump_dir, root)
+    if key is not None and len(_dump_dirs) < 256:
+        _dump_dirs[key] = real
+    return real
+
+
 def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
     """The request's marker, and which path took it ("async", "sync" or "fallback")."""
     writer = get_writer()
     try:
         rid = check_rid(req.rid)
-        dump_dir = check_dump_dir(options.get("dump_dir"), dump_root())
+        dump_dir = _checked_dump_dir(options.get("dump_dir"), dump_root())
     except DumpRefused as exc:
         writer.release(pieces)
         return {"mode": "dump", "ok": False, "error": str(exc), "errno": None}, "refused"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import json
 import os
 import re
+import struct
 from typing import Any
 
 _RID = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
@@ -56,20 +58,19 @@ def temp_path(dump_dir: str, rid: str) -> str:
 
 
 def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[str, str]) -> dict:
-    """Write ``tensors`` to ``<dump_dir>/.<rid>.safetensors.tmp``, rename it to
+    """Write ``tensors`` (each a tensor or a list of row pieces, see ``save_parts``) to
+    ``<dump_dir>/.<rid>.safetensors.tmp``, rename it to
     ``<rid>.safetensors``; return the response marker (``ok`` true or false with ``error``).
 
     Never raises for an OS error: the request must complete and carry the failure. No fsync:
     the dump directory is meant to be RAM-backed, and the rename alone makes a reader on the
     running system see either no file or the whole file.
     """
-    from safetensors.torch import save_file
-
     tmp = temp_path(dump_dir, rid)
     final = final_path(dump_dir, rid)
     try:
         os.makedirs(dump_dir, mode=0o700, exist_ok=True)
-        save_file(tensors, tmp, metadata=metadata)
+        save_parts(tmp, tensors, metadata)
         size = os.path.getsize(tmp)
         os.rename(tmp, final)
     except Exception as exc:  # safetensors wraps some OS errors in its own exception types
@@ -87,3 +88,42 @@ def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[
         }
     tokens = int(metadata.get("tokens", 0))
     return {"mode": "dump", "ok": True, "file": final, "tokens": tokens, "bytes": size}
+
+
+_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
+
+
+def save_parts(path: str, tensors: dict[str, Any], metadata: dict[str, str] | None) -> None:
+    """A safetensors file of ``tensors``, each one tensor or a list of row pieces (chunked-prefill
+    pieces, possibly views of larger tensors) that the file holds concatenated: the pieces are
+    written one after the other, so nothing is concatenated in memory, and each write is a plain
+    file write (it releases the GIL, which SGLang's scheduler thread needs). The format is
+    safetensors' own: an 8-byte little-endian header length, the JSON header padded with spaces
+    to 8 bytes, then the data."""
+    import torch
+
+    entries: dict[str, Any] = {}
+    order: list[Any] = []
+    offset = 0
+    for name, value in tensors.items():
+        parts = list(value) if isinstance(value, list | tuple) else [value]
+        first = parts[0]
+        dtype = _DTYPES.get(str(first.dtype).removeprefix("torch."))
+        if dtype is None or any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in parts):
+            raise ValueError(f"{name}: pieces of {first.dtype} {tuple(first.shape[1:])} cannot be saved")
+        size = sum(p.numel() * p.element_size() for p in parts)
+        rows = sum(p.shape[0] for p in parts)
+        entries[name] = {"dtype": dtype, "shape": [rows, *first.shape[1:]],
+                         "data_offsets": [offset, offset + size]}
+        offset += size
+        order += parts
+    if metadata is not None:
+        entries = {"__metadata__": metadata, **entries}
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)))
+        fh.write(header)
+        for part in order:
+            if part.numel():
+                fh.write(memoryview(part.contiguous().reshape(-1).view(torch.uint8).numpy()))

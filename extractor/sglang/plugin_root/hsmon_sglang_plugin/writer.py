@@ -1,14 +1,23 @@
 """Off the scheduler's thread: host copies of one request's rows, and the thread that writes them.
 
-The hook (``capture.py``) only *starts* the copy of each chunked-prefill piece and, when the last
-piece is in, enqueues the request; one writer thread per scheduler process waits for the copies,
-writes ``<rid>.safetensors`` (temp name, rename) or, when that fails, ``<rid>.error`` (one line of
-JSON), so the client, which may have its response before the file exists, always learns the end.
+The hook (``capture.py``) only *holds* each chunked-prefill piece and, when the last piece is in,
+enqueues the request; one writer thread per scheduler process waits for the copies, writes
+``<rid>.safetensors`` (temp name, rename) or, when that fails, ``<rid>.error`` (one line of JSON),
+so the client, which may have its response before the file exists, always learns the end.
 
+- CPU: nothing is copied on the hook. The piece is a *view* of the forward's output tensors,
+  which SGLang 0.5.23 allocates afresh every forward and never writes again: the captured layers
+  are cloned per layer and concatenated (``layers/aux_hidden_states.py``
+  ``AuxHiddenStateList.capture``, ``pack_aux_hidden_states``), the last layer is the final norm's
+  output (``layers/layernorm.py`` ``forward_native``/``forward_cpu``), the packer's preallocated
+  buffer exists only for the decode CUDA graph (``forward_batch_info.py``
+  ``aux_hidden_states_buffer``). The writer thread writes the pieces straight from the views into
+  the file (``dump.save_parts``). The pool counts what the views keep alive: the whole batch
+  tensor's storage, once however many requests hold rows of it. Should
+  a later SGLang reuse the buffer, a later forward's output arrives on a storage still held: the
+  requests holding it get ``<rid>.error`` (never a wrong file) and the plugin copies from then on.
 - CUDA: each piece is copied ``non_blocking`` into pinned host memory (torch's caching host
   allocator) and a CUDA event is recorded on the current stream; the writer waits on the events.
-- CPU: the same path without events. The copy itself stays on the hook (SGLang reuses the batch's
-  tensors once the hook returns), only the write moves.
 
 Backpressure (explicit, counted): the bytes of pieces held for the writer are bounded by
 ``HSMON_PLUGIN_POOL_BYTES`` (default 2 GiB). A piece that does not fit is copied synchronously to
@@ -22,11 +31,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
+import logging
 import os
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,16 +53,28 @@ WRITE_DELAY_ENV = "HSMON_PLUGIN_WRITE_DELAY_S"  # tests: a slow writer, made det
 DEFAULT_POOL_BYTES = 2 << 30
 SAMPLES = 2048  # recent per-request hook times kept for /server_info
 
+logger = logging.getLogger("hsmon_sglang_plugin")
+
 
 @dataclass
 class Piece:
-    """One chunked-prefill piece on the host (or on its way there)."""
+    """One chunked-prefill piece on the host (or on its way there), or a view of SGLang's own."""
 
     aux: torch.Tensor
     last: torch.Tensor
     event: Any | None  # a recorded torch.cuda.Event, None once the copy is known complete
-    nbytes: int
+    nbytes: int  # the piece's own bytes (what the file will hold)
     pooled: bool  # counted in the pool (released by whoever writes the request)
+    held: tuple[int, ...] = ()  # the pool entries (storages) this piece keeps alive
+
+
+@dataclass
+class Held:
+    """One storage the pool keeps alive: a forward's output tensor (views) or a host copy."""
+
+    nbytes: int  # the WHOLE storage: a view of one row keeps the batch's tensor alive
+    refs: int
+    forward: Any  # weakref to the forward's output it came from (None: the plugin's own copy)
 
 
 @dataclass
@@ -74,6 +98,7 @@ class Stats:
     files_written: int = 0
     write_errors: int = 0
     sync_fallbacks: int = 0
+    buffer_reuses: int = 0  # a later forward's output on a storage still held (views turned off)
     write_seconds: float = 0.0
     hook_seconds: float = 0.0
     # (path "async"|"sync"|"fallback", hook ms for the whole request, MB captured)
@@ -89,6 +114,13 @@ def piece_bytes(aux: torch.Tensor, last: torch.Tensor) -> int:
     return aux.numel() * aux.element_size() + last.numel() * last.element_size()
 
 
+REUSED = (
+    "SGLang wrote a later forward's output into memory that still held this request's rows "
+    "(a reused output buffer): no file written, the rows would be wrong. The plugin copies on "
+    "the hook from now on; report the SGLang version"
+)
+
+
 class Writer:
     """The bounded host pool, the queue and the writer thread of one scheduler process."""
 
@@ -96,42 +128,88 @@ class Writer:
         env = os.environ
         limit = pool_bytes if pool_bytes is not None else int(env.get(POOL_BYTES_ENV) or DEFAULT_POOL_BYTES)
         self.sync = sync if sync is not None else env.get(SYNC_ENV, "") not in ("", "0")
+        self.views = True  # CPU tensors are held as views (off once a reused buffer was seen)
         self.delay = float(env.get(WRITE_DELAY_ENV) or 0.0)
         self.stats = Stats(pool_limit_bytes=limit)
         self._lock = threading.Lock()
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._held: dict[int, Held] = {}
+        self._clobbered: set[int] = set()
+        self._copy_ids = itertools.count(-1, -1)  # pool keys of the plugin's own host copies
 
     # -- on the scheduler's thread -------------------------------------------------------------
-    def copy(self, aux: torch.Tensor, last: torch.Tensor, force_sync: bool = False) -> Piece:
-        """Start the host copy of one piece: into the pool when it has room, else synchronously."""
+    def hold(self, aux: torch.Tensor, last: torch.Tensor, forward: Any = None,
+             force_sync: bool = False) -> Piece:
+        """Keep one piece for the writer: on CPU views of ``forward``'s output tensors (SGLang
+        allocates them afresh every forward, so nothing is copied here), on CUDA the start of a
+        copy into pinned memory; when the pool has no room, a synchronous copy (the fallback)."""
         nbytes = piece_bytes(aux, last)
-        pooled = False
-        if not (self.sync or force_sync):
-            with self._lock:
-                if self.stats.pool_bytes_in_use + nbytes <= self.stats.pool_limit_bytes:
-                    self.stats.pool_bytes_in_use += nbytes
-                    pooled = True
-        if pooled and aux.is_cuda:
-            host_aux = torch.empty(aux.shape, dtype=aux.dtype, pin_memory=True)
-            host_last = torch.empty(last.shape, dtype=last.dtype, pin_memory=True)
-            stream = torch.cuda.current_stream()
-            # the batch's tensors may come from another stream (the forward's): tell the caching
-            # allocator they are in use on this one until the copies are done
-            aux.record_stream(stream)
-            last.record_stream(stream)
-            host_aux.copy_(aux, non_blocking=True)
-            host_last.copy_(last, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(stream)  # after the copies
-            return Piece(host_aux, host_last, event, nbytes, True)
-        # CPU (the batch's tensors are reused after the hook), or no room: a synchronous copy
-        return Piece(aux.to("cpu", copy=True), last.to("cpu", copy=True), None, nbytes, pooled)
+        if self.sync or force_sync:
+            return Piece(aux.to("cpu", copy=True), last.to("cpu", copy=True), None, nbytes, False)
+        ref = weakref.ref(forward) if forward is not None else None
+        with self._lock:
+            if ref is not None:
+                self._check_reuse(aux, last, ref)
+            plan = [self._plan(t, ref) for t in (aux, last)]
+            keys = tuple(dict.fromkeys(key for key, _ in plan))
+            new = {key: held for key, held in plan if key not in self._held}
+            room = self.stats.pool_bytes_in_use + sum(h.nbytes for h in new.values())
+            if room > self.stats.pool_limit_bytes:
+                return Piece(aux.to("cpu", copy=True), last.to("cpu", copy=True), None, nbytes, False)
+            self._held.update(new)
+            for key in keys:
+                self._held[key].refs += 1
+            self.stats.pool_bytes_in_use = room
+            views = self.views
+        if not (aux.is_cuda or last.is_cuda):
+            if not views:  # a reused buffer was seen: copy on the hook, as before the views
+                aux, last = aux.clone(), last.clone()
+            return Piece(aux, last, None, nbytes, True, keys)
+        stream = torch.cuda.current_stream()
+        host = [_start_copy(t, stream, views) for t in (aux, last)]
+        event = torch.cuda.Event()
+        event.record(stream)  # after the copies
+        return Piece(host[0], host[1], event, nbytes, True, keys)
+
+    def _plan(self, tensor: torch.Tensor, ref: Any) -> tuple[int, Held]:
+        """The pool entry a tensor needs: its storage when held as a view, else a new copy."""
+        if tensor.is_cuda or not self.views:
+            size = tensor.numel() * tensor.element_size()
+            return next(self._copy_ids), Held(size, 0, None)
+        storage = tensor.untyped_storage()
+        return storage.data_ptr(), Held(storage.nbytes(), 0, ref)
+
+    def _check_reuse(self, aux: torch.Tensor, last: torch.Tensor, ref: Any) -> None:
+        """A storage still held for an earlier forward that carries this forward's output: SGLang
+        reused the buffer, so what the views hold is already overwritten (lock held)."""
+        for tensor in (aux, last):
+            if tensor.is_cuda or not self.views:
+                continue
+            key = tensor.untyped_storage().data_ptr()
+            held = self._held.get(key)
+            if held is not None and held.forward is not None and held.forward() is not ref():
+                self._clobbered.add(key)
+                self.stats.buffer_reuses += 1
+                self.views = False
+                logger.error("hsmon capture plugin: %s", REUSED)
 
     def release(self, pieces: list[Piece]) -> None:
-        """Give back the pool bytes of pieces that will not be written (an abandoned request)."""
+        """Give back the pool entries of pieces that will not be written (an abandoned request)."""
         with self._lock:
-            self.stats.pool_bytes_in_use -= sum(p.nbytes for p in pieces if p.pooled)
+            self._unhold(pieces)
+
+    def _unhold(self, pieces: list[Piece]) -> None:
+        """Drop the pieces' references to their storages; the last one frees its bytes (lock held)."""
+        for piece in pieces:
+            for key in piece.held:
+                held = self._held[key]
+                held.refs -= 1
+                if held.refs == 0:
+                    del self._held[key]
+                    self._clobbered.discard(key)
+                    self.stats.pool_bytes_in_use -= held.nbytes
+            piece.held = ()
 
     def submit(self, job: Job, sync: bool = False) -> dict | None:
         """Queue the request for the writer thread (None), or, when a piece missed the pool,
@@ -178,14 +256,19 @@ class Writer:
             if piece.event is not None:
                 piece.event.synchronize()
         pieces = job.pieces
-        aux = torch.cat([p.aux for p in pieces]) if len(pieces) > 1 else pieces[0].aux
-        last = torch.cat([p.last for p in pieces]) if len(pieces) > 1 else pieces[0].last
-        tensors = {"hidden_state": last, "aux_hidden_state": aux}
-        marker = write_dump(job.dump_dir, job.rid, tensors, job.metadata)
+        with self._lock:
+            clobbered = any(key in self._clobbered for p in pieces for key in p.held)
+        if clobbered:
+            marker = {"mode": "dump", "ok": False, "error": REUSED, "errno": None}
+        else:
+            # the copy out of SGLang's tensors (CPU views) is the file write itself, piece by
+            # piece, off the scheduler's thread (dump.save_parts)
+            tensors = {"hidden_state": [p.last for p in pieces], "aux_hidden_state": [p.aux for p in pieces]}
+            marker = write_dump(job.dump_dir, job.rid, tensors, job.metadata)
         if not marker["ok"]:
             write_error(job.dump_dir, job.rid, marker)
         with self._lock:
-            self.stats.pool_bytes_in_use -= sum(p.nbytes for p in pieces if p.pooled)
+            self._unhold(pieces)
             self.stats.write_seconds += time.perf_counter() - started
             self.stats.files_written += bool(marker["ok"])
             self.stats.write_errors += not marker["ok"]
@@ -198,6 +281,20 @@ class Writer:
             return
         self._queue.put(None)
         thread.join(timeout)
+
+
+def _start_copy(tensor: torch.Tensor, stream: Any, views: bool) -> torch.Tensor:
+    """A pinned host tensor that ``tensor`` is being copied into on ``stream`` (CUDA), or, when
+    it is on the host already (SGLang's overlap scheduler copies ``hidden_states`` to fresh
+    pinned memory before the hook), the tensor itself (a copy once views are off)."""
+    if not tensor.is_cuda:
+        return tensor if views else tensor.clone()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    # the batch's tensors may come from another stream (the forward's): tell the caching
+    # allocator they are in use on this one until the copies are done
+    tensor.record_stream(stream)
+    host.copy_(tensor, non_blocking=True)
+    return host
 
 
 def write_error(dump_dir: str, rid: str, marker: dict) -> None:
