@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+import orjson
 from textual.message import Message
 from tui_documents import documents
 from tui_status_server import StatusServer
@@ -141,5 +142,29 @@ def test_the_kept_socket_reads_the_status_and_leaves_errors_to_http_client() -> 
         assert KeptGet("127.0.0.1", server.port, "/nowhere", 3.0).get() is None  # a 404: not ours to word
         source = HttpStatusSource(f"http://127.0.0.1:{server.port}")
         assert source.fetch() == docs[2]
+    finally:
+        server.close()
+
+
+def test_a_daemon_document_whose_clocks_alone_moved_is_not_even_parsed(monkeypatch) -> None:
+    docs = quiet_documents()
+    later = frozen(docs[0], 1)  # the clocks, the reason's 70s and a page of free bytes moved
+    moved = frozen(docs[0], 2)
+    moved["jobs"][0]["progress"]["rows_done"] += 3
+    server = StatusServer([docs[0], later, moved])
+    parsed = []
+    loads = orjson.loads
+    monkeypatch.setattr(orjson, "loads", lambda body: parsed.append(1) or loads(body))
+    try:
+        source = HttpStatusSource(f"http://127.0.0.1:{server.port}")
+        sent: list[Message] = []
+        source._post = sent.append
+        document = source.fetch()
+        assert document is not None and source._deliver(document) and len(parsed) == 1
+        source.due_ts = next_minute(docs[0]["generated_ts"])
+        assert source.fetch() is None and source._skipped == 1 and len(parsed) == 1
+        document = source.fetch()
+        assert document is not None and source._deliver(document)
+        assert len(sent) == 2 and sent[-1].skipped == 1 and len(parsed) == 2
     finally:
         server.close()

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from textual.message import Message
 
-from hsmon.tui.clocks import quiet_signature
+from hsmon.tui.clocks import generated_ts, quiet_bytes, quiet_signature
 from hsmon.tui.http_get import KeptGet
 from hsmon.tui.messages import SourceDown, StatusUpdate
 
@@ -105,9 +105,9 @@ class StatusSource:
             if not self._sleep(self.interval):
                 return
 
-    def _deliver(self, document: dict[str, Any]) -> None:
+    def _deliver(self, document: dict[str, Any]) -> bool:
         """Send ``document`` unless it differs from the last one sent only in clocks whose shown
-        text has not changed (before ``due_ts``)."""
+        text has not changed (before ``due_ts``); True when sent."""
         signature = quiet_signature(document)
         now = document.get("generated_ts")
         due = not isinstance(now, (int, float)) or now >= self.due_ts
@@ -115,8 +115,9 @@ class StatusSource:
             self._force = False
             self._emit(StatusUpdate(self.source_id, document, self._skipped))
             self._sent, self._skipped = signature, 0
-        else:
-            self._skipped += 1
+            return True
+        self._skipped += 1
+        return False
 
     def _emit(self, message: Message) -> None:
         if self._post is not None and not self._stop.is_set():
@@ -161,6 +162,8 @@ class HttpStatusSource(StatusSource):
         self.timeout = timeout
         self._conn: Any = None
         self._kept: KeptGet | None = None
+        self._sent_bytes = b""  # quiet_bytes of the last document sent
+        self._pending_bytes = b""
 
     @property
     def is_local(self) -> bool:
@@ -211,11 +214,27 @@ class HttpStatusSource(StatusSource):
             return body
         raise AssertionError("unreachable")
 
-    def fetch(self) -> dict[str, Any]:
-        document = orjson.loads(self._get_status())
+    def fetch(self) -> dict[str, Any] | None:
+        """The daemon's document; None (counted as skipped) when its text, without its clocks, is
+        the last sent one's and the app's due time has not come: not even parsed."""
+        body = self._get_status()
+        quiet = quiet_bytes(body)
+        now = generated_ts(body)
+        if (not self._force and quiet == self._sent_bytes and now is not None and now < self.due_ts
+                and self._sent is not None):
+            self._skipped += 1
+            return None
+        document = orjson.loads(body)
         if not isinstance(document, dict) or "jobs" not in document:
             raise ValueError(f"{self.base_url}/api/v1/status did not return a status document")
+        self._pending_bytes = quiet
         return document
+
+    def _deliver(self, document: dict[str, Any]) -> bool:
+        sent = super()._deliver(document)
+        if sent:
+            self._sent_bytes = self._pending_bytes
+        return sent
 
     def _post_action(self, path: str, body: dict[str, Any]) -> ActionResult:
         if not self.token:
