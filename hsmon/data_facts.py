@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ REFERENCE_CHUNKS = 3
 DRIFT_TOLERANCE = 0.25
 FIRST_ROWS = 5
 DRIFTS_KEPT = 8
+HISTORY_CHUNKS = 32  # per layer, the mean L2 norm of the newest chunks (the TUI's sparkline)
 
 
 @dataclass
@@ -96,6 +98,8 @@ class DataFacts:
     drifted_chunks: int = 0
     drifts: list[Drift] = field(default_factory=list)  # the newest DRIFTS_KEPT
     _chunks_seen: set[str] = field(default_factory=set)  # O(chunks): a few hundred at a million rows
+    # layer -> mean_l2 of the newest HISTORY_CHUNKS chunks, oldest first (bounded: a deque each)
+    history: dict[str, deque[float]] = field(default_factory=dict)
 
     def add(self, record: dict[str, Any]) -> None:
         """Take one manifest record (other types are ignored). A reader passes each row and each
@@ -128,6 +132,8 @@ class DataFacts:
         figures = {str(k): {f: float(v.get(f, 0.0)) for f in ("mean_l2", "std", "max_abs", "nonfinite")}
                    for k, v in stats.items() if isinstance(v, dict)}
         self.newest_chunk, self.newest_chunk_stats = name, figures
+        for layer, f in figures.items():
+            self.history.setdefault(layer, deque(maxlen=HISTORY_CHUNKS)).append(f["mean_l2"])
         if len(self.reference) < self.reference_chunks:
             self.reference.append(name)
             for layer, f in figures.items():
@@ -163,7 +169,8 @@ class DataFacts:
         return {
             "rows": self.rows,
             "layers": {name: {**t.figures(), "chunk": self.newest_chunk_stats.get(name),
-                              "reference": self.reference_of(name)}
+                              "reference": self.reference_of(name),
+                              "history": list(self.history.get(name, ()))}
                        for name, t in self.layers.items()},
             "newest_chunk": self.newest_chunk,
             "nonfinite_rows": self.nonfinite_rows,

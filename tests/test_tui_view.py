@@ -49,7 +49,7 @@ def test_event_filters() -> None:
     assert [e["kind"] for e in view.filtered_events(events, "errors", 10)] == ["retry"]
     assert len(view.filtered_events(events, "all", 3)) == 3
     line = view.event_line(events[-1], events[-1]["ts"] + 65)
-    assert line == " -1m05s reject row 2417: too long"
+    assert line == "    -1m reject row 2417: too long"  # past a minute, ages change once a minute
     heartbeat = {"v": 1, "ts": 1.0, "job": "x", "kind": "heartbeat", "rows_done": 3}
     assert not view.filtered_events([heartbeat], "all", 10)  # hidden by default
     assert view.filtered_events([heartbeat], "+heartbeats", 10) == [heartbeat]

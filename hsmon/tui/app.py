@@ -18,6 +18,7 @@ from textual.reactive import var
 
 from hsmon import __version__
 from hsmon.tui.backfill import RateSeries, events_rate_history
+from hsmon.tui.clocks import has_short_clocks, next_minute
 from hsmon.tui.messages import SourceDown, StatusUpdate
 from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
@@ -95,7 +96,7 @@ class HsmonApp(App[None]):
             key = (message.source_id, str(job.get("job")))
             if key not in self.histories:
                 self._backfill_from_events(key, job)
-            self.history(key).add(job, document.get("generated_ts"))
+            self.history(key).add(job, document.get("generated_ts"), message.skipped)
         self._schedule_render()
 
     def _schedule_render(self) -> None:
@@ -116,6 +117,23 @@ class HsmonApp(App[None]):
         self.revision += 1
         if self.first_paint_ts is None:
             self.first_paint_ts = time.time()
+        for source_id, document in self.documents.items():
+            self.sources[source_id].due_ts = self._clock_due(source_id, document)
+
+    def _clock_due(self, source_id: int, document: dict[str, Any]) -> float:
+        """The document time from which what this source's jobs show changes with the clock alone:
+        the next document while a figure below a minute grows or a sparkline still moves, else the
+        next minute (hsmon/tui/clocks.py)."""
+        now = document.get("generated_ts")
+        if not isinstance(now, (int, float)):
+            return 0.0
+        for job in document.get("jobs") or []:
+            history = self.history((source_id, str(job.get("job"))))
+            newest = max((e.get("ts") for e in history.events if isinstance(e.get("ts"), (int, float))),
+                         default=None)
+            if not history.settled() or has_short_clocks(job, newest, now):
+                return 0.0
+        return next_minute(now)
 
     def on_source_down(self, message: SourceDown) -> None:
         self.errors[message.source_id] = (f"disconnected, retrying in {message.retry_in:.0f}s "

@@ -9,7 +9,8 @@ from typing import Any
 
 from rich.text import Text
 
-from hsmon.tui.view import JobHistory, fmt_rate
+from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
+from hsmon.units import format_bytes
 
 BADGES: dict[str, tuple[str, str]] = {
     "up": ("UP", "bold green"),
@@ -58,6 +59,9 @@ def server_lines(job: dict[str, Any], history: JobHistory, width: int) -> list[T
         room = width - len(line.plain)
         line.append(rest if len(rest) <= room else rest[: max(0, room - 1)] + "…")
         lines.append(line)
+        capture = capture_line(srv.get("capture"), width)
+        if capture is not None:
+            lines.append(capture)
         half = max(4, (width - 16) // 2)
         queue = list(history.server_queued.get(srv["url"], ()))
         rate = list(history.server_tokens_per_s.get(srv["url"], ()))
@@ -67,6 +71,29 @@ def server_lines(job: dict[str, Any], history: JobHistory, width: int) -> list[T
         spark_line.append(spark(rate, half), style="green")
         lines.append(spark_line)
     return lines
+
+
+def capture_line(capture: Any, width: int) -> Text | None:
+    """The hsmon capture plugin's counters (``servers[i].capture``, issue 21): 'capture q 2  pool
+    120.0 MB of 512.0 MB  files 1,234  sync 0  err 0'; None without the plugin. Red on write errors
+    or reused buffers, yellow on sync fallbacks (the host pool was full)."""
+    if not isinstance(capture, dict):
+        return None
+    errors, reuses = int(capture.get("write_errors") or 0), int(capture.get("buffer_reuses") or 0)
+    syncs = int(capture.get("sync_fallbacks") or 0)
+    line = Text("   capture", style="grey70")
+    line.append(f" q {fmt_count(capture.get('queue_depth'))}")
+    line.append(f"  pool {format_bytes(capture.get('pool_bytes_in_use'))} of "
+                f"{format_bytes(capture.get('pool_bytes_max'))}")
+    line.append(f"  files {fmt_count(capture.get('files_written'))}")
+    line.append(f"  sync {fmt_count(syncs)}", style="bold yellow" if syncs else "")
+    line.append(f"  err {fmt_count(errors)}", style="bold red" if errors else "")
+    if reuses:
+        line.append(f"  buffer reuses {fmt_count(reuses)}", style="bold red")
+    if capture.get("hook_seconds_p99") is not None:
+        line.append(f"  hook p99 {1000 * float(capture['hook_seconds_p99']):.1f} ms", style="grey70")
+    line.truncate(width, overflow="ellipsis")
+    return line
 
 
 def gpu_lines(gpus: dict[str, Any] | None, width: int) -> list[Text]:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hsmon.tui.numbers import fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
 from hsmon.units import format_bytes, format_duration
 
 ERROR_KINDS = frozenset({"error", "retry"})
@@ -319,7 +319,7 @@ def event_age(event: dict[str, Any], now_ts: float | None) -> str:
     ts = event.get("ts")
     if not isinstance(ts, (int, float)) or not now_ts:
         return "?"
-    return "now" if now_ts - ts < 1 else f"-{format_duration(now_ts - ts)}"
+    return "now" if now_ts - ts < 1 else f"-{fmt_clock(now_ts - ts)}"
 
 
 def event_line(event: dict[str, Any], now_ts: float | None) -> str:

@@ -8,12 +8,14 @@ from textual.message import Message
 
 
 class StatusUpdate(Message):
-    """A fresh status document from one source."""
+    """A fresh status document from one source; ``skipped``: documents read since the previous one
+    that differed from it only in their clocks (not sent: hsmon/tui/clocks.py)."""
 
-    def __init__(self, source_id: int, document: dict[str, Any]) -> None:
+    def __init__(self, source_id: int, document: dict[str, Any], skipped: int = 0) -> None:
         super().__init__()
         self.source_id = source_id
         self.document = document
+        self.skipped = skipped
 
 
 class SourceDown(Message):

@@ -7,6 +7,7 @@ thousands separators (``34,662``) up to 10,000, then shrink (``34.7k``, ``1.23M`
 from __future__ import annotations
 
 import math
+import re
 
 ELLIPSIS = "…"
 
@@ -106,3 +107,33 @@ def shorten_path(path: str, width: int) -> str:
     while h + t + 1 < len(middle) and len(build(h + 1, t)) <= width:
         h += 1
     return build(h, t)
+
+
+def fmt_clock(seconds: float | None) -> str:
+    """A duration at a resolution that fits its size: '42s' below a minute, then '4m', then
+    '2h05m' — so a figure that grows with the clock changes once a minute, not every second,
+    once it is past a minute (the dashboard then repaints nothing while nothing else moves)."""
+    if seconds is None or seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return "-"
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+
+
+_SECONDS_IN_TEXT = re.compile(r"\b(\d+) ?s\b")
+
+
+def coarse_clocks(text: str) -> str:
+    """``text`` (a state's reason from the daemon: 'progress events 68s ago') with its durations of
+    a minute or more as ``fmt_clock`` writes them ('progress events 1m ago')."""
+    if "s" not in text:
+        return text
+    return _SECONDS_IN_TEXT.sub(
+        lambda m: fmt_clock(int(m.group(1))) if int(m.group(1)) >= 60 else m.group(0), text)
+
+
+def has_short_clock(text: str) -> bool:
+    """Whether ``text`` holds a duration below a minute (it then changes every second)."""
+    return any(int(m.group(1)) < 60 for m in _SECONDS_IN_TEXT.finditer(text))

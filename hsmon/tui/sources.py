@@ -19,8 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from textual.message import Message
 
+from hsmon.tui.clocks import generated_ts, quiet_bytes, quiet_signature
+from hsmon.tui.http_get import KeptGet
 from hsmon.tui.messages import SourceDown, StatusUpdate
 
 Post = Callable[[Message], Any]
@@ -51,6 +54,13 @@ class StatusSource:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # Set by the app after each render: the document time from which the clocks it shows
+        # change (0: every document). Until then a document that differs from the last one sent
+        # only in its clocks is not sent (hsmon/tui/clocks.py).
+        self.due_ts = 0.0
+        self._sent: dict[str, Any] | None = None
+        self._skipped = 0
+        self._force = False
 
     def start(self, source_id: int, post: Post) -> None:
         """Start delivering documents through ``post`` (thread-safe message posting)."""
@@ -66,7 +76,8 @@ class StatusSource:
             self._thread.join(timeout=3)
 
     def poll_now(self) -> None:
-        """Read again at once (after an action, or on the user's refresh)."""
+        """Read again at once (after an action, or on the user's refresh), and send what is read."""
+        self._force = True
         self._wake.set()
 
     def _sleep(self, seconds: float) -> bool:
@@ -83,15 +94,30 @@ class StatusSource:
             except Exception as exc:  # any failure is shown, then retried
                 delay = RETRY_DELAYS[min(failures, len(RETRY_DELAYS) - 1)]
                 failures += 1
+                self._sent = None
                 self._emit(SourceDown(self.source_id, _one_line(exc), delay))
                 if not self._sleep(delay):
                     return
                 continue
             failures = 0
             if document is not None:
-                self._emit(StatusUpdate(self.source_id, document))
+                self._deliver(document)
             if not self._sleep(self.interval):
                 return
+
+    def _deliver(self, document: dict[str, Any]) -> bool:
+        """Send ``document`` unless it differs from the last one sent only in clocks whose shown
+        text has not changed (before ``due_ts``); True when sent."""
+        signature = quiet_signature(document)
+        now = document.get("generated_ts")
+        due = not isinstance(now, (int, float)) or now >= self.due_ts
+        if self._force or due or signature != self._sent:
+            self._force = False
+            self._emit(StatusUpdate(self.source_id, document, self._skipped))
+            self._sent, self._skipped = signature, 0
+            return True
+        self._skipped += 1
+        return False
 
     def _emit(self, message: Message) -> None:
         if self._post is not None and not self._stop.is_set():
@@ -135,6 +161,9 @@ class HttpStatusSource(StatusSource):
         self.token = token
         self.timeout = timeout
         self._conn: Any = None
+        self._kept: KeptGet | None = None
+        self._sent_bytes = b""  # quiet_bytes of the last document sent
+        self._pending_bytes = b""
 
     @property
     def is_local(self) -> bool:
@@ -156,6 +185,15 @@ class HttpStatusSource(StatusSource):
         from urllib.parse import urlsplit
 
         url = urlsplit(self.base_url)
+        if url.scheme == "http" and url.hostname:
+            if self._kept is None:
+                self._kept = KeptGet(url.hostname, url.port or 80, f"{url.path}/api/v1/status", self.timeout)
+            try:
+                body = self._kept.get()
+            except (OSError, ValueError):
+                body = None  # http.client says what is wrong, in its words
+            if body is not None:
+                return body
         for attempt in (1, 2):
             if self._conn is None:
                 kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
@@ -176,11 +214,27 @@ class HttpStatusSource(StatusSource):
             return body
         raise AssertionError("unreachable")
 
-    def fetch(self) -> dict[str, Any]:
-        document = json.loads(self._get_status())
+    def fetch(self) -> dict[str, Any] | None:
+        """The daemon's document; None (counted as skipped) when its text, without its clocks, is
+        the last sent one's and the app's due time has not come: not even parsed."""
+        body = self._get_status()
+        quiet = quiet_bytes(body)
+        now = generated_ts(body)
+        if (not self._force and quiet == self._sent_bytes and now is not None and now < self.due_ts
+                and self._sent is not None):
+            self._skipped += 1
+            return None
+        document = orjson.loads(body)
         if not isinstance(document, dict) or "jobs" not in document:
             raise ValueError(f"{self.base_url}/api/v1/status did not return a status document")
+        self._pending_bytes = quiet
         return document
+
+    def _deliver(self, document: dict[str, Any]) -> bool:
+        sent = super()._deliver(document)
+        if sent:
+            self._sent_bytes = self._pending_bytes
+        return sent
 
     def _post_action(self, path: str, body: dict[str, Any]) -> ActionResult:
         if not self.token:

@@ -8,7 +8,7 @@ document always renders the same screen.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one 
     event_summary,
     filtered_events,
 )
-from hsmon.tui.numbers import fmt_count, fmt_num, fmt_pct, fmt_pct_of, fmt_rate, shorten_path  # noqa: F401
+from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct, fmt_pct_of, fmt_rate, shorten_path  # noqa: F401
 from hsmon.units import format_bytes, format_duration
 
 STATE_STYLES: dict[str, str] = {
@@ -88,7 +88,7 @@ def disk_lines(disks: Iterable[dict[str, Any]] | None) -> list[DiskLine]:
         lines.append(DiskLine(
             role=str(disk.get("role", "?")), path=str(disk.get("path", "?")),
             free=format_bytes(disk.get("free_bytes")), needed=format_bytes(disk.get("needed_bytes")),
-            fits=fits, time_to_full=format_duration(ttf), time_to_done=format_duration(ttd),
+            fits=fits, time_to_full=fmt_clock(ttf), time_to_done=fmt_clock(ttd),
             verdict=verdict,
         ))
     return lines
@@ -106,7 +106,7 @@ def process_rows(processes: Iterable[dict[str, Any]] | None) -> list[tuple[str, 
         rows.append((
             str(proc.get("role", "?")), "-" if proc.get("pid") is None else str(proc["pid"]), str(status),
             fmt_pct(proc.get("cpu_percent")), format_bytes(proc.get("rss_bytes")),
-            format_duration(proc.get("uptime_s")), str(proc.get("restarts", 0)),
+            fmt_clock(proc.get("uptime_s")), str(proc.get("restarts", 0)),
         ))
     return rows
 
@@ -141,9 +141,12 @@ def job_eta_s(job: dict[str, Any]) -> float | None:
     return eta if eta is not None else (job.get("training") or {}).get("eta_s")
 
 
-def job_elapsed_eta(job: dict[str, Any]) -> tuple[str, str]:
+def job_elapsed_eta(job: dict[str, Any], fmt: Callable[[float | None], str] = fmt_clock) -> tuple[str, str]:
+    """Elapsed and ETA as the dashboard shows them (``fmt_clock``: once a minute past a minute); a
+    job that ended shows its elapsed time to the second (it no longer moves)."""
     progress = job.get("progress") or {}
-    return format_duration(progress.get("elapsed_s")), format_duration(job_eta_s(job))
+    ended = job.get("state") in FINISHED_STATES
+    return (format_duration if ended else fmt)(progress.get("elapsed_s")), fmt(job_eta_s(job))
 
 
 def final_averages(job: dict[str, Any]) -> dict[str, float | None]:
@@ -299,10 +302,11 @@ class JobHistory:
     last_step: Any = None
     finished: bool = False
 
-    def add(self, job: dict[str, Any], generated_ts: float | None) -> bool:
+    def add(self, job: dict[str, Any], generated_ts: float | None, skipped: int = 0) -> bool:
         """Record one document's figures; False (nothing recorded) for a document already seen, and
         once the job has ended: its rates fall to zero then, and the history of the run is what a
-        person wants to look at (until the job starts again)."""
+        person wants to look at (until the job starts again). ``skipped``: documents read before
+        this one that repeated the last recorded figures (not sent: hsmon/tui/clocks.py)."""
         if generated_ts is not None and generated_ts == self.last_generated_ts:
             return False
         self.last_generated_ts = generated_ts
@@ -311,6 +315,9 @@ class JobHistory:
         if self.finished:
             self._add_training(job)  # the last step may arrive with the done
             return False
+        for series in self._series():
+            if series and skipped:
+                series.extend([series[-1]] * min(skipped, HISTORY_POINTS))
         progress = job.get("progress") or {}
         self.rows_per_s.append(float(progress.get("rows_per_s") or 0.0))
         self.tokens_per_s.append(float(progress.get("tokens_per_s") or 0.0))
@@ -326,6 +333,16 @@ class JobHistory:
                 points.append(float(load.get(key) or 0.0))
         self._add_training(job)
         return True
+
+    def _series(self) -> list[deque[float]]:
+        return [self.rows_per_s, self.tokens_per_s, self.bytes_per_s, self.dump_files,
+                *self.server_queued.values(), *self.server_tokens_per_s.values()]
+
+    def settled(self) -> bool:
+        """Whether another document with the same figures leaves every sparkline as it is: the job
+        ended (its history is frozen), or every series is full of one value."""
+        return self.finished or all(len(series) == series.maxlen and series.count(series[0]) == len(series)
+                                    for series in self._series())
 
     def backfill(self, rows_per_s: list[float], tokens_per_s: list[float], bytes_per_s: list[float]) -> None:
         """Put older readings (rebuilt from the events file) before the ones recorded so far."""
@@ -375,7 +392,7 @@ def status_line(job: dict[str, Any]) -> str:
         loss = training.get("loss") or []
         parts.append(f"step {progress_label(training['step'], training.get('total_steps'))}"
                      + (f" loss {loss[0]:.3f}" if loss else ""))
-    elapsed, eta = job_elapsed_eta(job)
+    elapsed, eta = job_elapsed_eta(job, format_duration)  # a log line: to the second
     parts.append(f"elapsed {elapsed}" + ("" if job_eta_s(job) is None else f" ETA {eta}"))
     result = acceptance_result(job)
     if result is not None:

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline
 
-from hsmon.tui.view import JobHistory, fmt_count, fmt_rate, shorten_path
+from hsmon.tui.view import JobHistory, fmt_clock, fmt_count, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
-from hsmon.units import format_bytes, format_duration
+from hsmon.units import format_bytes
 
 
 class DumpPanel(Vertical):
@@ -39,6 +39,6 @@ class DumpPanel(Vertical):
         else:
             self.query_one("#dump-figures", QuietStatic).show_text(
                 f"{fmt_count(dump.get('files'))} files  {format_bytes(dump.get('bytes'))}  "
-                f"oldest {format_duration(dump.get('oldest_age_s'))}  "
+                f"oldest {fmt_clock(dump.get('oldest_age_s'))}  "
                 f"in {fmt_rate(dump.get('created_per_s'))} out {fmt_rate(dump.get('consumed_per_s'))}")
         self.query_one("#dump-spark", Sparkline).data = list(history.dump_files)

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
+from hsmon.tui.numbers import coarse_clocks
 from hsmon.tui.view import job_elapsed_eta
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -42,7 +43,7 @@ class JobHeader(QuietStatic):
         )
         reason = job.get("reason")
         if reason:
-            text.append(f"\n{reason}", style="italic")
+            text.append(f"\n{coarse_clocks(str(reason))}", style="italic")
         if stale:
             text.append(f"\n{stale}", style="bold red")
         self.show_text(text)

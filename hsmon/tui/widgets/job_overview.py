@@ -9,6 +9,7 @@ from textual.containers import Grid, VerticalScroll
 
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.alerts import AlertsPanel
+from hsmon.tui.widgets.data_panel import DataPanel
 from hsmon.tui.widgets.disk_panel import DiskPanel
 from hsmon.tui.widgets.dump_panel import DumpPanel
 from hsmon.tui.widgets.engine_panel import EnginePanel
@@ -21,8 +22,8 @@ from hsmon.tui.widgets.rates import RatesPanel
 
 
 class JobOverview(VerticalScroll):
-    """Header, alerts, progress, rates, dump backlog, disk, servers and GPUs, processes and the event
-    log of a job."""
+    """Header, alerts, progress, rates, dump backlog, disk, data, servers and GPUs, processes and the
+    event log of a job."""
 
     def __init__(self, key: tuple[int, str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -44,6 +45,9 @@ class JobOverview(VerticalScroll):
             disk = DiskPanel(classes="panel")
             disk.border_title = "disk"
             yield disk
+            data = DataPanel(classes="panel")
+            data.border_title = "data: mean L2 norm per chunk, by layer"
+            yield data
             engine = EnginePanel(classes="panel")
             engine.border_title = "servers and GPUs"
             yield engine
@@ -67,6 +71,7 @@ class JobOverview(VerticalScroll):
         self.query_one(RatesPanel).show(job, history)
         self.query_one(DumpPanel).show(job, history)
         self.query_one(DiskPanel).show(job)
+        self.query_one(DataPanel).show(job)
         self.query_one(EnginePanel).show(job, history, gpus, now_ts)
         self.query_one(ProcessTable).show(job)
         self.query_one(EventLog).show(job, now_ts, history.events)

@@ -1,0 +1,126 @@
+"""What in a status document moves with the clock alone, so that the dashboard repaints nothing
+while nothing else changes.
+
+A frozen or finished job's document still changes every second: ``generated_ts``, the job's
+``elapsed_s``, every process's ``uptime_s``, the daemon's tick counters, the reason's "progress
+events 68s ago". The dashboard shows those durations with ``fmt_clock`` (seconds below a minute,
+then minutes), so past a minute their text changes once a minute. A source therefore hands the app
+a document only when ``quiet_signature`` (the document without its clocks) changed, or when the
+app's ``clock_due`` time has come: every document while some figure shown is below a minute (or a
+sparkline still moves), else at the next minute of the document's clock — one repaint a minute,
+all clocks at once. No Textual here: tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from hsmon.tui.numbers import fmt_clock, has_short_clock
+from hsmon.units import format_bytes
+
+FINISHED = frozenset({"done", "dead", "exited"})
+# Durations of a minute or more in a reason ("68s", "125 s", "4m", "2h05m"): shown at the minute.
+_LONG_CLOCK = re.compile(r"\b(?:\d+ ?s|\d+m|\d+h\d*m?)\b")
+_JOB_DROP = ("last_busy_ts",)  # the state machine's clock: not shown
+_PROCESS_DROP = ("uptime_s", "cpu_seconds", "read_bytes", "write_bytes", "read_chars", "write_chars")
+
+
+def _reason_key(reason: Any) -> str:
+    text = str(reason or "")
+    return _LONG_CLOCK.sub(lambda m: m.group(0) if _short(m.group(0)) else "#", text)
+
+
+def _short(clock: str) -> bool:
+    return clock.rstrip("s ").isdigit() and int(clock.rstrip("s ")) < 60
+
+
+def _without(section: Any, keys: Iterable[str]) -> Any:
+    if not isinstance(section, dict):
+        return section
+    return {k: v for k, v in section.items() if k not in keys}
+
+
+def _job_key(job: dict[str, Any]) -> dict[str, Any]:
+    out = _without(job, _JOB_DROP)
+    out["reason"] = _reason_key(job.get("reason"))
+    progress = job.get("progress")
+    if isinstance(progress, dict):
+        eta = fmt_clock(progress.get("eta_s"))
+        out["progress"] = _without(progress, ("elapsed_s", "eta_s")) | {"eta": eta}
+    if isinstance(job.get("dump"), dict):
+        out["dump"] = _without(job["dump"], ("oldest_age_s",))
+    out["processes"] = [_without(p, _PROCESS_DROP) for p in job.get("processes") or []]
+    out["disk"] = [
+        _without(d, ("free_bytes", "time_to_full_s", "time_to_done_s"))
+        | {"free": format_bytes(d.get("free_bytes")), "full": fmt_clock(d.get("time_to_full_s")),
+           "done": fmt_clock(d.get("time_to_done_s"))}
+        for d in job.get("disk") or [] if isinstance(d, dict)
+    ]
+    return out
+
+
+def quiet_signature(document: dict[str, Any]) -> dict[str, Any]:
+    """The document without what moves with the clock alone (``generated_ts``, the daemon's
+    counters, elapsed, uptimes, ages; free bytes and predicted durations as shown): two documents
+    with equal signatures look the same once their clocks are shown at the minute."""
+    gpus = document.get("gpus")
+    return {
+        "jobs": [_job_key(job) for job in document.get("jobs") or [] if isinstance(job, dict)],
+        "gpus": _without(gpus, ("last_poll_ts",)),
+        "rest": _without(document, ("jobs", "gpus", "generated_ts", "daemon")),
+    }
+
+
+_CLOCK_FIELDS = re.compile(
+    rb'"(?:generated_ts|ticks_total|tick_seconds_last|scans_total|overflows_total|elapsed_s|uptime_s|'
+    rb'cpu_seconds|read_bytes|write_bytes|read_chars|write_chars|oldest_age_s|last_busy_ts|last_poll_ts|'
+    rb'free_bytes)": [^,}\]]*')
+_REASON = re.compile(rb'"reason": "([^"\\]*)"')
+_GENERATED = re.compile(rb'"generated_ts": ([0-9.eE+-]+)')
+
+
+def quiet_bytes(body: bytes) -> bytes:
+    """A status document's JSON text without what ``quiet_signature`` drops (the clock fields, the
+    reason's durations of a minute or more) and without the free bytes of its disks (any process
+    writing moves them by pages; shown as '75.4 GB', they then follow at the next document sent,
+    at the latest the next minute — the verdicts `fits` and time to full are kept), read without
+    parsing it. Equal for two documents: nothing else shown differs."""
+    masked = _CLOCK_FIELDS.sub(b"", body)
+    return _REASON.sub(
+        lambda m: b'"reason": "' + _reason_key(m.group(1).decode("utf-8", "replace")).encode() + b'"', masked)
+
+
+def generated_ts(body: bytes) -> float | None:
+    """The document's ``generated_ts``, read without parsing it."""
+    found = _GENERATED.search(body)
+    try:
+        return float(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
+def _below_a_minute(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value < 60
+
+
+def has_short_clocks(job: dict[str, Any], newest_event_ts: float | None, now_ts: float) -> bool:
+    """Whether the job shows a duration below a minute that grows with the clock (it then changes
+    every second): a young job or process, a recent event, a fresh dump file, such a reason."""
+    if has_short_clock(str(job.get("reason") or "")):
+        return True
+    if newest_event_ts is not None and now_ts - newest_event_ts < 60:
+        return True
+    if job.get("state") not in FINISHED and _below_a_minute((job.get("progress") or {}).get("elapsed_s")):
+        return True
+    if any(p.get("alive") and _below_a_minute(p.get("uptime_s")) for p in job.get("processes") or []):
+        return True
+    dump = job.get("dump") or {}
+    return bool(dump.get("files")) and _below_a_minute(dump.get("oldest_age_s"))
+
+
+def next_minute(now_ts: float) -> float:
+    """The next whole minute of the document's clock."""
+    return (math.floor(now_ts / 60.0) + 1.0) * 60.0
