@@ -338,7 +338,13 @@ def test_daemon_engine_check_agrees_on_server_data_and_pages_on_other_weights(wo
         firing = wait_until(lambda: [a for a in prom.alerts("HsmonEngineMismatch") if a["state"] == "firing"],
                             60, interval=0.5, what="HsmonEngineMismatch firing in /api/v1/alerts")
         assert [(a["labels"]["job"], a["labels"]["severity"]) for a in firing] == [("bad", "critical")]
-        assert prom.query('hsmon_verify_checks_total{job="good",verdict="agree"}')[0]["value"][1] == "1"
+        # Prometheus's newest scrape may predate the good job's verdict (the alert needs only the bad
+        # job's): wait for a scrape that has it
+        def agreed() -> bool:
+            found = prom.query('hsmon_verify_checks_total{job="good",verdict="agree"}')
+            return bool(found) and found[0]["value"][1] == "1"
+
+        wait_until(agreed, 30, interval=0.5, what="the good job's agree counted in Prometheus")
     finally:
         procs.close()
 
