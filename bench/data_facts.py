@@ -1,4 +1,4 @@
-"""Benchmark: the daemon's extra cost for data facts (hsmon/data_facts.py) per manifest row.
+"""Benchmark: the daemon's extra cost for data facts (hsmon/contracts/data_facts.py) per manifest row.
 
 Feeds ``--rows`` row records shaped like `hsmon extract`'s (4 layers of 7 figures; a chunk record
 every ``--chunk-size`` rows) to the output tracker's two paths: parsing alone (json.loads, what
@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hsmon.data_facts import REFERENCE_CHUNKS, DataFacts, chunk_variation, summarize
-from hsmon.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.contracts.data_facts import REFERENCE_CHUNKS, DataFacts, chunk_variation, summarize
+from hsmon.contracts.layout import MANIFEST_NAME, iter_jsonl
 
 LAYERS = ("final", "2", "16", "29")
 

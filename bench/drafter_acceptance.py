@@ -48,7 +48,7 @@ PROFILES = {
 
 
 def read_events(path: Path) -> list[dict]:
-    from hsmon.events import iter_events
+    from hsmon.contracts.events import iter_events
 
     return list(iter_events(path))
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from synthetic_output import row_record, write_synthetic_output  # noqa: E402
 
-from hsmon import layout  # noqa: E402
+from hsmon.contracts import layout  # noqa: E402
 
 PY = sys.executable
 LAST_CPU_S = [0.0]

@@ -8,7 +8,7 @@ as before this feature. Recorded servers: a child process replays, on 4 ports, w
 does). Recorded GPUs: tests/fixtures/nvml_recording.json through the pynvml calls the tracker makes.
 Printed: the daemon's CPU (% of one core, and seconds per hour of watching) and its /metrics scrape
 time, with and without, and the monitor tick's duration (the engine families are rendered by the tick,
-so that a scrape copies bytes: hsmon.engine_metrics). Goals: CPU <= 1 % of a core, scrape time
+so that a scrape copies bytes: hsmon.metrics.engine_metrics). Goals: CPU <= 1 % of a core, scrape time
 unchanged within noise.
 
     python bench/server_watch.py [--seconds 60] [--scrapes 200]
@@ -77,7 +77,7 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
 
     from hsmon.config import JobConfig
     from hsmon.daemon import DaemonServer
-    from hsmon.exporter import MetricsEndpoint
+    from hsmon.metrics.exporter import MetricsEndpoint
     from hsmon.monitor import Monitor
     from hsmon.trackers.gpu import GpuTracker
 

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any, TextIO
 
-from hsmon import events as ev
-from hsmon.units import format_duration
+from hsmon.contracts import events as ev
+from hsmon.contracts.units import format_duration
 
 PREFIX = "hsmon extract: "
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hsmon.capture_points import parse_capture_points
+from hsmon.contracts.capture_points import parse_capture_points
 
 # torch.save's zip container adds about this much per file (measured: 2.3 kB for 4 tensors).
 FILE_OVERHEAD_BYTES = 3000

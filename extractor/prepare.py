@@ -21,9 +21,9 @@ from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import cached_scan
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon import layout
-from hsmon.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
-from hsmon.units import format_bytes, parse_size
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
+from hsmon.contracts.units import format_bytes, parse_size
 
 DEFAULT_MIN_FREE = "1G"
 DEFAULT_BATCH_TOKENS = 8192

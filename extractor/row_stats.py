@@ -4,7 +4,7 @@
 ``sum_l2`` over tokens whose vector is finite, ``count``/``sum``/``sumsq``/``max_abs`` over finite
 elements), so that chunk statistics can be finished after a resume without reading the files
 again. Layers are named ``final`` (the hidden state after the final norm) and by capture point
-(``"2"``, ``"16"``, ...). The monitor's data facts (hsmon/data_facts.py) read the same sums.
+(``"2"``, ``"16"``, ...). The monitor's data facts (hsmon/contracts/data_facts.py) read the same sums.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from hsmon.data_facts import LayerTotals
+from hsmon.contracts.data_facts import LayerTotals
 
 
 def layer_sums(x: torch.Tensor) -> list[float]:

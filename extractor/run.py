@@ -22,10 +22,10 @@ from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import plan_batches
 from extractor.prepare import Prepared, dry_run, headroom_line, prepare
-from hsmon import events as ev
-from hsmon import layout
-from hsmon.rejects import count_by_class, summary
-from hsmon.units import format_bytes, format_duration
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout
+from hsmon.contracts.rejects import count_by_class, summary
+from hsmon.contracts.units import format_bytes, format_duration
 
 
 def clean_temporaries(out: Path, book_starts: list[int], chunk_size: int) -> None:

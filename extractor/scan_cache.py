@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
-from hsmon import layout
+from hsmon.contracts import layout
 
 SCAN_VERSION = 1  # bump when the scan's result for the same inputs changes
 KEEP_ENTRIES = 32  # the most recent scans kept (each ~16 bytes a row)

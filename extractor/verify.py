@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from hsmon import layout
-from hsmon.manifest_reader import read_manifest, read_row_records
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 
 # (min cosine per token, max abs diff relative to the stored layer's max |x|), per stored dtype.
 # fp32: two engines doing the same math agree to ~1e-6; bf16/fp16 round every op (measured
@@ -179,7 +179,7 @@ def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int]
     from extractor.backends.hf import model_facts
     from extractor.backends.sglang.options import DEFAULT_DUMP_ROOT, SGLangOptions, check_urls
     from extractor.writer import Progress
-    from hsmon import events as ev
+    from hsmon.contracts import events as ev
 
     num_layers, hidden, vocab, max_pos = model_facts(AutoConfig.from_pretrained(str(model)))
     info = ModelInfo(num_layers, hidden, vocab, max_pos, dtype, "sglang")

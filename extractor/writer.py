@@ -1,7 +1,7 @@
 """Writing rows in the contract-2 layout, on a thread that overlaps the model's compute.
 
 Order of durability for each batch: every row file is serialized, written under a temporary
-name, fsynced and renamed (``hsmon.layout.atomic_write``); then the batch's ``row`` records
+name, fsynced and renamed (``hsmon.contracts.layout.atomic_write``); then the batch's ``row`` records
 are appended to the manifest in one fsynced write; then any chunk that became complete gets
 its ``chunk`` record. A crash between these steps leaves files the manifest does not count,
 which a resumed run rewrites with identical content.
@@ -32,10 +32,10 @@ import torch
 from extractor.errors import log
 from extractor.pauses import Pause
 from extractor.row_stats import finish_stats, row_stats
-from hsmon import events as ev
-from hsmon import layout
-from hsmon.rejects import classify
-from hsmon.units import format_bytes
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout
+from hsmon.contracts.rejects import classify
+from hsmon.contracts.units import format_bytes
 
 # Room kept for manifest growth and filesystem rounding on top of a file's own size.
 WRITE_MARGIN_BYTES = 64 * 1024
@@ -154,7 +154,7 @@ class Progress:
     rejects: int = 0
     chunks_done: int = 0
     paused: str | None = None
-    rejects_by_reason: dict[str, int] = field(default_factory=dict)  # hsmon.rejects classes
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)  # hsmon.contracts.rejects classes
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def snapshot(self) -> dict[str, Any]:

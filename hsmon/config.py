@@ -395,7 +395,7 @@ def _job_id_from_events(path: str | None) -> str | None:
     """The job id of the first valid event in the file's first 64 KB (None if there is none)."""
     if not path:
         return None
-    from hsmon.events import parse_event_line
+    from hsmon.contracts.events import parse_event_line
 
     try:
         with open(path, "rb") as fh:

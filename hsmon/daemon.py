@@ -25,7 +25,7 @@ from typing import Any
 
 from hsmon import config as cfgmod
 from hsmon import verify_watch
-from hsmon.layout import atomic_write
+from hsmon.contracts.layout import atomic_write
 
 log = logging.getLogger("hsmon.daemon")
 MAX_BODY = 64 * 1024
@@ -125,7 +125,7 @@ class DaemonServer(ThreadingHTTPServer):
     ) -> None:
         super().__init__(address, Handler)
         self.monitor = monitor
-        self.metrics = metrics  # hsmon.exporter.MetricsEndpoint
+        self.metrics = metrics  # hsmon.metrics.exporter.MetricsEndpoint
         self.token = token
         self.notifier = notifier
         self.launched: dict[str, int] = {}
@@ -271,8 +271,8 @@ def run(args: argparse.Namespace) -> int:
     except cfgmod.ConfigError as exc:
         print(f"hsmon daemon: {exc}", file=sys.stderr)
         return 2
-    from hsmon import events as ev
-    from hsmon.exporter import MetricsEndpoint
+    from hsmon.contracts import events as ev
+    from hsmon.metrics.exporter import MetricsEndpoint
     from hsmon.monitor import Monitor
     from hsmon.notify import Notifier
 

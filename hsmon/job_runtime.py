@@ -12,8 +12,8 @@ import time
 from collections import deque
 from typing import Any
 
-from hsmon import events as ev
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
+from hsmon.contracts import events as ev
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.tracker_errors import TrackerErrors
@@ -376,7 +376,7 @@ class JobRuntime:
     def _publish_reading(self, now: float) -> None:
         """The job's document while its output's manifest is read: the state it had (starting at
         first), the reading's progress as the reason, the output section saying how far."""
-        from hsmon.units import format_bytes
+        from hsmon.contracts.units import format_bytes
 
         assert self.output is not None
         out = self.output.snapshot()
@@ -429,7 +429,7 @@ class JobRuntime:
 def _disk_message(entry: dict[str, Any] | None) -> str | None:
     if not entry:
         return None
-    from hsmon.units import format_bytes, format_duration
+    from hsmon.contracts.units import format_bytes, format_duration
 
     if entry["needed_bytes"] is not None and entry["free_bytes"] is not None:
         return (

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsmon import events as ev
-from hsmon import layout
-from hsmon.manifest_reader import read_manifest
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest
 
 FIELDS = (
     "data_dir",

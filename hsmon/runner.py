@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 
-from hsmon import events as ev
 from hsmon import logtail
+from hsmon.contracts import events as ev
 from hsmon.rotating_log import RotatingLog
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -24,6 +24,7 @@ No I/O, no clock, no threads here: the caller measures, this decides. The facts 
 from __future__ import annotations
 
 from hsmon import logtail
+from hsmon.contracts.units import format_duration
 from hsmon.state_data import data_hints
 from hsmon.state_engine import engine_hints, server_blame
 from hsmon.state_facts import (
@@ -37,7 +38,6 @@ from hsmon.state_facts import (
     age,
     fmt_seconds,
 )
-from hsmon.units import format_duration
 
 # The facts' types are defined in hsmon/state_facts.py; importers of this module may name them here.
 __all__ = ["ALERT_STATES", "STATES", "Decision", "Hint", "ProcessFacts", "ServerFacts", "Snapshot", "decide",

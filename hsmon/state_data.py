@@ -1,10 +1,10 @@
 """The state machine's view of the data itself: hints about NaN/Inf and drifting statistics in the
-hidden states written (hsmon/data_facts.py measures them). Pure, like hsmon/state.py, which calls
+hidden states written (hsmon/contracts/data_facts.py measures them). Pure, like hsmon/state.py, which calls
 it. These are warnings: bad data does not stop a job, but it must be seen before the training."""
 
 from __future__ import annotations
 
-from hsmon.data_facts import DataSummary, Drift
+from hsmon.contracts.data_facts import DataSummary, Drift
 from hsmon.state_facts import Hint, Snapshot
 from hsmon.verify_watch import VerifyResult
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hsmon.data_facts import DataSummary
+from hsmon.contracts.data_facts import DataSummary
 from hsmon.verify_watch import VerifyResult
 
 STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
@@ -92,7 +92,7 @@ class Snapshot:
     servers: list[ServerFacts] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
     gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
-    # What the hidden states written look like (hsmon/data_facts.py; None: no hsmon manifest):
+    # What the hidden states written look like (hsmon/contracts/data_facts.py; None: no hsmon manifest):
     data: DataSummary | None = None
     # The engine check's last verdict (hsmon/verify_watch.py; None: --verify-every not set):
     verify: VerifyResult | None = None

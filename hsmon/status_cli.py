@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hsmon import config as cfgmod
-from hsmon.rejects import summary as rejects_summary
-from hsmon.units import format_bytes, format_duration
+from hsmon.contracts.rejects import summary as rejects_summary
+from hsmon.contracts.units import format_bytes, format_duration
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 

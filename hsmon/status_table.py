@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hsmon.units import format_duration
+from hsmon.contracts.units import format_duration
 
 COLUMNS = ("DAEMON", "JOB", "KIND", "STATE", "FOR", "ROWS", "RATE", "ETA", "HINTS", "REASON")
 

@@ -110,7 +110,7 @@ def _finite(value: Any) -> float | None:
 
 def _data_model(out_dir: str) -> str | None:
     """The model directory the data was made with (its manifest's first run record), if readable."""
-    from hsmon.layout import MANIFEST_NAME
+    from hsmon.contracts.layout import MANIFEST_NAME
 
     try:
         with open(os.path.join(out_dir, MANIFEST_NAME), "rb") as fh:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from hsmon import events as ev
-from hsmon import layout
-from hsmon.manifest_reader import read_manifest, read_row_records
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 
 TIMEOUT = 300
 

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 
 
 def main() -> int:

@@ -15,9 +15,9 @@ import signal
 import sys
 import time
 
-from hsmon import events as ev
-from hsmon import layout
-from hsmon.manifest_reader import read_row_records
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_row_records
 
 
 def main() -> int:

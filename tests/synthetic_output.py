@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hsmon import layout
+from hsmon.contracts import layout
 
 LAYERS = ("final", "2", "4", "6")
 

@@ -1,10 +1,10 @@
-"""Capture points and SGLang layer ids: one convention (hsmon/capture_points.py) for every part."""
+"""Capture points and SGLang layer ids: one convention (hsmon/contracts/capture_points.py) for every part."""
 
 from __future__ import annotations
 
 import pytest
 
-from hsmon.capture_points import (
+from hsmon.contracts.capture_points import (
     capture_points_of,
     default_capture_points,
     parse_capture_points,

@@ -15,9 +15,9 @@ from nonfinite_helpers import nan_embedding_target, scaled_embedding_target, tok
 from prometheus_client.parser import text_string_to_metric_families
 
 from hsmon.config import JobConfig
-from hsmon.data_facts import DataFacts
-from hsmon.exporter import MetricsEndpoint
-from hsmon.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.contracts.data_facts import DataFacts
+from hsmon.contracts.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
 from hsmon.verify_watch import VerifySpec

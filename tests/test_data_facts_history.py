@@ -3,7 +3,7 @@ the order the chunks completed, kept as chunk records are read (nothing re-read)
 
 from __future__ import annotations
 
-from hsmon.data_facts import HISTORY_CHUNKS, DataFacts
+from hsmon.contracts.data_facts import HISTORY_CHUNKS, DataFacts
 
 
 def chunk(index: int, norm: float) -> dict:

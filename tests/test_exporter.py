@@ -9,7 +9,7 @@ import sys
 from daemon_helpers import REPO, STORY, child_env
 
 from hsmon.config import JobConfig
-from hsmon.exporter import MetricsEndpoint
+from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
 
@@ -59,7 +59,8 @@ def test_every_exported_metric_is_documented(tmp_path):
 def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
     code = (
         "import sys, io, contextlib\n"
-        "import hsmon.daemon, hsmon.monitor, hsmon.status_cli, hsmon.launch, hsmon.exporter, hsmon.notify\n"
+        "import hsmon.daemon, hsmon.monitor, hsmon.status_cli, hsmon.launch, hsmon.notify\n"
+        "import hsmon.metrics.exporter\n"
         "import hsmon.watch, hsmon.trackers.processes\n"
         "from hsmon.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
@@ -76,7 +77,7 @@ def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
 
 def test_rejects_by_reason_reach_the_status_document_and_the_metric(tmp_path):
     """A run's events (as hsmon extract writes them) -> the progress section -> the counter."""
-    from hsmon import events as ev
+    from hsmon.contracts import events as ev
 
     events = tmp_path / "e.jsonl"
     with ev.EventWriter("x", events) as w:

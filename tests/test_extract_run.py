@@ -32,9 +32,9 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
-from hsmon import layout
 from hsmon.config import JobConfig
-from hsmon.manifest_reader import read_manifest, read_row_records
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from hsmon.status_cli import measure
 
 pytestmark = pytest.mark.slow
@@ -309,7 +309,7 @@ def test_every_bad_row_kind_goes_to_rejects_and_the_run_goes_on(workdir, tiny_mo
 
 READER = textwrap.dedent("""
     import json, sys, time
-    from hsmon.events import EventFileReader
+    from hsmon.contracts.events import EventFileReader
     reader = EventFileReader(sys.argv[1])
     seen = []
     deadline = time.time() + 300

@@ -36,7 +36,7 @@ from extract_helpers import (
 )
 from sglang_server import EMBEDDED_MODEL, SGLangServer, free_port, sglang_python, start_sglang_server
 
-from hsmon import layout
+from hsmon.contracts import layout
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from extractor import dataset as ds
 from extractor.plan import Shard, parse_layers, plan_batches, row_bytes
 from extractor.row_stats import finish_stats, layer_sums
 from extractor.writer import ChunkBook
-from hsmon import layout
-from hsmon.capture_points import default_capture_points
+from hsmon.contracts import layout
+from hsmon.contracts.capture_points import default_capture_points
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +244,7 @@ def test_hf_batch_that_raises_is_retried_row_by_row_and_only_the_failing_row_is_
     long row; everything else runs the real model."""
     from extractor.backends.base import RowRejected
     from extractor.backends.hf import HFBackend
-    from hsmon.rejects import classify
+    from hsmon.contracts.rejects import classify
 
     backend = HFBackend(tiny_model, device="cpu", dtype="float32")
     rows = [[1, 5, 9, 200, 7], list(range(3, 60)), [1, 40, 41]]

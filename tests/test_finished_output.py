@@ -20,8 +20,8 @@ import pytest
 from daemon_helpers import Daemon, WebhookReceiver, procs, wait_until  # noqa: F401
 from extract_helpers import critical_hints, hsmon_status, make_dataset, run_extract, tiny_model  # noqa: F401
 
-from hsmon import layout
-from hsmon.manifest_reader import read_manifest
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest
 
 pytestmark = pytest.mark.slow
 

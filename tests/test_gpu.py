@@ -13,7 +13,7 @@ from daemon_helpers import child_env, procs  # noqa: F401
 from nvml_recording import RecordedNvml
 
 from hsmon.config import JobConfig
-from hsmon.exporter import MetricsEndpoint
+from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.trackers.gpu import GpuTracker, gpus_of, idle_since
 

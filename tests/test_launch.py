@@ -16,7 +16,7 @@ import pytest
 from daemon_helpers import STANDIN_TRAIN, STORY, Daemon, child_env, post_json, procs, wait_until  # noqa: F401
 from extract_helpers import tiny_model  # noqa: F401
 
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 from hsmon.launch import complete_chunks_warning, training_argv, validate_training_request
 
 STANDIN = f"{sys.executable} {STANDIN_TRAIN}"

@@ -2,9 +2,9 @@ import contextlib
 import json
 import os
 
-from hsmon import events, layout
-from hsmon.manifest_reader import read_manifest
-from hsmon.units import format_bytes, parse_size
+from hsmon.contracts import events, layout
+from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.contracts.units import format_bytes, parse_size
 
 
 def test_event_writer_flushes_each_line(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hsmon import layout
+from hsmon.contracts import layout
 from hsmon.trackers.output_dir import OutputDirTracker
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from extractor.pauses import Pause
 from extractor.writer import ChunkBook, Progress, RowWriter
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 
 
 def kinds(path: Path) -> list[dict]:

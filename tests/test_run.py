@@ -12,7 +12,7 @@ from pathlib import Path
 
 from daemon_helpers import child_env, wait_until
 
-from hsmon.events import iter_events
+from hsmon.contracts.events import iter_events
 
 
 def hsmon_run(tmp_path, script: str, *opts: str, wait: bool = True, job: str = "job"):

@@ -308,7 +308,7 @@ def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
     import subprocess
     from dataclasses import asdict
 
-    from hsmon.engine_metrics import render_engine
+    from hsmon.metrics.engine_metrics import render_engine
     from hsmon.trackers.server_capture import parse_capture
 
     info = {"hsmon_plugin": {"version": "1"},

@@ -17,7 +17,7 @@ from extractor.backends.sglang import preflight
 from extractor.backends.sglang.dumpdir import DumpDir, row_of
 from extractor.backends.sglang.pool import GiveUp, ServerPool, Stopped, backoff_delay
 from extractor.writer import Progress
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 
 # What SGLang 0.5.23's /server_info says for `hsmon sglang-serve --layers 2,4,5` (fields used).
 INFO = {"model_path": "m", "enable_return_hidden_states": True, "enable_return_aux_hidden_states": True,
@@ -209,7 +209,7 @@ def test_server_message_is_the_servers_own_words_on_one_line():
 
 
 def test_reject_reasons_are_classed_and_summed_up_for_a_person():
-    from hsmon.rejects import classify, count_by_class, short_summary, summary
+    from hsmon.contracts.rejects import classify, count_by_class, short_summary, summary
 
     reasons = ["refused by the server (HTTP 400 from http://s): The input (512 tokens) is longer than the "
                "model's context length (512 tokens).",

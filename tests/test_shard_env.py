@@ -12,8 +12,8 @@ import pytest
 from extract_helpers import assert_same_output, events_of, extract_cmd, extract_env, make_dataset, tiny_model  # noqa: F401
 
 from extractor.shard_env import ShardEnvError, resolve_shard
-from hsmon import layout
-from hsmon.manifest_reader import read_manifest
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import read_manifest
 
 SCHEDULER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_ARRAY_TASK_ID",
                   "SLURM_ARRAY_TASK_MIN",

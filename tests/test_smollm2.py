@@ -31,10 +31,10 @@ from sglang_helpers import assert_sglang_loads_export
 from sglang_server import SGLangServer, start_sglang_server
 from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
 
-from hsmon import layout
-from hsmon.data_facts import chunk_variation
-from hsmon.layout import iter_jsonl
-from hsmon.manifest_reader import read_manifest, read_row_records
+from hsmon.contracts import layout
+from hsmon.contracts.data_facts import chunk_variation
+from hsmon.contracts.layout import iter_jsonl
+from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 
 # A 135 M model on a shared 2-core machine: the GGUF read alone took 9 minutes at load 25 (30 s idle).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -212,7 +212,7 @@ def trained(work, extracted) -> Path:
 def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
     import torch
 
-    from hsmon.events import iter_events
+    from hsmon.contracts.events import iter_events
     from trainer.checkpoint import latest_checkpoint, load_checkpoint
 
     cut, events = work / "cut", work / "cut.jsonl"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hsmon import events as ev
 from hsmon import logtail
+from hsmon.contracts import events as ev
 from hsmon.rotating_log import RotatingLog
 from hsmon.runner import _ending, job_name
 from hsmon.state import ALERT_STATES, STATES, ProcessFacts, Snapshot, decide

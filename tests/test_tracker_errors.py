@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hsmon import events as ev
 from hsmon.config import JobConfig
-from hsmon.exporter import MetricsEndpoint
+from hsmon.contracts import events as ev
+from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
 from hsmon.trackers.output_dir import OutputDirTracker

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import STORY, child_env, procs, wait_until  # noqa: F401
 
-from hsmon import events as ev
 from hsmon.config import JobConfig, ProcessSpec
+from hsmon.contracts import events as ev
 from hsmon.monitor import Monitor
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker

@@ -16,8 +16,8 @@ import torch
 from sglang_helpers import assert_sglang_loads_export
 from train_helpers import make_tiny_target, markov_sequences, write_rows
 
-from hsmon.events import iter_events
-from hsmon.layout import MANIFEST_NAME
+from hsmon.contracts.events import iter_events
+from hsmon.contracts.layout import MANIFEST_NAME
 from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
 from trainer.speculative import ngram_draft
 

@@ -11,8 +11,8 @@ import pytest
 from extract_helpers import hsmon_status, run_extract
 from nonfinite_helpers import nan_embedding_target, overflow_embedding_target, token_rows
 
-from hsmon.events import encode_event, iter_events
-from hsmon.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.contracts.events import encode_event, iter_events
+from hsmon.contracts.layout import MANIFEST_NAME, iter_jsonl
 from trainer.data import build_index
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from textual.widgets import Button, Input, Static, TabbedContent
 from tui_documents import documents
 from tui_status_server import StatusServer
 
-from hsmon.layout import MANIFEST_NAME
+from hsmon.contracts.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.screens.event_detail import EventDetailScreen

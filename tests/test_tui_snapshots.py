@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from tui_documents import documents
 from tui_screen_text import empty_rows_above_footer, long_floats, screen_lines
 
-from hsmon.layout import MANIFEST_NAME
+from hsmon.contracts.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.sources import FixedSource
 

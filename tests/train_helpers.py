@@ -3,7 +3,7 @@
 The target is trained for a few seconds on sequences from a sparse random Markov chain, so that
 its predictions have structure a drafter can learn (a random-init target predicts noise).
 The data writer runs the target with transformers and writes rows_*/data_*.ckpt plus a manifest
-through hsmon.layout, the way `hsmon extract` does.
+through hsmon.contracts.layout, the way `hsmon extract` does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ from pathlib import Path
 
 import torch
 
-from hsmon.layout import append_jsonl, atomic_write, chunk_bounds, chunk_dir_name, manifest_name, row_path
+from hsmon.contracts.layout import (
+    append_jsonl,
+    atomic_write,
+    chunk_bounds,
+    chunk_dir_name,
+    manifest_name,
+    row_path,
+)
 
 VOCAB = 48
 LAYERS = 8

@@ -3,7 +3,7 @@ for it (`output.data`, docs/status-api.md; `verify` as issue 22's contract names
 engine check agreed, and a run with NaN rows whose engine check disagreed. For the data panel's tests.
 
 The norms are those of the embedded target's layers 2, 4, 5 and final on the demo's rows (12-18 per
-token, chunk to chunk within a few %), as hsmon/data_facts.py computes them.
+token, chunk to chunk within a few %), as hsmon/contracts/data_facts.py computes them.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import argparse
 import os
 import time
 
-from hsmon import layout
-from hsmon.events import EventWriter
+from hsmon.contracts import layout
+from hsmon.contracts.events import EventWriter
 
 TOKENS_PER_ROW = 2100
 

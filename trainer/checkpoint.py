@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from hsmon.layout import atomic_write
+from hsmon.contracts.layout import atomic_write
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST_NAME = "LATEST"

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from hsmon.layout import manifest_paths, parse_row_file_name, row_file_name
-from hsmon.manifest_reader import complete_row_files, iter_records
+from hsmon.contracts.layout import manifest_paths, parse_row_file_name, row_file_name
+from hsmon.contracts.manifest_reader import complete_row_files, iter_records
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 DEFAULT_DRAFT_VOCAB = 32000

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hsmon.capture_points import capture_points_of, default_capture_points
+from hsmon.contracts.capture_points import capture_points_of, default_capture_points
 from trainer.speculative import Target, ngram_draft, speculative_decode
 
 
@@ -230,7 +230,7 @@ class _Progress:
     eval and done carrying the result, or error."""
 
     def __init__(self, args: argparse.Namespace, drafter: Path, target: Path, prompts: int) -> None:
-        from hsmon import events as ev
+        from hsmon.contracts import events as ev
 
         self.ev, self.started = ev, time.monotonic()
         self.writer = ev.EventWriter(args.job, path=args.events) if args.events else None
@@ -254,7 +254,7 @@ class _Progress:
     @staticmethod
     def failed(args: argparse.Namespace, message: str) -> None:
         if args.events:
-            from hsmon import events as ev
+            from hsmon.contracts import events as ev
 
             with ev.EventWriter(args.job, path=args.events) as writer:
                 writer.emit(ev.ERROR, message=message, pid=os.getpid())

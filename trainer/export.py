@@ -80,7 +80,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
     import torch
     from safetensors.torch import save_file
 
-    from hsmon.layout import atomic_write
+    from hsmon.contracts.layout import atomic_write
 
     ckpt = torch.load(resolve_checkpoint(checkpoint), map_location="cpu", weights_only=True)
     state = ckpt["model"]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 from trainer.checkpoint import latest_checkpoint, save_checkpoint
 from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
 from trainer.model import DrafterConfig, Eagle3Drafter

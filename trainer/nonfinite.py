@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 from trainer.runtime import Dist
 
 DEFAULT_MAX_BAD_FRACTION = 0.1

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 from trainer.model import Eagle3Drafter
 
 

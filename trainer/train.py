@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from hsmon import events as ev
-from hsmon.capture_points import sglang_layer_ids
+from hsmon.contracts import events as ev
+from hsmon.contracts.capture_points import sglang_layer_ids
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
@@ -57,7 +57,7 @@ def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
 
 def _aux_layer_ids(data_dir: Path) -> list[int] | None:
     """SGLang layer ids of the capture points, when the extraction's manifest records them."""
-    from hsmon.manifest_reader import read_manifest
+    from hsmon.contracts.manifest_reader import read_manifest
 
     for run in reversed(read_manifest(data_dir).runs):
         settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates
-from hsmon.rejects import BACKEND_FAILED
+from hsmon.contracts.rejects import BACKEND_FAILED
 
 PROBE_TOKENS = 8  # a row that fails alone is rejected only if its first tokens go through
 
@@ -65,7 +65,7 @@ class HFBackend(Backend):
                  device: str = "auto", dtype: str = "auto") -> None:
         from transformers import AutoModelForCausalLM
 
-        from hsmon.capture_points import default_capture_points
+        from hsmon.contracts.capture_points import default_capture_points
 
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from hsmon.capture_points import parse_capture_points, sglang_layer_ids
+from hsmon.contracts.capture_points import parse_capture_points, sglang_layer_ids
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PLUGIN_ROOT = PACKAGE_DIR / "plugin_root"

@@ -45,7 +45,7 @@ def _alive(pid: int | None) -> bool:
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
-    from hsmon import events as ev
+    from hsmon.contracts import events as ev
 
     return list(ev.iter_events(path)) if path.is_file() else []
 

@@ -68,7 +68,7 @@ def _run(argv: list[str], log: Path) -> None:
 
 def make_reference(out: Path, seconds: float, work: Path) -> dict[str, Any]:
     """Extract, train for ``seconds`` with the demo's settings, export into ``out`` (replaced)."""
-    from hsmon import events as ev
+    from hsmon.contracts import events as ev
     from hsmon.demo.prepare import PROFILES, prepare
 
     setup = prepare(work, "embedded")

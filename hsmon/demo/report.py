@@ -17,7 +17,7 @@ MEANING = (
 
 def summary(pipeline: Pipeline) -> list[str]:
     """The closing lines: what each step produced, and how long it took."""
-    from hsmon.units import format_bytes
+    from hsmon.contracts.units import format_bytes
 
     lines = ["summary"]
     setup = pipeline.setup

@@ -1,14 +1,14 @@
 """Output directory tracker: complete and in-progress chunks, rows, tokens, bytes.
 
 Understands three layouts:
-- ``hsmon``: the manifest (hsmon.layout) says what is done; read incrementally (append-only).
+- ``hsmon``: the manifest (hsmon.contracts.layout) says what is done; read incrementally (append-only).
   Its ``run`` records carry the plan (rows, tokens, chunks in all) and a ``done``/``stopped``
   record says the latest run ended on purpose (``rows_total``, ``ending``, ... in the snapshot).
 - ``specforge``: plain ``rows_{a}-{b}/data_{i}.ckpt`` written by another tool; every row file
   counts; a chunk is complete when it holds all its rows.
 - ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files (in OUT or one level
   below); tokens come from each file's safetensors header (a few bytes, read once per file).
-In-progress files are hidden temporaries (hsmon.layout.is_temporary). A directory whose mtime has
+In-progress files are hidden temporaries (hsmon.contracts.layout.is_temporary). A directory whose mtime has
 not changed is not listed again (only the newest chunk is, since files there may still grow).
 """
 
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsmon import layout
-from hsmon.data_facts import DataFacts, DataSummary, summarize
-from hsmon.manifest_reader import JsonlTail, Manifest
+from hsmon.contracts import layout
+from hsmon.contracts.data_facts import DataFacts, DataSummary, summarize
+from hsmon.contracts.manifest_reader import JsonlTail, Manifest
 
 log = logging.getLogger("hsmon.monitor")
 

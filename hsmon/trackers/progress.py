@@ -1,7 +1,7 @@
 """Progress tracker: tails a job's events file (contract 1) and keeps the job's counters.
 
 Copes with a file that does not exist yet, truncation, rotation, a partial last line and garbage
-lines (hsmon.events.EventFileReader). Field names are read liberally (cumulative ``rows_done``
+lines (hsmon.contracts.events.EventFileReader). Field names are read liberally (cumulative ``rows_done``
 or per-event increments) so that other writers' events count too.
 """
 
@@ -12,8 +12,8 @@ import time
 from collections import deque
 from typing import Any
 
-from hsmon import events as ev
-from hsmon.rejects import classify, clean_counts
+from hsmon.contracts import events as ev
+from hsmon.contracts.rejects import classify, clean_counts
 from hsmon.trackers.rates import RateWindow
 
 PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
@@ -46,7 +46,7 @@ class ProgressTracker:
         self.chunks_done = 0
         self.chunks_total: int | None = None
         self.rejects = 0
-        self.rejects_by_reason: dict[str, int] = {}  # hsmon.rejects classes
+        self.rejects_by_reason: dict[str, int] = {}  # hsmon.contracts.rejects classes
         self.bytes_done = 0
         self.terminal_kind: str | None = None
         self.terminal_ts: float | None = None

@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from hsmon.contracts.units import format_bytes
 from hsmon.tui.numbers import fmt_clock, has_short_clock
-from hsmon.units import format_bytes
 
 FINISHED = frozenset({"done", "dead", "exited"})
 # Durations of a minute or more in a reason ("68s", "125 s", "4m", "2h05m"): shown at the minute.

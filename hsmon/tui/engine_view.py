@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.text import Text
 
+from hsmon.contracts.units import format_bytes
 from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
-from hsmon.units import format_bytes
 
 BADGES: dict[str, tuple[str, str]] = {
     "up": ("UP", "bold green"),

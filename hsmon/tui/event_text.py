@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
-from hsmon.units import format_bytes, format_duration
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
     acceptance_summary,
@@ -21,7 +22,6 @@ from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one 
     filtered_events,
 )
 from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct, fmt_pct_of, fmt_rate, shorten_path  # noqa: F401
-from hsmon.units import format_bytes, format_duration
 
 STATE_STYLES: dict[str, str] = {
     "starting": "state-starting",

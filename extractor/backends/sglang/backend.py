@@ -20,8 +20,8 @@ from extractor.backends.sglang import preflight, transports
 from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.options import SGLangOptions
 from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
-from hsmon.capture_points import sglang_layer_ids
-from hsmon.rejects import SERVER_FAILING, SERVER_REFUSED
+from hsmon.contracts.capture_points import sglang_layer_ids
+from hsmon.contracts.rejects import SERVER_FAILING, SERVER_REFUSED
 
 PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
 RETRYABLE_STATUS = (408, 429)  # and every 5xx

@@ -18,7 +18,7 @@ from typing import Any
 
 from extractor.backends.sglang.pool import Stopped
 from extractor.pauses import Pause
-from hsmon.units import format_bytes
+from hsmon.contracts.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
 ERROR_SUFFIX = ".error"  # the plugin's writer could not write the file: never an orphan, removed

@@ -103,7 +103,7 @@ def check_servers(opts: Any, layers: list[int], dtype: str, max_length: int | No
 
 def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions:
     """Check the options and return SGLangOptions (UsageError on bad ones)."""
-    from hsmon.units import parse_size
+    from hsmon.contracts.units import parse_size
 
     urls = check_urls(args.url)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from extractor.backends.base import BackendStopped
 from extractor.pauses import Pause
-from hsmon import events as ev
+from hsmon.contracts import events as ev
 
 
 class GiveUp(RuntimeError):

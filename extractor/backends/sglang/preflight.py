@@ -14,7 +14,7 @@ from typing import Any
 import requests
 
 from extractor.errors import UsageError
-from hsmon.capture_points import capture_points_of, sglang_layer_ids
+from hsmon.contracts.capture_points import capture_points_of, sglang_layer_ids
 
 PLUGIN_VERSION = "1"
 INFO_PATHS = ("/server_info", "/get_server_info")

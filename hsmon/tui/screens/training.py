@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header
 
-from hsmon.layout import MANIFEST_NAME
+from hsmon.contracts.layout import MANIFEST_NAME
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel

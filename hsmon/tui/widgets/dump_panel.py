@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline
 
+from hsmon.contracts.units import format_bytes
 from hsmon.tui.view import JobHistory, fmt_clock, fmt_count, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
-from hsmon.units import format_bytes
 
 
 class DumpPanel(Vertical):

@@ -7,7 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from hsmon.rejects import short_summary
+from hsmon.contracts.rejects import short_summary
 from hsmon.tui.view import is_acceptance_job
 from hsmon.tui.widgets.meter import Meter
 from hsmon.tui.widgets.quiet import set_border_subtitle

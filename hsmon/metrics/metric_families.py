@@ -1,5 +1,5 @@
-"""Builders the exporter's collectors share (hsmon.exporter, hsmon.engine_metrics): a family with
-contract 3's default label, and a sample that is skipped when its figure is unknown."""
+"""Builders the exporter's collectors share (hsmon.metrics.exporter, hsmon.metrics.engine_metrics):
+a family with contract 3's default label, and a sample that is skipped when its figure is unknown."""
 
 from __future__ import annotations
 

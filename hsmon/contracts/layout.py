@@ -19,7 +19,7 @@ Manifest records (one JSON object per line, ``type`` says which):
     {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex,
      "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite]}}
     {"type": "reject", "row": i, "reason": "..."}           a dataset row, or one a backend could
-                                                            not compute (hsmon.rejects classes)
+                                                            not compute (hsmon.contracts.rejects classes)
     {"type": "chunk", "chunk": "rows_a-b", "rows": k, "tokens": n, "bytes": b, "sha256": hex,
      "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..}}}
 
@@ -39,7 +39,7 @@ Files are written under a hidden temporary name (``.data_i.ckpt.tmp-PID``), flus
 and renamed; a row is done only once its ``row`` record is in the manifest. A trailing partial
 line (a crash mid-append) is ignored by readers and cut by the next writer.
 
-Reading the manifests (running totals, incremental tails): hsmon.manifest_reader.
+Reading the manifests (running totals, incremental tails): hsmon.contracts.manifest_reader.
 
 No heavy imports here: the monitor imports this module.
 """

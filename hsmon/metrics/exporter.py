@@ -1,6 +1,6 @@
 """Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics at
 scrape time (contract 3: hsmon_ prefix, base units, _total counters, labels job/role only), plus
-the engine families (servers, GPUs) that the tick thread renders (hsmon.engine_metrics).
+the engine families (servers, GPUs) that the tick thread renders (hsmon.metrics.engine_metrics).
 A scrape never touches the filesystem. Every metric is documented in docs/metrics.md."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from hsmon import __version__
-from hsmon.engine_metrics import EngineExposition
-from hsmon.metric_families import add_sample as _add
-from hsmon.metric_families import counter as _c
-from hsmon.metric_families import gauge as _g
+from hsmon.metrics.engine_metrics import EngineExposition
+from hsmon.metrics.metric_families import add_sample as _add
+from hsmon.metrics.metric_families import counter as _c
+from hsmon.metrics.metric_families import gauge as _g
 from hsmon.state import STATES
 
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
@@ -271,7 +271,7 @@ class MetricsEndpoint:
 
 
 def _data_facts(jobs: list[dict[str, Any]]) -> Iterator[Any]:
-    """Per-layer statistics of the hidden states written (output.data, hsmon/data_facts.py)."""
+    """Per-layer statistics of the hidden states written (output.data, hsmon/contracts/data_facts.py)."""
     by_layer = ("job", "layer")
     run = {
         "mean_l2": _g("hsmon_output_layer_mean_l2_norm", "mean L2 norm per token of the layer's "

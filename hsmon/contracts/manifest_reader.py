@@ -1,4 +1,4 @@
-"""Reading the manifests (contract 2, hsmon.layout) at a cost that does not grow with their rows.
+"""Reading the manifests (contract 2, hsmon.contracts.layout) at a cost that does not grow with their rows.
 
 A manifest of a million rows is ~430 MB of JSON. Readers keep running totals (rows, tokens,
 bytes; per chunk and in all), updated as records arrive, and per row only one bit (is it done,
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from hsmon import layout
-from hsmon.rejects import classify
+from hsmon.contracts import layout
+from hsmon.contracts.rejects import classify
 
 BLOCK_BYTES = 1024 * 1024
 # Row indices below this live in the bitmap (32 MiB at most); others, or negative ones, in a set.
