@@ -144,6 +144,15 @@ def parse_event_line(line: str | bytes) -> dict[str, Any] | None:
     return obj
 
 
+def event_number(event: dict[str, Any], *keys: str) -> float | None:
+    """The first of ``keys`` that holds a number in ``event`` (bools are not numbers), else None."""
+    for key in keys:
+        value = event.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return None
+
+
 @dataclass
 class EventFileReader:
     """Incremental reader of an events file that copes with what real files do.

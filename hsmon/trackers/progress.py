@@ -19,14 +19,6 @@ from hsmon.trackers.rates import RateWindow
 PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
 
 
-def _num(event: dict[str, Any], *keys: str) -> float | None:
-    for key in keys:
-        value = event.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
-    return None
-
-
 class ProgressTracker:
     def __init__(self, path: str, recent: int = 50) -> None:
         self.path = path
@@ -81,7 +73,7 @@ class ProgressTracker:
 
     def _apply(self, e: dict[str, Any]) -> None:
         kind = e["kind"]
-        ts = _num(e, "ts") or time.time()
+        ts = ev.event_number(e, "ts") or time.time()
         self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
         self.last_event_ts, self.last_kind = ts, kind
         if kind != ev.STATE:
@@ -115,36 +107,36 @@ class ProgressTracker:
                 ("tokens_total", ("tokens_total", "total_tokens")),
                 ("chunks_total", ("chunks_total", "total_chunks")),
             ):
-                value = _num(e, *keys)
+                value = ev.event_number(e, *keys)
                 if value is not None:
                     setattr(self, attr, int(value))
         elif kind in (ev.ROW, ev.ROWS, ev.HEARTBEAT, ev.CHUNK):
-            rows = _num(e, "rows_done")
-            tokens = _num(e, "tokens_done")
+            rows = ev.event_number(e, "rows_done")
+            tokens = ev.event_number(e, "tokens_done")
             if kind == ev.ROW and rows is None:
                 self.rows_done += 1
-                self.tokens_done += int(_num(e, "tokens") or 0)
+                self.tokens_done += int(ev.event_number(e, "tokens") or 0)
             elif kind == ev.ROWS and rows is None:
-                self.rows_done += int(_num(e, "rows", "count") or 0)
-                self.tokens_done += int(_num(e, "tokens") or 0)
+                self.rows_done += int(ev.event_number(e, "rows", "count") or 0)
+                self.tokens_done += int(ev.event_number(e, "tokens") or 0)
             if rows is not None:
                 self.rows_done = int(rows)
             if tokens is not None:
                 self.tokens_done = int(tokens)
-            chunks = _num(e, "chunks_done")
+            chunks = ev.event_number(e, "chunks_done")
             if kind == ev.CHUNK:
                 self.chunks_done = int(chunks) if chunks is not None else self.chunks_done + 1
-                self.bytes_done += int(_num(e, "bytes") or 0)
+                self.bytes_done += int(ev.event_number(e, "bytes") or 0)
             elif chunks is not None:
                 self.chunks_done = int(chunks)
-            log_lines = _num(e, "log_lines")
+            log_lines = ev.event_number(e, "log_lines")
             if log_lines is not None:
                 self.log_lines = int(log_lines)
-            rejects = _num(e, "rejects")
+            rejects = ev.event_number(e, "rejects")
             if rejects is not None:
                 self.rejects = int(rejects)
             for attr, key in (("rows_total", "rows_total"), ("tokens_total", "tokens_total")):
-                value = _num(e, key)
+                value = ev.event_number(e, key)
                 if value is not None:
                     setattr(self, attr, int(value))
         elif kind == ev.REJECT:
@@ -180,16 +172,16 @@ class ProgressTracker:
                 training["acc"] = e.get("accs", e.get("acc", training.get("acc")))
                 if "loss" in e and "losses" in e:
                     training["loss_weighted"] = e["loss"]
-                rate = _num(e, "tokens_per_s", "tokens_s")
+                rate = ev.event_number(e, "tokens_per_s", "tokens_s")
                 if rate is not None:
                     training["tokens_per_s"] = rate
-                tokens = _num(e, "tokens_done", "tokens")  # cumulative, as hsmon train writes it
+                tokens = ev.event_number(e, "tokens_done", "tokens")  # cumulative, as hsmon train writes it
                 if tokens is not None:
                     self.tokens_done = int(tokens)
-                step = _num(e, "step")
+                step = ev.event_number(e, "step")
                 if step is not None:
                     self._steps_rate.add(ts, step)
-                    total, per_s = _num(e, "total_steps"), self._steps_rate.rate()
+                    total, per_s = ev.event_number(e, "total_steps"), self._steps_rate.rate()
                     training["eta_s"] = (
                         (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
                     )

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
 
@@ -40,14 +41,6 @@ def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: 
     """The last ``limit`` events that pass the filter, oldest first."""
     chosen = [e for e in events or [] if event_matches(e, which)]
     return chosen[-limit:] if limit > 0 else []
-
-
-def _n(event: dict[str, Any], *keys: str) -> float | None:
-    for key in keys:
-        value = event.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
-    return None
 
 
 def _of(done: float | None, total: float | None) -> str:
