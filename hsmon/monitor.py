@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 from hsmon import __version__
 from hsmon.config import DEFAULT_SCAN_INTERVAL, JobConfig
 from hsmon.job_runtime import JobRuntime
@@ -131,9 +133,13 @@ class Monitor:
             runtime = self._jobs.get(name)
         if runtime is None:
             return None
-        for proc in runtime.doc.get("processes") or []:
+        processes = runtime.doc.get("processes") or []
+        for proc in processes:
             if proc.get("alive"):
                 return proc.get("pid")
+        pid = runtime.cfg.pid
+        if not processes and pid is not None and psutil.pid_exists(pid):
+            return pid  # added since the last tick: its configured PID is the evidence there is
         return None
 
     def add_listener(self, listener: TransitionListener) -> None:
