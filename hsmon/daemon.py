@@ -215,45 +215,25 @@ class Handler(BaseHTTPRequestHandler):
             self._train(body)
 
     def _train(self, body: dict[str, Any]) -> None:
-        from hsmon import launch
+        from hsmon.launch_watch import launch_and_watch
 
-        req, errors = launch.validate_training_request(body)
-        if req is None:
-            self._json(400, {"errors": errors})
-            return
-        monitor = self.server.monitor
-        name = req.job_name
-        if name in monitor.job_names():
-            if monitor.job_pid(name) is not None:
-                self._json(409, {"errors": {"out_dir": f"a training into {req.out_dir} is already running"}})
-                return
-            monitor.remove_job(name)
-        warning = launch.complete_chunks_warning(req.data_dir)
-        job = launch.launch_training(req)
-        monitor.add_job(
-            cfgmod.JobConfig(
-                name=job.job,
-                kind="train",
-                out_dir=None,
-                events=job.events,
-                pid=job.pid,
-                role="trainer",
-                stall_after=600.0,
-            )
-        )
-        log.info("launched training %s: PID %d, events %s", job.job, job.pid, job.events)
-        self._json(201, {**job.as_dict(), "warning": warning})
+        outcome = launch_and_watch(self.server.monitor, body)
+        if outcome.errors:
+            self._json(400, {"errors": outcome.errors})
+        elif outcome.conflict or outcome.job is None:
+            self._json(409, {"errors": {"out_dir": outcome.conflict}})
+        else:
+            job = outcome.job
+            log.info("launched training %s: PID %d, events %s", job.job, job.pid, job.events)
+            self._json(201, {**job.as_dict(), "warning": outcome.warning})
 
     def _stop(self, name: str) -> None:
-        from hsmon import launch
+        from hsmon.launch_watch import stop_watched
 
-        monitor = self.server.monitor
-        if name not in monitor.job_names():
-            self._json(404, {"error": f"no job named {name!r}; jobs: {', '.join(monitor.job_names())}"})
-            return
-        pid = monitor.job_pid(name)
-        if pid is None or not launch.stop_job(pid):
-            self._json(409, {"error": f"job {name} has no live process to stop"})
+        pid, error = stop_watched(self.server.monitor, name)
+        if pid is None:
+            code = 404 if name not in self.server.monitor.job_names() else 409
+            self._json(code, {"error": error})
             return
         log.info("sent SIGTERM to job %s (PID %d)", name, pid)
         self._json(202, {"job": name, "pid": pid, "signal": "SIGTERM"})

@@ -312,3 +312,40 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
     daemon.stop()
+
+
+def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir, monkeypatch):
+    # The TUI's in-process form and the daemon's endpoint share hsmon.launch_watch: the launched
+    # training becomes a watched job, a second launch into the same directory is refused while
+    # the first runs, and a stop reaches its process.
+    from hsmon.launch_watch import launch_and_watch, stop_watched
+    from hsmon.monitor import Monitor
+
+    monkeypatch.setenv("HSMON_TRAIN_COMMAND", STANDIN)
+    monitor = Monitor([], source="inprocess")
+    fields = {"data_dir": str(data_dir), "out_dir": str(tmp_path / "drafter")}
+    bad = launch_and_watch(monitor, {**fields, "epochs": "many"})
+    assert bad.job is None and "epochs" in bad.errors and monitor.job_names() == []
+    first = launch_and_watch(monitor, fields)
+    assert first.job is not None and first.warning is None
+    try:
+        cfg = monitor.job_config(first.job.job)
+        assert cfg is not None and (cfg.kind, cfg.pid) == ("train", first.job.pid)
+        assert cfg.events == first.job.events
+        second = launch_and_watch(monitor, fields)
+        assert second.job is None and second.conflict and str(tmp_path / "drafter") in second.conflict
+        none = stop_watched(monitor, "no-such-job")
+        assert none == (None, f"no job named 'no-such-job'; jobs: {first.job.job}")
+        pid, error = stop_watched(monitor, first.job.job)
+        assert (pid, error) == (first.job.pid, None)
+        wait_until(lambda: monitor.job_pid(first.job.job) is None, 30, what="the stopped training gone")
+        again = launch_and_watch(monitor, fields)  # the finished job is replaced, not refused
+        assert again.job is not None and again.job.pid != first.job.pid
+        assert monitor.job_names().count(again.job.job) == 1
+        stop_watched(monitor, again.job.job)
+    finally:
+        for job in (first.job, locals().get("again") and again.job):
+            if job is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(job.pid, 9)
+        monitor.stop()

@@ -350,25 +350,21 @@ class InProcessSource(StatusSource):
         return self.monitor.status_document()
 
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
-        from hsmon import launch
+        from hsmon.launch_watch import launch_and_watch
 
-        request, errors = launch.validate_training_request(fields)
-        if request is None:
-            return ActionResult(False, "fix the highlighted fields", dict(errors))
-        name = request.job_name
-        if name in self.monitor.job_names():
-            if self.monitor.job_pid(name) is not None:
-                return ActionResult(False, f"a training into {request.out_dir} is already running",
-                                    {"out_dir": f"a training into {request.out_dir} is already running"})
-            self.monitor.remove_job(name)
-        warning = launch.complete_chunks_warning(request.data_dir)
         try:
-            launched = launch.launch_training(request)
+            outcome = launch_and_watch(self.monitor, fields)
         except OSError as exc:
             return ActionResult(False, f"launch failed: {_one_line(exc)}")
-        self.monitor.add_job(launched_job_config(launched))
+        if outcome.errors:
+            return ActionResult(False, "fix the highlighted fields", outcome.errors)
+        launched = outcome.job
+        if launched is None:
+            conflict = outcome.conflict or "not launched"
+            return ActionResult(False, conflict, {"out_dir": conflict})
         self.poll_now()
         message = f"training {launched.job} launched (pid {launched.pid}, log {launched.log})"
+        warning = outcome.warning
         return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
 
     def stop_job(self, job: dict[str, Any]) -> ActionResult:
@@ -385,11 +381,3 @@ class InProcessSource(StatusSource):
             return ActionResult(False, f"{job.get('job')}: process {pid} is already gone")
         self.poll_now()
         return ActionResult(True, f"asked {job.get('job')} (pid {pid}) to stop; it writes a checkpoint first")
-
-
-def launched_job_config(launched: Any) -> Any:
-    """The JobConfig that watches a launched training (its events file and PID), as the daemon's."""
-    from hsmon.config import JobConfig
-
-    return JobConfig(name=launched.job, kind="train", events=launched.events, pid=launched.pid,
-                     role="trainer", stall_after=600.0)

@@ -1,0 +1,64 @@
+"""Launch a drafter training and watch it as a monitor job: the one path for the daemon's
+``POST /api/v1/train`` and the TUI's in-process launch form.
+
+    outcome = launch_and_watch(monitor, form_fields)   # validate, launch, add the watching job
+    pid, error = stop_watched(monitor, job_name)        # SIGTERM to the job's live process
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hsmon import launch
+from hsmon.config import JobConfig
+
+if TYPE_CHECKING:
+    from hsmon.monitor import Monitor
+
+TRAIN_STALL_AFTER_S = 600.0
+
+
+@dataclass
+class LaunchOutcome:
+    """What a launch did: ``job`` when it started; else ``errors`` (field -> one line) or
+    ``conflict`` (a training into that directory is already running)."""
+
+    job: launch.LaunchedJob | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+    conflict: str | None = None
+    warning: str | None = None
+
+
+def job_config_for(launched: launch.LaunchedJob) -> JobConfig:
+    """The monitor job that watches a launched training (its events file and PID)."""
+    return JobConfig(name=launched.job, kind="train", events=launched.events, pid=launched.pid,
+                     role="trainer", stall_after=TRAIN_STALL_AFTER_S)
+
+
+def launch_and_watch(monitor: Monitor, fields: dict[str, Any]) -> LaunchOutcome:
+    """Validate the form, launch the training detached and add a job that watches it. A finished
+    job of the same name is replaced. OSError from the launch itself propagates."""
+    request, errors = launch.validate_training_request(fields)
+    if request is None:
+        return LaunchOutcome(errors=dict(errors))
+    name = request.job_name
+    if name in monitor.job_names():
+        if monitor.job_pid(name) is not None:
+            return LaunchOutcome(conflict=f"a training into {request.out_dir} is already running")
+        monitor.remove_job(name)
+    warning = launch.complete_chunks_warning(request.data_dir)
+    launched = launch.launch_training(request)
+    monitor.add_job(job_config_for(launched))
+    return LaunchOutcome(job=launched, warning=warning)
+
+
+def stop_watched(monitor: Monitor, name: str) -> tuple[int | None, str | None]:
+    """SIGTERM to the live process of job ``name`` (the trainer writes a checkpoint, then exits):
+    its PID, or None and why not."""
+    if name not in monitor.job_names():
+        return None, f"no job named {name!r}; jobs: {', '.join(monitor.job_names())}"
+    pid = monitor.job_pid(name)
+    if pid is None or not launch.stop_job(pid):
+        return None, f"job {name} has no live process to stop"
+    return pid, None
