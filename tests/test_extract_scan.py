@@ -10,6 +10,7 @@ import pytest
 from extract_helpers import tiny_chat_model, tiny_model  # noqa: F401 (fixtures)
 
 from extractor import dataset as ds
+from extractor.conversations import span_mask
 
 
 @pytest.fixture(scope="module", params=["plain", "chat"])
@@ -87,8 +88,8 @@ def test_span_mask_equals_the_overlap_rule():
             offsets.append((pos, pos + step))
             pos += step
         want = [1 if e > s and any(s < b and e > a for a, b in spans) else 0 for s, e in offsets]
-        assert ds.span_mask(offsets, spans) == want
-        assert ds.span_mask(offsets, list(reversed(spans))) == want  # unordered spans: the plain rule
+        assert span_mask(offsets, spans) == want
+        assert span_mask(offsets, list(reversed(spans))) == want  # unordered spans: the plain rule
 
 
 def test_a_repeated_scan_comes_from_the_cache_and_a_changed_dataset_does_not(tmp_path, tokenizer):

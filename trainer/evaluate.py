@@ -100,7 +100,7 @@ def read_prompts(
                 )
             ids = tokenize(row["text"])
         elif isinstance(row, dict) and ("messages" in row or "conversations" in row):
-            from extractor.dataset import RowError, normalize_messages
+            from extractor.conversations import RowError, normalize_messages
 
             key = "messages" if "messages" in row else "conversations"
             if chat is None:
