@@ -6,19 +6,16 @@ Understands three layouts:
   record says the latest run ended on purpose (``rows_total``, ``ending``, ... in the snapshot).
 - ``specforge``: plain ``rows_{a}-{b}/data_{i}.ckpt`` written by another tool; every row file
   counts; a chunk is complete when it holds all its rows.
-- ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files (in OUT or one level
-  below); tokens come from each file's safetensors header (a few bytes, read once per file).
+- ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files
+  (hsmon.trackers.speculators_files).
 In-progress files are hidden temporaries (hsmon.contracts.layout.is_temporary). A directory whose mtime has
 not changed is not listed again (only the newest chunk is, since files there may still grow).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +25,10 @@ from typing import Any
 from hsmon.contracts import layout
 from hsmon.contracts.data_facts import DataFacts, DataSummary, summarize
 from hsmon.contracts.manifest_reader import JsonlTail, Manifest
+from hsmon.trackers.speculators_files import SpeculatorsFiles
 
 log = logging.getLogger("hsmon.monitor")
 
-SPECULATORS_RE = re.compile(r"^hs_\d+.*\.safetensors$")
 # More unread manifest than this (~30,000 rows) is read on a thread when the caller allows it (the
 # daemon, the TUI): the tracker answers meanwhile with how far the reading is.
 BACKGROUND_BYTES = 16 * 1024 * 1024
@@ -50,28 +47,6 @@ class _DirInfo:
     row_ids: set[int] = field(default_factory=set)
 
 
-def safetensors_tokens(path: str) -> int | None:
-    """Tokens in a safetensors file: the length of ``input_ids``, else the first dim of a tensor."""
-    try:
-        with open(path, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            if n > 16 * 1024 * 1024:
-                return None
-            header = json.loads(fh.read(n))
-    except (OSError, ValueError, struct.error):
-        return None
-    tensors = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
-    for key in ("input_ids", "token_ids"):
-        shape = tensors.get(key, {}).get("shape")
-        if shape:
-            return int(shape[-1])
-    for info in tensors.values():
-        shape = info.get("shape") or []
-        if shape:
-            return int(shape[0]) if len(shape) < 3 else int(shape[-2])
-    return None
-
-
 class OutputDirTracker:
     """Figures of one output directory. ``scan()`` runs on one thread (the monitor's tick); a large
     manifest may be read on a thread of its own meanwhile (``scan(background=True)``)."""
@@ -83,7 +58,7 @@ class OutputDirTracker:
         self._facts = DataFacts()  # per-layer statistics of the rows and chunks read
         self._manifest = Manifest(accumulators=[self._facts])
         self._dirs: dict[str, _DirInfo] = {}
-        self._spec_files: dict[str, tuple[int, int, int | None]] = {}  # rel path -> (size, mtime_ns, tokens)
+        self._speculators = SpeculatorsFiles(self.path)
         self._snap: dict[str, Any] = self._empty(False, None)
         self.scans_total = 0
         self.last_growth_ts: float | None = None
@@ -279,7 +254,7 @@ class OutputDirTracker:
         self._facts = DataFacts()
         self._manifest = Manifest(accumulators=[self._facts])
         self._dirs.clear()
-        self._spec_files.clear()
+        self._speculators.clear()
         self._listing = None
 
     def _scan_chunk_dir(self, name: str, force: bool) -> None:
@@ -363,52 +338,11 @@ class OutputDirTracker:
         return snap
 
     def _speculators_figures(self, names: list[str]) -> dict[str, Any]:
-        candidates: list[str] = []
-        temps = 0
-        for name in names:
-            if layout.is_temporary(name):
-                temps += 1
-            elif SPECULATORS_RE.match(name):
-                candidates.append(name)
-            elif os.path.isdir(os.path.join(self.path, name)):
-                try:
-                    sub = os.listdir(os.path.join(self.path, name))
-                except OSError:
-                    continue
-                candidates += [f"{name}/{s}" for s in sub if SPECULATORS_RE.match(s)]
-                temps += sum(1 for s in sub if layout.is_temporary(s))
-        seen = set()
-        rows = nbytes = tokens = 0
-        tokens_known = True
-        for rel in candidates:
-            full = os.path.join(self.path, rel)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            cached = self._spec_files.get(rel)
-            if cached is None or cached[:2] != (st.st_size, st.st_mtime_ns):
-                cached = (st.st_size, st.st_mtime_ns, safetensors_tokens(full))
-                self._spec_files[rel] = cached
-            seen.add(rel)
-            rows += 1
-            nbytes += st.st_size
-            if cached[2] is None:
-                tokens_known = False
-            else:
-                tokens += cached[2]
-        for rel in set(self._spec_files) - seen:
-            del self._spec_files[rel]
         snap = self._empty(True, None)
-        if rows or temps:
-            snap.update(
-                layout="speculators",
-                chunks_complete=rows,
-                rows=rows,
-                bytes=nbytes,
-                tokens=tokens if tokens_known else None,
-                temp_files=temps,
-            )
+        found = self._speculators.count(names)
+        if found is not None:
+            snap.update(layout="speculators", chunks_complete=found.rows, rows=found.rows, bytes=found.bytes,
+                        tokens=found.tokens, temp_files=found.temp_files)
         return snap
 
     def _publish(self, snap: dict[str, Any]) -> None:
