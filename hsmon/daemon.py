@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon import config as cfgmod
-from hsmon import verify_watch
+from hsmon import job_flags, verify_watch
 from hsmon.contracts.layout import atomic_write
 
 log = logging.getLogger("hsmon.daemon")
@@ -33,7 +33,7 @@ MAX_BODY = 64 * 1024
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="hsmon.toml with [daemon] and [[job]] tables")
-    cfgmod.add_job_arguments(parser)
+    job_flags.add_job_arguments(parser)
     verify_watch.add_arguments(parser)
     parser.add_argument("--host", default=None, help=f"address to bind (default {cfgmod.DEFAULT_HOST})")
     parser.add_argument(
@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
     """Merge the TOML file and flags (flags win)."""
     cfg = cfgmod.load_toml(args.config) if args.config else cfgmod.DaemonConfig()
-    job = cfgmod.job_from_args(args)
+    job = job_flags.job_from_args(args)
     try:
         verify = verify_watch.spec_from_args(args)
     except ValueError as exc:

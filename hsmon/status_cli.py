@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hsmon import config as cfgmod
+from hsmon import job_flags
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
 
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", action="append", help=f"a running daemon (e.g. {DEFAULT_URL}); default "
                         "without path options. Several (one per host): their jobs in one table")
     parser.add_argument("--config", metavar="FILE", help="hsmon.toml: read every job in it without a daemon")
-    cfgmod.add_job_arguments(parser)
+    job_flags.add_job_arguments(parser)
     parser.add_argument(
         "--sample",
         type=float,
@@ -281,11 +282,11 @@ def run_many(urls: list[str], as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     urls = args.url or []
-    if len(urls) > 1 and not (args.config or cfgmod.job_from_args(args)):
+    if len(urls) > 1 and not (args.config or job_flags.job_from_args(args)):
         return run_many(urls, args.json)
     args.url = urls[0] if urls else None
     try:
-        job = cfgmod.job_from_args(args)
+        job = job_flags.job_from_args(args)
         jobs = cfgmod.load_toml(args.config).jobs if args.config else []
         if job is not None:
             jobs.append(job)

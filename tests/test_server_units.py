@@ -234,7 +234,8 @@ def test_replay_an_immediate_503_on_an_idle_server_reads_hung_after_the_timeout(
 def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):
     import argparse
 
-    from hsmon.config import ConfigError, add_job_arguments, job_from_args, load_toml
+    from hsmon.config import ConfigError, load_toml
+    from hsmon.job_flags import add_job_arguments, job_from_args
 
     parser = argparse.ArgumentParser()
     add_job_arguments(parser)

@@ -23,17 +23,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="show a saved `hsmon status --json` document instead of live sources")
     local = parser.add_argument_group("in-process trackers (when no daemon runs; as for `hsmon daemon`)")
     local.add_argument("--config", default=None, help="a hsmon.toml with [[job]] tables")
-    from hsmon.config import add_job_arguments
+    from hsmon.job_flags import add_job_arguments
 
     add_job_arguments(local)
 
 
 def local_job_configs(args: argparse.Namespace) -> list[Any]:
     """JobConfigs from --config and the path options, built the way `hsmon daemon` builds them."""
-    from hsmon import config
+    from hsmon import config, job_flags
 
     jobs = list(config.load_toml(args.config).jobs) if args.config else []
-    job = config.job_from_args(args)
+    job = job_flags.job_from_args(args)
     if job is not None:
         jobs.append(job)
     return jobs
