@@ -72,6 +72,7 @@ class ProgressTracker:
         return len(new)
 
     def _apply(self, e: dict[str, Any]) -> None:
+        """Take one event into the counters (the kind decides which)."""
         kind = e["kind"]
         ts = ev.event_number(e, "ts") or time.time()
         self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
@@ -80,65 +81,16 @@ class ProgressTracker:
             self.recent.append(e)
         if isinstance(e.get("job"), str):
             self.job_id = e["job"]
-        before = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
-                  self.log_lines)
+        before = self._progress_key()
         by_reason = clean_counts(e.get("rejects_by_reason"))
         if by_reason is not None:  # start, heartbeat, done ... carry the run's own count
             self.rejects_by_reason = by_reason
         elif kind == ev.START:
             self.rejects_by_reason = {}
         if kind == ev.START:
-            self.started, self.start_ts = True, ts
-            self.terminal_kind = self.terminal_ts = self.paused_reason = None
-            pid = e.get("pid")
-            self.pid = pid if isinstance(pid, int) else None
-            runner = e.get("runner_pid")
-            self.runner_pid = runner if isinstance(runner, int) else None
-            self.log_path = e.get("log") if isinstance(e.get("log"), str) else None
-            self.log_lines = 0
-            urls = e.get("urls")
-            if isinstance(urls, list):
-                self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
-            for attr, keys in (
-                ("rows_done", ("rows_done",)),
-                ("tokens_done", ("tokens_done",)),
-                ("rejects", ("rejects",)),
-                ("rows_total", ("rows_total", "total_rows")),
-                ("tokens_total", ("tokens_total", "total_tokens")),
-                ("chunks_total", ("chunks_total", "total_chunks")),
-            ):
-                value = ev.event_number(e, *keys)
-                if value is not None:
-                    setattr(self, attr, int(value))
+            self._on_start(e, ts)
         elif kind in (ev.ROW, ev.ROWS, ev.HEARTBEAT, ev.CHUNK):
-            rows = ev.event_number(e, "rows_done")
-            tokens = ev.event_number(e, "tokens_done")
-            if kind == ev.ROW and rows is None:
-                self.rows_done += 1
-                self.tokens_done += int(ev.event_number(e, "tokens") or 0)
-            elif kind == ev.ROWS and rows is None:
-                self.rows_done += int(ev.event_number(e, "rows", "count") or 0)
-                self.tokens_done += int(ev.event_number(e, "tokens") or 0)
-            if rows is not None:
-                self.rows_done = int(rows)
-            if tokens is not None:
-                self.tokens_done = int(tokens)
-            chunks = ev.event_number(e, "chunks_done")
-            if kind == ev.CHUNK:
-                self.chunks_done = int(chunks) if chunks is not None else self.chunks_done + 1
-                self.bytes_done += int(ev.event_number(e, "bytes") or 0)
-            elif chunks is not None:
-                self.chunks_done = int(chunks)
-            log_lines = ev.event_number(e, "log_lines")
-            if log_lines is not None:
-                self.log_lines = int(log_lines)
-            rejects = ev.event_number(e, "rejects")
-            if rejects is not None:
-                self.rejects = int(rejects)
-            for attr, key in (("rows_total", "rows_total"), ("tokens_total", "tokens_total")):
-                value = ev.event_number(e, key)
-                if value is not None:
-                    setattr(self, attr, int(value))
+            self._on_counts(kind, e)
         elif kind == ev.REJECT:
             self.rejects += 1
             key = e.get("reason_class")
@@ -154,50 +106,108 @@ class ProgressTracker:
         elif kind == ev.ERROR:
             self.last_error = str(e.get("message") or e.get("error") or "error")[:300]
         elif kind in (ev.STEP, ev.CHECKPOINT, ev.EVAL):
-            training = self.training or {
-                "step": None,
-                "epoch": None,
-                "loss": None,
-                "acc": None,
-                "tokens_per_s": None,
-                "last_checkpoint": None,
-                "eta_s": None,
-            }
-            if kind == ev.STEP:
-                for key in ("step", "epoch", "total_steps", "lr", "grad_norm", "data_wait_frac"):
-                    if key in e:
-                        training[key] = e[key]
-                # per-unroll-step lists (hsmon train: losses/accs; loss is then the weighted sum)
-                training["loss"] = e.get("losses", e.get("loss", training.get("loss")))
-                training["acc"] = e.get("accs", e.get("acc", training.get("acc")))
-                if "loss" in e and "losses" in e:
-                    training["loss_weighted"] = e["loss"]
-                rate = ev.event_number(e, "tokens_per_s", "tokens_s")
-                if rate is not None:
-                    training["tokens_per_s"] = rate
-                tokens = ev.event_number(e, "tokens_done", "tokens")  # cumulative, as hsmon train writes it
-                if tokens is not None:
-                    self.tokens_done = int(tokens)
-                step = ev.event_number(e, "step")
-                if step is not None:
-                    self._steps_rate.add(ts, step)
-                    total, per_s = ev.event_number(e, "total_steps"), self._steps_rate.rate()
-                    training["eta_s"] = (
-                        (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
-                    )
-            elif kind == ev.CHECKPOINT:
-                training["last_checkpoint"] = e.get("path") or e.get("dir")
-                self.last_progress_ts = ts
-            else:
-                training["eval"] = {k: v for k, v in e.items() if k not in ("v", "ts", "job", "kind")}
-            self.training = training
-        after = (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
-                 self.log_lines)
-        if after != before:
+            self._on_training(kind, e, ts)
+        if self._progress_key() != before:
             self.last_progress_ts = ts
             self._rows_rate.add(ts, self.rows_done)
             self._tokens_rate.add(ts, self.tokens_done)
             self._bytes_rate.add(ts, self.bytes_done)
+
+    def _progress_key(self) -> tuple[Any, ...]:
+        """What counts as progress: any of these moving."""
+        return (self.rows_done, self.tokens_done, self.chunks_done, (self.training or {}).get("step"),
+                self.log_lines)
+
+    def _on_start(self, e: dict[str, Any], ts: float) -> None:
+        self.started, self.start_ts = True, ts
+        self.terminal_kind = self.terminal_ts = self.paused_reason = None
+        pid = e.get("pid")
+        self.pid = pid if isinstance(pid, int) else None
+        runner = e.get("runner_pid")
+        self.runner_pid = runner if isinstance(runner, int) else None
+        self.log_path = e.get("log") if isinstance(e.get("log"), str) else None
+        self.log_lines = 0
+        urls = e.get("urls")
+        if isinstance(urls, list):
+            self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
+        for attr, keys in (
+            ("rows_done", ("rows_done",)),
+            ("tokens_done", ("tokens_done",)),
+            ("rejects", ("rejects",)),
+            ("rows_total", ("rows_total", "total_rows")),
+            ("tokens_total", ("tokens_total", "total_tokens")),
+            ("chunks_total", ("chunks_total", "total_chunks")),
+        ):
+            value = ev.event_number(e, *keys)
+            if value is not None:
+                setattr(self, attr, int(value))
+
+    def _on_counts(self, kind: str, e: dict[str, Any]) -> None:
+        """row, rows, heartbeat and chunk events: cumulative counts, or increments."""
+        rows = ev.event_number(e, "rows_done")
+        tokens = ev.event_number(e, "tokens_done")
+        if kind == ev.ROW and rows is None:
+            self.rows_done += 1
+            self.tokens_done += int(ev.event_number(e, "tokens") or 0)
+        elif kind == ev.ROWS and rows is None:
+            self.rows_done += int(ev.event_number(e, "rows", "count") or 0)
+            self.tokens_done += int(ev.event_number(e, "tokens") or 0)
+        if rows is not None:
+            self.rows_done = int(rows)
+        if tokens is not None:
+            self.tokens_done = int(tokens)
+        chunks = ev.event_number(e, "chunks_done")
+        if kind == ev.CHUNK:
+            self.chunks_done = int(chunks) if chunks is not None else self.chunks_done + 1
+            self.bytes_done += int(ev.event_number(e, "bytes") or 0)
+        elif chunks is not None:
+            self.chunks_done = int(chunks)
+        for attr, key in (("log_lines", "log_lines"), ("rejects", "rejects"), ("rows_total", "rows_total"),
+                          ("tokens_total", "tokens_total")):
+            value = ev.event_number(e, key)
+            if value is not None:
+                setattr(self, attr, int(value))
+
+    def _on_training(self, kind: str, e: dict[str, Any], ts: float) -> None:
+        """step, checkpoint and eval events: the ``training`` section."""
+        training = self.training or {
+            "step": None,
+            "epoch": None,
+            "loss": None,
+            "acc": None,
+            "tokens_per_s": None,
+            "last_checkpoint": None,
+            "eta_s": None,
+        }
+        if kind == ev.STEP:
+            self._on_step(e, ts, training)
+        elif kind == ev.CHECKPOINT:
+            training["last_checkpoint"] = e.get("path") or e.get("dir")
+            self.last_progress_ts = ts
+        else:
+            training["eval"] = {k: v for k, v in e.items() if k not in ("v", "ts", "job", "kind")}
+        self.training = training
+
+    def _on_step(self, e: dict[str, Any], ts: float, training: dict[str, Any]) -> None:
+        for key in ("step", "epoch", "total_steps", "lr", "grad_norm", "data_wait_frac"):
+            if key in e:
+                training[key] = e[key]
+        # per-unroll-step lists (hsmon train: losses/accs; loss is then the weighted sum)
+        training["loss"] = e.get("losses", e.get("loss", training.get("loss")))
+        training["acc"] = e.get("accs", e.get("acc", training.get("acc")))
+        if "loss" in e and "losses" in e:
+            training["loss_weighted"] = e["loss"]
+        rate = ev.event_number(e, "tokens_per_s", "tokens_s")
+        if rate is not None:
+            training["tokens_per_s"] = rate
+        tokens = ev.event_number(e, "tokens_done", "tokens")  # cumulative, as hsmon train writes it
+        if tokens is not None:
+            self.tokens_done = int(tokens)
+        step = ev.event_number(e, "step")
+        if step is not None:
+            self._steps_rate.add(ts, step)
+            total, per_s = ev.event_number(e, "total_steps"), self._steps_rate.rate()
+            training["eta_s"] = (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """The ``events`` and ``progress`` sections, and ``training`` (None when not a training)."""
