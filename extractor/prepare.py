@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,26 +92,7 @@ class Prepared:
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Check options and inputs, scan the dataset, read what is already done."""
-    data = Path(args.data)
-    if not data.is_file():
-        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
-    if not any(True for _ in ds.iter_lines(data)):
-        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
-    try:
-        shard = Shard.parse(args.shard)
-        min_free = parse_size(args.min_free)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.chunk_size < 1 or args.batch_tokens < 1:
-        raise UsageError("--chunk-size and --batch-tokens must be at least 1")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
-    if args.events and not Path(args.events).absolute().parent.is_dir():
-        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
-    try:
-        check_model_arg(args.model, "--model")
-    except ModelUnavailable as exc:
-        raise UsageError(str(exc)) from None
+    data, shard, min_free = _check_arguments(args)
 
     import torch
     from transformers import AutoConfig, AutoTokenizer
@@ -133,9 +115,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
-    name = out.resolve().name  # an output directory named extract… is not called extract-extract…
-    job = args.job or (name if name.startswith("extract") else f"extract-{name}") + (
-        f"-shard{shard.index}of{shard.count}" if shard.count > 1 else "")
+    job = args.job or _job_name(out, shard)
     sglang_options = None
     if sglang:  # the servers decide how long a row may be: asked before the dataset is read
         from extractor.backends.sglang import options
@@ -169,15 +149,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
     check_resume(out, manifest_path, settings)
     if cached:  # after the checks: a refused command says one line
         log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
-    reasons = RejectReasons()
-    manifest = (read_manifest(out, manifest_path.name, keep_open_rows=True, accumulators=[reasons])
-                if manifest_path.exists() else Manifest(keep_open_rows=True))
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
-    book = resume_book(scan, manifest, lambda length: row_bytes(length, hidden, len(layers), element),
-                       reasons.reasons)
-    if len(book.done) != len(manifest.rows):  # rows the dataset no longer has: count only the others
-        book.done_bytes = sum(int(r.get("bytes", 0)) for r in read_row_records(
-            out, book.done, manifest_path.name).values())
+    manifest, book = _read_done(out, manifest_path, scan,
+                                lambda length: row_bytes(length, hidden, len(layers), element))
     probe = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
     free = shutil.disk_usage(probe).free
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
@@ -193,6 +167,52 @@ def prepare(args: argparse.Namespace) -> Prepared:
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
     return prep
+
+
+def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
+    """The checks that need no model: (dataset path, shard, --min-free in bytes); raises UsageError."""
+    data = Path(args.data)
+    if not data.is_file():
+        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
+    if not any(True for _ in ds.iter_lines(data)):
+        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
+    try:
+        shard = Shard.parse(args.shard)
+        min_free = parse_size(args.min_free)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.chunk_size < 1 or args.batch_tokens < 1:
+        raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
+    if args.events and not Path(args.events).absolute().parent.is_dir():
+        raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
+    try:
+        check_model_arg(args.model, "--model")
+    except ModelUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    return data, shard, min_free
+
+
+def _job_name(out: Path, shard: Shard) -> str:
+    """extract-<output dir name>[-shardIofN]; an output directory named extract… keeps its name
+    (not extract-extract…)."""
+    name = out.resolve().name
+    base = name if name.startswith("extract") else f"extract-{name}"
+    return base + (f"-shard{shard.index}of{shard.count}" if shard.count > 1 else "")
+
+
+def _read_done(out: Path, manifest_path: Path, scan: ds.ScanResult,
+               bytes_of: Callable[[int], int]) -> tuple[Manifest, ResumeBook]:
+    """The manifest read so far and the resume book (rows done, their tokens and bytes, rows left)."""
+    reasons = RejectReasons()
+    manifest = (read_manifest(out, manifest_path.name, keep_open_rows=True, accumulators=[reasons])
+                if manifest_path.exists() else Manifest(keep_open_rows=True))
+    book = resume_book(scan, manifest, bytes_of, reasons.reasons)
+    if len(book.done) != len(manifest.rows):  # rows the dataset no longer has: count only the others
+        book.done_bytes = sum(int(r.get("bytes", 0)) for r in read_row_records(
+            out, book.done, manifest_path.name).values())
+    return manifest, book
 
 
 class ScanLog:
