@@ -108,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"cannot start the {backend_name} backend: {type(exc).__name__}: {exc}")
     from extractor.backends.base import RowRejected
 
-    per_layer: dict[str, dict[str, float]] = {}
     try:
         fresh = backend.extract([stored_rows[r]["input_ids"].tolist() for r in sample], rows=sample)
         refused = [(r, s.reason) for r, s in zip(sample, fresh, strict=True) if isinstance(s, RowRejected)]
@@ -119,8 +118,29 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         backend.close()
+    per_layer = _compare_rows(sample, stored_rows, fresh, layers)
+    results = {name: {**s, "ok": verdict(s, dtype)} for name, s in per_layer.items()}
+    agree = all(r["ok"] for r in results.values())
+    cos_tol, rel_tol = TOLERANCES.get(dtype, TOLERANCES["bfloat16"])
+    report = {"out": str(out), "against": args.against or [f"hf:{model}"], "rows": sample, "dtype": dtype,
+              "tolerance": {"cos_min": cos_tol, "max_abs_diff_rel": rel_tol}, "layers": results,
+              "verdict": "agree" if agree else "disagree", "chunk": args.chunk,
+              "worst_cosine": min(r["cos_min"] for r in results.values()),
+              "max_abs_diff": max(r["max_abs_diff"] for r in results.values()),
+              "differ": [n for n, r in results.items() if not r["ok"]]}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_report(report, results, len(sample))
+    return 0 if agree else 1
+
+
+def _compare_rows(sample: list[int], stored_rows: dict[int, Any], fresh: list[Any],
+                  layers: list[int]) -> dict[str, dict[str, float]]:
+    """Per layer ("final" and each capture point), the worst of the rows' comparisons."""
     hidden = next(iter(stored_rows.values()))["hidden_state"].shape[-1]
     names = ["final", *[str(p) for p in layers]]
+    per_layer: dict[str, dict[str, float]] = {}
     for row, states in zip(sample, fresh, strict=True):
         stored = stored_rows[row]
         pairs = [(stored["hidden_state"][0], states.hidden_state)]
@@ -137,31 +157,23 @@ def run(args: argparse.Namespace) -> int:
                 old["cos_mean"] = min(old["cos_mean"], stats["cos_mean"])
                 old["max_abs_diff"] = max(old["max_abs_diff"], stats["max_abs_diff"])
                 old["max_abs"] = max(old["max_abs"], stats["max_abs"])
-    results = {name: {**s, "ok": verdict(s, dtype)} for name, s in per_layer.items()}
-    agree = all(r["ok"] for r in results.values())
-    cos_tol, rel_tol = TOLERANCES.get(dtype, TOLERANCES["bfloat16"])
-    report = {"out": str(out), "against": args.against or [f"hf:{model}"], "rows": sample, "dtype": dtype,
-              "tolerance": {"cos_min": cos_tol, "max_abs_diff_rel": rel_tol}, "layers": results,
-              "verdict": "agree" if agree else "disagree", "chunk": args.chunk,
-              "worst_cosine": min(r["cos_min"] for r in results.values()),
-              "max_abs_diff": max(r["max_abs_diff"] for r in results.values()),
-              "differ": [n for n, r in results.items() if not r["ok"]]}
-    if args.json:
-        print(json.dumps(report))
+    return per_layer
+
+
+def _print_report(report: dict[str, Any], results: dict[str, dict[str, Any]], rows: int) -> None:
+    dtype, out = report["dtype"], report["out"]
+    cos_tol, rel_tol = report["tolerance"]["cos_min"], report["tolerance"]["max_abs_diff_rel"]
+    for name, r in results.items():
+        print(f"layer {name:>6}: cosine min {r['cos_min']:.6f} mean {r['cos_mean']:.6f}, max abs diff "
+              f"{r['max_abs_diff']:.3g} (max |x| {r['max_abs']:.3g}): {'ok' if r['ok'] else 'DIFFERS'}")
+    where = ", ".join(report["against"])
+    if report["verdict"] == "agree":
+        print(f"verify-data: AGREE: {rows} rows of {out} re-extracted by {where} match ({dtype} "
+              f"tolerances: cosine >= {cos_tol}, max abs diff <= {rel_tol} x max |x|)")
     else:
-        for name, r in results.items():
-            print(f"layer {name:>6}: cosine min {r['cos_min']:.6f} mean {r['cos_mean']:.6f}, max abs diff "
-                  f"{r['max_abs_diff']:.3g} (max |x| {r['max_abs']:.3g}): {'ok' if r['ok'] else 'DIFFERS'}")
-        where = ", ".join(report["against"])
-        if agree:
-            print(f"verify-data: AGREE: {len(sample)} rows of {out} re-extracted by {where} match ({dtype} "
-                  f"tolerances: cosine >= {cos_tol}, max abs diff <= {rel_tol} x max |x|)")
-        else:
-            bad = [n for n, r in results.items() if not r["ok"]]
-            print(f"verify-data: DISAGREE: layers {', '.join(bad)} of {len(sample)} rows differ from "
-                  f"{where}: the data was made by another engine, model revision, dtype or layers; "
-                  "do not train on it for this server (re-extract against it)")
-    return 0 if agree else 1
+        print(f"verify-data: DISAGREE: layers {', '.join(report['differ'])} of {rows} rows differ from "
+              f"{where}: the data was made by another engine, model revision, dtype or layers; "
+              "do not train on it for this server (re-extract against it)")
 
 
 def _backend(name: str, args: argparse.Namespace, model: Path, layers: list[int], dtype: str,
