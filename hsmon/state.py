@@ -153,7 +153,6 @@ def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decisio
 def decide(snap: Snapshot) -> Decision:
     """The job's state, a one-line reason, and hints."""
     hints = hints_for(snap)
-    now, stall = snap.now, snap.stall_after
 
     if snap.terminal_kind is not None:
         if snap.terminal_kind == "done":
@@ -163,6 +162,19 @@ def decide(snap: Snapshot) -> Decision:
     if ending is not None:
         return Decision("done", ending, hints)
 
+    gone = _process_verdict(snap, hints)
+    if gone is not None:
+        return gone
+    hints += engine_hints(snap)
+    blame = server_blame(snap)
+    if snap.paused_reason is not None:
+        why = f"the job paused itself (reason: {snap.paused_reason})"
+        return Decision("paused", f"{why}; {blame}" if blame else why, hints)
+    return _activity_verdict(snap, hints, blame)
+
+
+def _process_verdict(snap: Snapshot, hints: list[Hint]) -> Decision | None:
+    """dead or starting when the job's watched main process is gone; None while it lives."""
     main = snap.processes[0] if snap.processes else None
     gone = main is not None and not (main.alive and main.status != "zombie")
     # a process started by `hsmon run` is not judged while hsmon run is still recording its end
@@ -197,14 +209,12 @@ def decide(snap: Snapshot) -> Decision:
         return Decision(
             "starting", f"waiting for the {main.role} process ({main.cmdline or 'not found yet'})", hints
         )
+    return None
 
 
-    hints += engine_hints(snap)
-    blame = server_blame(snap)
-    if snap.paused_reason is not None:
-        why = f"the job paused itself (reason: {snap.paused_reason})"
-        return Decision("paused", f"{why}; {blame}" if blame else why, hints)
-
+def _activity_verdict(snap: Snapshot, hints: list[Hint], blame: str | None) -> Decision:
+    """running, silent, starting, quiet or stalled, from how long ago each signal last moved."""
+    now, stall = snap.now, snap.stall_after
     progress_age = age(now, snap.last_progress_ts)
     work_age = age(now, snap.last_work_ts)
     busy_age = age(now, snap.last_busy_ts)
