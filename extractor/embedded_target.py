@@ -154,7 +154,13 @@ def build_target(
         python_version=sys.version.split()[0],
         num_threads=num_threads,
     )
-    out_dir = Path(out_dir)
+    _save(model, tokenizer, spec, result, Path(out_dir), began)
+    return result
+
+
+def _save(model: Any, tokenizer: Any, spec: TargetSpec, result: BuildResult, out_dir: Path,
+          began: float) -> None:
+    """Write the model, its tokenizer and BUILD_INFO to a staging folder, then replace ``out_dir``."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
@@ -173,7 +179,6 @@ def build_target(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return result
 
 
 def _prefix_by_chars(texts: Sequence[str], max_chars: int) -> Iterator[str]:
