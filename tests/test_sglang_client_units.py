@@ -227,3 +227,34 @@ def test_reject_reasons_are_classed_and_summed_up_for_a_person():
     assert summary(counts) == ("1 row with a token id outside the vocabulary; 2 rows refused by the server: "
                                "input longer than context")
     assert short_summary(counts) == "1 vocabulary, 2 server: too long" and summary({}) == ""
+
+
+def test_a_success_while_the_pause_begins_leaves_the_run_unpaused():
+    # The last server fails on one thread while another request on it succeeds. The pause is
+    # decided and begun under the pool's lock, so the success either comes first (no pause) or
+    # after (it ends the pause): the run is never left paused with a server that answers. The
+    # interleaving is forced: the pause's begin waits (up to 0.5 s) for the success to happen.
+    events, _ = writer()
+    progress = Progress()
+    pool = ServerPool(["http://a"], events, progress, threading.Event())
+    real_begin = pool._pause.begin
+    success_started, success_done = threading.Event(), threading.Event()
+
+    def slow_begin(*args, **kwargs):
+        success_started.set()
+        success_done.wait(0.5)  # with the fix, the success waits for this lock: the wait times out
+        return real_begin(*args, **kwargs)
+
+    pool._pause.begin = slow_begin
+
+    def succeed():
+        success_started.wait(5)
+        pool.succeeded("http://a")
+        success_done.set()
+
+    thread = threading.Thread(target=succeed)
+    thread.start()
+    pool.failed("http://a", "HTTP 503")
+    thread.join(5)
+    assert not pool._pause.active and progress.paused is None
+    assert pool.acquire() == "http://a"

@@ -87,12 +87,12 @@ class ServerPool:
 
     def succeeded(self, url: str) -> None:
         """A request on ``url`` worked: the server is up; resume if the run was paused."""
-        with self._lock:
+        with self._lock:  # held while resuming: a pause decided meanwhile would outlive this success
             state = self._state[url]
             state.down_since = None
             state.served += 1
             self._failing_since = None
-        self._pause.end(f"{url} answers", url=url)
+            self._pause.end(f"{url} answers", url=url)
 
     def row_failed(self, url: str, row: int, error: str, attempt: int) -> None:
         """One row failed on a server that answers other requests: a ``retry`` event (reason
@@ -118,15 +118,16 @@ class ServerPool:
             failing = now - self._failing_since
             if now - state.last_retry_event >= 1.0:
                 state.last_retry_event, emit_retry = now, True
-            all_down = all(s.down_since is not None for s in self._state.values())
-            down = [u for u, s in self._state.items() if s.down_since is not None]
+            retries = self.retries
         if emit_retry:
-            self.events.emit(ev.RETRY, reason="server", url=url, error=error, retries=self.retries)
-        if all_down:
-            self._pause.begin(f"no SGLang server answers ({', '.join(down)}; last: {error})",
-                              f"one to answer (gives up after {self.give_up_s:g}s without any)",
-                              f"with backoff, at most every {BACKOFF_CAP_S:g}s",
-                              url=url, urls=down, error=error)
+            self.events.emit(ev.RETRY, reason="server", url=url, error=error, retries=retries)
+        with self._lock:  # decided and begun under the lock: a success cannot slip in between
+            down = [u for u, s in self._state.items() if s.down_since is not None]
+            if len(down) == len(self._state):
+                self._pause.begin(f"no SGLang server answers ({', '.join(down)}; last: {error})",
+                                  f"one to answer (gives up after {self.give_up_s:g}s without any)",
+                                  f"with backoff, at most every {BACKOFF_CAP_S:g}s",
+                                  url=url, urls=down, error=error)
         if failing > self.give_up_s:
             raise GiveUp(f"no SGLang server answered for {failing:.0f} s (last: {url}: {error}); check the "
                          f"server(s), then run the same command to resume (--give-up-after sets this limit)")
