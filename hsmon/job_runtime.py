@@ -1,7 +1,8 @@
 """One watched job: its trackers, its activity clocks, its snapshot for ``decide`` and its state.
 
-The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` and
-``apply_decision`` on each tick; everything here runs on that one thread.
+The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` on each tick;
+everything here runs on that one thread. ``doc`` is the job's typed status (hsmon.status_doc),
+built in one step after the decision (hsmon/job_document.py) and published whole.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.contracts import events as ev
+from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.status_doc import JobStatus, OutputSection
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -69,8 +72,7 @@ class JobRuntime:
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
-        self.doc: dict[str, Any] = {}
-        self._next_doc: dict[str, Any] = {}
+        self.doc: JobStatus | None = None  # None until the first tick measured the job
         self.decision: Decision | None = None
 
     # -- measuring ----------------------------------------------------------------------------
@@ -181,10 +183,12 @@ class JobRuntime:
         return not self.dump.exists or inode != self.dump.dir_inode
 
     def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True,
-               background: bool = False) -> None:
-        """Poll everything due, decide the state, and rebuild the cached document. With
-        ``background``, a large manifest is read on a thread: until it is read the job's document
-        says so and nothing is decided (the figures are not known yet)."""
+               background: bool = False) -> str | None:
+        """Poll everything due, decide the state, move to it, and publish the job's status built
+        from the trackers' sections and the decision. Returns the previous state when it changed
+        ("none" for the first), else None. With ``background``, a large manifest is read on a
+        thread: until it is read the job's status says so and nothing is decided (the figures are
+        not known yet)."""
         guard, job = self.errors.guard, self.cfg.name
         if self.progress is not None:
             guard("progress", self.progress.poll, None, job)
@@ -204,7 +208,7 @@ class JobRuntime:
             guard("output_dir", lambda: output.scan(background), None, job)
             if self.output.reading is not None:
                 self._publish_reading(now)
-                return
+                return None
         if self.dump is not None:
             self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
@@ -234,32 +238,42 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        self._next_doc = {
-            "job": self.cfg.name,
-            "kind": self.cfg.kind,
-            "state": self.state or self.decision.state,
-            "state_since_ts": self.state_since_ts,
-            "reason": self.decision.reason,
-            "hints": [h.as_dict() for h in self.decision.hints],
-            "transitions_total": self.transitions_total,
-            "state_history": list(self.state_events),
-            "stall_after_s": self.cfg.stall_after,
-            "last_work_ts": self.last_work_ts,
-            "last_busy_ts": self.last_busy_ts,
-            "progress": progress,
-            "dump": dump,
-            "output": out,
-            "disk": disks,
-            "processes": procs,
-            "events": prog["events"] if prog else None,
-            "recent_events": sorted(
-                (prog["recent_events"] if prog else []) + list(self.state_events),
-                key=lambda e: e.get("ts") or 0,
-            )[-20:],
-            "training": prog["training"] if prog else None,
-            "servers": [t.snapshot(now) for t in self.servers],
-            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
-        }
+        previous = self._move_to(self.decision, now)
+        sections = Sections(
+            progress=progress,
+            dump=dump,
+            output=out,
+            disk=disks,
+            processes=procs,
+            events=prog["events"] if prog else None,
+            recent_events=prog["recent_events"] if prog else [],
+            training=prog["training"] if prog else None,
+            servers=[t.snapshot(now) for t in self.servers],
+            gpu_indices=snap.gpu_indices,
+            gpu_idle_since_ts=snap.gpu_idle_since_ts,
+        )
+        self.doc = job_status(self.cfg, self._job_state(self.decision), sections)  # published whole
+        return previous
+
+    def _job_state(self, decision: Decision) -> JobState:
+        return JobState(
+            state=decision.state,
+            since_ts=self.state_since_ts,
+            reason=decision.reason,
+            hints=decision.hints,
+            transitions_total=self.transitions_total,
+            state_events=list(self.state_events),
+            last_work_ts=self.last_work_ts,
+            last_busy_ts=self.last_busy_ts,
+        )
+
+    def status(self, now: float) -> JobStatus:
+        """The job's status with its dump directory and servers read now (a hung server shows at
+        the next request, not the next tick)."""
+        doc = self.doc if self.doc is not None else not_measured(self.cfg, self.watch_start_ts)
+        dump = self.dump.snapshot(now) if self.dump is not None else None
+        servers = [t.snapshot(now) for t in self.servers] if self.servers else None
+        return with_live(doc, dump, servers)
 
     def _disks(
         self,
@@ -374,8 +388,10 @@ class JobRuntime:
             out["data"] = {**data, "verify": self.verify.result.as_dict()}
 
     def _publish_reading(self, now: float) -> None:
-        """The job's document while its output's manifest is read: the state it had (starting at
+        """The job's status while its output's manifest is read: the state it had (starting at
         first), the reading's progress as the reason, the output section saying how far."""
+        import msgspec
+
         from hsmon.contracts.units import format_bytes
 
         assert self.output is not None
@@ -384,45 +400,30 @@ class JobRuntime:
         done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
-        self._next_doc = {
-            **(self.doc or {"hints": [], "transitions_total": 0, "state_history": [], "recent_events": []}),
-            "job": self.cfg.name,
-            "kind": self.cfg.kind,
-            "state": self.state or "starting",
-            "state_since_ts": self.state_since_ts,
-            "reason": f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
-                      f"{format_bytes(total)}{pct}",
-            "output": out,
-        }
+        base = self.doc if self.doc is not None else not_measured(self.cfg, self.state_since_ts)
+        self.doc = msgspec.structs.replace(
+            base,
+            state=self.state or "starting",
+            state_since_ts=self.state_since_ts,
+            reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
+                   f"{format_bytes(total)}{pct}",
+            output=msgspec.convert(out, OutputSection),
+        )
 
-    def apply_decision(self, now: float) -> str | None:
-        """Move to the decided state; returns the previous state when it changed (None while
-        there is nothing to decide: the output's manifest is being read)."""
-        if self.decision is None:
-            self.doc = self._next_doc
-            return None
-        new = self.decision.state
-        self.reason = self.decision.reason
-        doc = self._next_doc
+    def _move_to(self, decision: Decision, now: float) -> str | None:
+        """Move to the decided state; returns the previous state when it changed ("none" for the
+        first state), else None."""
+        new = decision.state
+        self.reason = decision.reason
         if new == self.state:
-            doc.update(state=new, state_since_ts=self.state_since_ts)
-            self.doc = doc  # published whole: readers never see a half-built document
             return None
         previous, self.state, self.state_since_ts = self.state, new, now
         self.transitions_total += 1
         self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
         event = ev.make_event(
-            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=self.decision.reason
+            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=decision.reason
         )
         self.state_events.append(event)
-        doc.update(
-            state=new,
-            state_since_ts=now,
-            transitions_total=self.transitions_total,
-            state_history=list(self.state_events),
-            recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
-        )
-        self.doc = doc
         return previous or "none"
 
 
