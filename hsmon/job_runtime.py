@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from typing import Any
 
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.contracts import events as ev
+from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
@@ -30,10 +30,6 @@ from hsmon.trackers.server import ServerTracker
 from hsmon.verify_watch import VerifyWatch
 
 log = logging.getLogger("hsmon.monitor")
-
-# Below these a process counts as idle (a heartbeat thread, a log line now and then).
-BUSY_CPU_FRACTION = 0.02
-BUSY_IO_BYTES_PER_S = 16 * 1024
 
 
 class JobRuntime:
@@ -60,11 +56,7 @@ class JobRuntime:
         self.transitions_total = 0
         self.transitions_by_state: dict[str, int] = {}
         self.state_events: deque[dict[str, Any]] = deque(maxlen=20)
-        self.last_work_ts: float | None = None
-        self.last_busy_ts: float | None = None
-        self._work_marks: tuple[Any, ...] | None = None
-        self._last_look_ts: float | None = None
-        self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
+        self.activity = ActivityClocks()
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
         self.ending = EndingWatch()
@@ -128,50 +120,19 @@ class JobRuntime:
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
     ) -> None:
-        marks = (
-            dump and (dump["created_total"], dump["consumed_total"]),
-            out and (out["rows"], out["bytes"], out["temp_files"], out["chunks_complete"]),
-        )
-        if self._work_marks is None:
-            # first look: the files' own times say when work last happened before we watched
-            times = [
-                t
-                for t in (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
-                if t
-            ]
-            self.last_work_ts = min(max(times), now) if times else None
-        elif marks != self._work_marks:
-            # it moved somewhere since the previous look: credit that look's time (as for CPU)
-            since = self._last_look_ts if self._last_look_ts is not None else now
-            self.last_work_ts = max(self.last_work_ts or 0.0, since)
-        self._work_marks = marks
-        self._last_look_ts = now
-        change = self.dump.last_change_ts if self.dump is not None else None
-        if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
-            self.last_work_ts = change  # an event's time: finer than the tick
-        mono = time.monotonic()
-        for proc in procs:
-            if not proc["alive"] or proc["pid"] is None or proc["cpu_seconds"] is None:
-                continue
-            io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
-            prev = self._busy_marks.get(proc["pid"])
-            self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
-            if prev is None:
-                # first sight: no rate yet. A process that has been busy on average over its life
-                # counts as busy now (conservative: never a stall alarm before a second sample)
-                uptime = proc.get("uptime_s") or 0.0
-                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
-                    self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
-                continue
-            if mono <= prev[0]:
-                continue
-            dt = mono - prev[0]
-            if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
-                io - prev[2]
-            ) / dt > BUSY_IO_BYTES_PER_S:
-                # the work happened somewhere since the previous sample: credit it to that sample's
-                # time, so that a process frozen just now does not look busy for one more tick
-                self.last_busy_ts = max(self.last_busy_ts or 0.0, now - dt)
+        files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
+        self.activity.note(now, procs, dump, out, [t for t in files if t],
+                           self.dump.last_change_ts if self.dump is not None else None)
+
+    @property
+    def last_work_ts(self) -> float | None:
+        """When dump files or the output last moved (None: never seen)."""
+        return self.activity.last_work_ts
+
+    @property
+    def last_busy_ts(self) -> float | None:
+        """When a process's CPU or I/O was last above idle (None: never seen)."""
+        return self.activity.last_busy_ts
 
     def _dump_dir_changed(self) -> bool:
         """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
@@ -363,9 +324,9 @@ class JobRuntime:
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
             disk_fits=out_disk["fits"] if out_disk else None,
-            disk_message=_disk_message(out_disk),
+            disk_message=disk.shortfall_message(out_disk),
             shm_fits=shm_disk["fits"] if shm_disk else None,
-            shm_message=_disk_message(shm_disk),
+            shm_message=disk.shortfall_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
@@ -426,18 +387,3 @@ class JobRuntime:
         self.state_events.append(event)
         return previous or "none"
 
-
-def _disk_message(entry: dict[str, Any] | None) -> str | None:
-    if not entry:
-        return None
-    from hsmon.contracts.units import format_bytes, format_duration
-
-    if entry["needed_bytes"] is not None and entry["free_bytes"] is not None:
-        return (
-            f"{entry['role']} filesystem of {entry['path']}: needs ~{format_bytes(entry['needed_bytes'])}, "
-            f"{format_bytes(entry['free_bytes'])} free: free space before it fills"
-        )
-    return (
-        f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
-        f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
-    )

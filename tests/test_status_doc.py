@@ -99,3 +99,17 @@ def test_the_schema_in_docs_is_the_one_the_types_generate() -> None:
     job = schema["$defs"]["JobStatus"]
     assert {"state", "progress", "output", "servers", "gpu"} <= set(job["required"])
     assert "lr" not in schema["$defs"]["TrainingSection"]["required"]
+
+
+def test_hsmon_status_renders_every_section_of_the_typed_document() -> None:
+    from hsmon.status_cli import render
+    from hsmon.status_table import render_many
+
+    doc = sd.decode(RECORDED.read_bytes())
+    text = render(doc)
+    for expected in ("extract [extract]: RUNNING", "69 / 100000 (0.1 %)", "dump", "disk shm",
+                     "events", "server http://127.0.0.1:", "KV 19 %", "step 21 epoch 0 loss",
+                     "! warning: the extractor process ended", "gpu 0  NVIDIA H100 80GB HBM3: util 97 %"):
+        assert expected in text, (expected, text)
+    table = render_many([("http://a:1", doc, None), ("http://b:2", None, "down")])
+    assert "step 21/10000" in table and "245/300 (82 %)" in table and "UNREACHABLE" in table

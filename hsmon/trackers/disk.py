@@ -69,3 +69,20 @@ def headroom(
         "time_to_full_s": time_to_full,
         "time_to_done_s": time_to_done_s,
     }
+
+
+def shortfall_message(entry: dict[str, Any] | None) -> str | None:
+    """Why the filesystem of a ``headroom`` entry will not do (for the disk hints), None without one."""
+    if not entry:
+        return None
+    from hsmon.contracts.units import format_bytes, format_duration
+
+    if entry["needed_bytes"] is not None and entry["free_bytes"] is not None:
+        return (
+            f"{entry['role']} filesystem of {entry['path']}: needs ~{format_bytes(entry['needed_bytes'])}, "
+            f"{format_bytes(entry['free_bytes'])} free: free space before it fills"
+        )
+    return (
+        f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
+        f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
+    )
