@@ -23,7 +23,6 @@ from hsmon.status_doc import (
     StateEvent,
     TrainingSection,
 )
-from hsmon.status_doc import Hint as HintEntry
 
 
 @dataclass
@@ -70,7 +69,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         state=st.state,
         state_since_ts=st.since_ts,
         reason=st.reason,
-        hints=[HintEntry(id=h.id, severity=h.severity, message=h.message) for h in st.hints],
+        hints=list(st.hints),
         transitions_total=st.transitions_total,
         state_history=msgspec.convert(st.state_events, list[StateEvent]),
         stall_after_s=cfg.stall_after,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from hsmon.status_doc.base import Num, Section
@@ -12,8 +13,9 @@ from hsmon.status_doc.engine import ServerEntry
 from hsmon.status_doc.output import OutputSection
 
 
-class Hint(Section):
-    """Something a person should know about the job (docs/daemon.md lists the ids)."""
+class Hint(msgspec.Struct, frozen=True):
+    """Something a person should know about the job (docs/daemon.md lists the ids); the state
+    rules (hsmon/state*.py) make them: ``Hint(id, severity, message)``."""
 
     id: str
     severity: str  # info | warning | critical
