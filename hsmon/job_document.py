@@ -46,7 +46,7 @@ class Sections:
     progress: dict[str, Any] | None = None
     dump: dict[str, Any] | None = None
     output: dict[str, Any] | None = None
-    disk: list[dict[str, Any]] = field(default_factory=list)
+    disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
     processes: list[dict[str, Any]] = field(default_factory=list)
     events: dict[str, Any] | None = None
     recent_events: list[dict[str, Any]] = field(default_factory=list)
@@ -78,7 +78,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         progress=_as(sec.progress, Progress),
         dump=_as(sec.dump, DumpSection),
         output=_as(sec.output, OutputSection),
-        disk=msgspec.convert(sec.disk, list[DiskEntry]),
+        disk=list(sec.disk),
         processes=msgspec.convert(sec.processes, list[ProcessEntry]),
         events=_as(sec.events, EventsSection),
         recent_events=recent,

@@ -18,7 +18,7 @@ from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
-from hsmon.status_doc import JobStatus, OutputSection
+from hsmon.status_doc import DiskEntry, JobStatus, OutputSection
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -243,9 +243,9 @@ class JobRuntime:
         out: dict[str, Any] | None,
         rows_total: int | None,
         eta: float | None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[DiskEntry]:
         """Headroom of the output filesystem and of the dump directory's (shm) one."""
-        disks = []
+        disks: list[DiskEntry] = []
         if out is not None:
             self._out_bytes_rate.add(now, out["bytes"] or 0)
             needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
@@ -277,7 +277,7 @@ class JobRuntime:
         procs: list[dict[str, Any]],
         dump: dict[str, Any] | None,
         out: dict[str, Any] | None,
-        disks: list[dict[str, Any]],
+        disks: list[DiskEntry],
     ) -> Snapshot:
         """The plain facts ``decide`` needs, gathered from the trackers."""
         facts = [
@@ -296,8 +296,8 @@ class JobRuntime:
         ]
         started_procs = [p["start_ts"] for p in procs if p["start_ts"]]
         watch_ref = min([self.watch_start_ts, *started_procs])
-        out_disk = next((d for d in disks if d["role"] == "output"), None)
-        shm_disk = next((d for d in disks if d["role"] == "shm"), None)
+        out_disk = next((d for d in disks if d.role == "output"), None)
+        shm_disk = next((d for d in disks if d.role == "shm"), None)
         pr = self.progress
         exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
         gpu_indices, gpu_idle = self._gpu_facts(procs)
@@ -323,9 +323,9 @@ class JobRuntime:
                 (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump["files"])
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
-            disk_fits=out_disk["fits"] if out_disk else None,
+            disk_fits=out_disk.fits if out_disk else None,
             disk_message=disk.shortfall_message(out_disk),
-            shm_fits=shm_disk["fits"] if shm_disk else None,
+            shm_fits=shm_disk.fits if shm_disk else None,
             shm_message=disk.shortfall_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
             servers=[t.facts(now) for t in self.servers],
