@@ -157,7 +157,9 @@ class Handler(BaseHTTPRequestHandler):
 
             self._send(200, self.server.metrics.render(), CONTENT_TYPE_LATEST)
         elif path == "/api/v1/status":
-            self._json(200, self.server.monitor.status_document())
+            from hsmon.status_doc import encode
+
+            self._send(200, encode(self.server.monitor.status()) + b"\n", "application/json")
         elif path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8")
         elif path == "/":

@@ -1,21 +1,24 @@
 """One watched job: its trackers, its activity clocks, its snapshot for ``decide`` and its state.
 
-The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` and
-``apply_decision`` on each tick; everything here runs on that one thread.
+The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` on each tick;
+everything here runs on that one thread. ``doc`` is the job's typed status (hsmon.status_doc),
+built in one step after the decision (hsmon/job_document.py) and published whole.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from typing import Any
 
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.contracts import events as ev
+from hsmon.job_activity import ActivityClocks
+from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.status_doc import DiskEntry, JobStatus, OutputSection
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -27,10 +30,6 @@ from hsmon.trackers.server import ServerTracker
 from hsmon.verify_watch import VerifyWatch
 
 log = logging.getLogger("hsmon.monitor")
-
-# Below these a process counts as idle (a heartbeat thread, a log line now and then).
-BUSY_CPU_FRACTION = 0.02
-BUSY_IO_BYTES_PER_S = 16 * 1024
 
 
 class JobRuntime:
@@ -57,11 +56,7 @@ class JobRuntime:
         self.transitions_total = 0
         self.transitions_by_state: dict[str, int] = {}
         self.state_events: deque[dict[str, Any]] = deque(maxlen=20)
-        self.last_work_ts: float | None = None
-        self.last_busy_ts: float | None = None
-        self._work_marks: tuple[Any, ...] | None = None
-        self._last_look_ts: float | None = None
-        self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
+        self.activity = ActivityClocks()
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
         self.ending = EndingWatch()
@@ -69,8 +64,7 @@ class JobRuntime:
         self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
-        self.doc: dict[str, Any] = {}
-        self._next_doc: dict[str, Any] = {}
+        self.doc: JobStatus | None = None  # None until the first tick measured the job
         self.decision: Decision | None = None
 
     # -- measuring ----------------------------------------------------------------------------
@@ -126,50 +120,19 @@ class JobRuntime:
     def _note_activity(
         self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
     ) -> None:
-        marks = (
-            dump and (dump["created_total"], dump["consumed_total"]),
-            out and (out["rows"], out["bytes"], out["temp_files"], out["chunks_complete"]),
-        )
-        if self._work_marks is None:
-            # first look: the files' own times say when work last happened before we watched
-            times = [
-                t
-                for t in (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
-                if t
-            ]
-            self.last_work_ts = min(max(times), now) if times else None
-        elif marks != self._work_marks:
-            # it moved somewhere since the previous look: credit that look's time (as for CPU)
-            since = self._last_look_ts if self._last_look_ts is not None else now
-            self.last_work_ts = max(self.last_work_ts or 0.0, since)
-        self._work_marks = marks
-        self._last_look_ts = now
-        change = self.dump.last_change_ts if self.dump is not None else None
-        if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
-            self.last_work_ts = change  # an event's time: finer than the tick
-        mono = time.monotonic()
-        for proc in procs:
-            if not proc["alive"] or proc["pid"] is None or proc["cpu_seconds"] is None:
-                continue
-            io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
-            prev = self._busy_marks.get(proc["pid"])
-            self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
-            if prev is None:
-                # first sight: no rate yet. A process that has been busy on average over its life
-                # counts as busy now (conservative: never a stall alarm before a second sample)
-                uptime = proc.get("uptime_s") or 0.0
-                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
-                    self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
-                continue
-            if mono <= prev[0]:
-                continue
-            dt = mono - prev[0]
-            if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
-                io - prev[2]
-            ) / dt > BUSY_IO_BYTES_PER_S:
-                # the work happened somewhere since the previous sample: credit it to that sample's
-                # time, so that a process frozen just now does not look busy for one more tick
-                self.last_busy_ts = max(self.last_busy_ts or 0.0, now - dt)
+        files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
+        self.activity.note(now, procs, dump, out, [t for t in files if t],
+                           self.dump.last_change_ts if self.dump is not None else None)
+
+    @property
+    def last_work_ts(self) -> float | None:
+        """When dump files or the output last moved (None: never seen)."""
+        return self.activity.last_work_ts
+
+    @property
+    def last_busy_ts(self) -> float | None:
+        """When a process's CPU or I/O was last above idle (None: never seen)."""
+        return self.activity.last_busy_ts
 
     def _dump_dir_changed(self) -> bool:
         """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
@@ -181,10 +144,12 @@ class JobRuntime:
         return not self.dump.exists or inode != self.dump.dir_inode
 
     def update(self, now: float, scan_dump: bool, scan_output: bool, full_scan: bool = True,
-               background: bool = False) -> None:
-        """Poll everything due, decide the state, and rebuild the cached document. With
-        ``background``, a large manifest is read on a thread: until it is read the job's document
-        says so and nothing is decided (the figures are not known yet)."""
+               background: bool = False) -> str | None:
+        """Poll everything due, decide the state, move to it, and publish the job's status built
+        from the trackers' sections and the decision. Returns the previous state when it changed
+        ("none" for the first), else None. With ``background``, a large manifest is read on a
+        thread: until it is read the job's status says so and nothing is decided (the figures are
+        not known yet)."""
         guard, job = self.errors.guard, self.cfg.name
         if self.progress is not None:
             guard("progress", self.progress.poll, None, job)
@@ -204,7 +169,7 @@ class JobRuntime:
             guard("output_dir", lambda: output.scan(background), None, job)
             if self.output.reading is not None:
                 self._publish_reading(now)
-                return
+                return None
         if self.dump is not None:
             self.dump.sample_rates(now)
         dump = self.dump.snapshot(now) if self.dump else None
@@ -234,32 +199,42 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        self._next_doc = {
-            "job": self.cfg.name,
-            "kind": self.cfg.kind,
-            "state": self.state or self.decision.state,
-            "state_since_ts": self.state_since_ts,
-            "reason": self.decision.reason,
-            "hints": [h.as_dict() for h in self.decision.hints],
-            "transitions_total": self.transitions_total,
-            "state_history": list(self.state_events),
-            "stall_after_s": self.cfg.stall_after,
-            "last_work_ts": self.last_work_ts,
-            "last_busy_ts": self.last_busy_ts,
-            "progress": progress,
-            "dump": dump,
-            "output": out,
-            "disk": disks,
-            "processes": procs,
-            "events": prog["events"] if prog else None,
-            "recent_events": sorted(
-                (prog["recent_events"] if prog else []) + list(self.state_events),
-                key=lambda e: e.get("ts") or 0,
-            )[-20:],
-            "training": prog["training"] if prog else None,
-            "servers": [t.snapshot(now) for t in self.servers],
-            "gpu": {"indices": snap.gpu_indices, "idle_since_ts": snap.gpu_idle_since_ts},
-        }
+        previous = self._move_to(self.decision, now)
+        sections = Sections(
+            progress=progress,
+            dump=dump,
+            output=out,
+            disk=disks,
+            processes=procs,
+            events=prog["events"] if prog else None,
+            recent_events=prog["recent_events"] if prog else [],
+            training=prog["training"] if prog else None,
+            servers=[t.snapshot(now) for t in self.servers],
+            gpu_indices=snap.gpu_indices,
+            gpu_idle_since_ts=snap.gpu_idle_since_ts,
+        )
+        self.doc = job_status(self.cfg, self._job_state(self.decision), sections)  # published whole
+        return previous
+
+    def _job_state(self, decision: Decision) -> JobState:
+        return JobState(
+            state=decision.state,
+            since_ts=self.state_since_ts,
+            reason=decision.reason,
+            hints=decision.hints,
+            transitions_total=self.transitions_total,
+            state_events=list(self.state_events),
+            last_work_ts=self.last_work_ts,
+            last_busy_ts=self.last_busy_ts,
+        )
+
+    def status(self, now: float) -> JobStatus:
+        """The job's status with its dump directory and servers read now (a hung server shows at
+        the next request, not the next tick)."""
+        doc = self.doc if self.doc is not None else not_measured(self.cfg, self.watch_start_ts)
+        dump = self.dump.snapshot(now) if self.dump is not None else None
+        servers = [t.snapshot(now) for t in self.servers] if self.servers else None
+        return with_live(doc, dump, servers)
 
     def _disks(
         self,
@@ -268,9 +243,9 @@ class JobRuntime:
         out: dict[str, Any] | None,
         rows_total: int | None,
         eta: float | None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[DiskEntry]:
         """Headroom of the output filesystem and of the dump directory's (shm) one."""
-        disks = []
+        disks: list[DiskEntry] = []
         if out is not None:
             self._out_bytes_rate.add(now, out["bytes"] or 0)
             needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
@@ -302,7 +277,7 @@ class JobRuntime:
         procs: list[dict[str, Any]],
         dump: dict[str, Any] | None,
         out: dict[str, Any] | None,
-        disks: list[dict[str, Any]],
+        disks: list[DiskEntry],
     ) -> Snapshot:
         """The plain facts ``decide`` needs, gathered from the trackers."""
         facts = [
@@ -321,8 +296,8 @@ class JobRuntime:
         ]
         started_procs = [p["start_ts"] for p in procs if p["start_ts"]]
         watch_ref = min([self.watch_start_ts, *started_procs])
-        out_disk = next((d for d in disks if d["role"] == "output"), None)
-        shm_disk = next((d for d in disks if d["role"] == "shm"), None)
+        out_disk = next((d for d in disks if d.role == "output"), None)
+        shm_disk = next((d for d in disks if d.role == "shm"), None)
         pr = self.progress
         exit_log, exit_tail = self.ending.log_tail(procs, self.processes[0] if self.processes else None, pr)
         gpu_indices, gpu_idle = self._gpu_facts(procs)
@@ -348,10 +323,10 @@ class JobRuntime:
                 (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump["files"])
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
-            disk_fits=out_disk["fits"] if out_disk else None,
-            disk_message=_disk_message(out_disk),
-            shm_fits=shm_disk["fits"] if shm_disk else None,
-            shm_message=_disk_message(shm_disk),
+            disk_fits=out_disk.fits if out_disk else None,
+            disk_message=disk.shortfall_message(out_disk),
+            shm_fits=shm_disk.fits if shm_disk else None,
+            shm_message=disk.shortfall_message(shm_disk),
             dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
@@ -374,8 +349,10 @@ class JobRuntime:
             out["data"] = {**data, "verify": self.verify.result.as_dict()}
 
     def _publish_reading(self, now: float) -> None:
-        """The job's document while its output's manifest is read: the state it had (starting at
+        """The job's status while its output's manifest is read: the state it had (starting at
         first), the reading's progress as the reason, the output section saying how far."""
+        import msgspec
+
         from hsmon.contracts.units import format_bytes
 
         assert self.output is not None
@@ -384,59 +361,29 @@ class JobRuntime:
         done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
-        self._next_doc = {
-            **(self.doc or {"hints": [], "transitions_total": 0, "state_history": [], "recent_events": []}),
-            "job": self.cfg.name,
-            "kind": self.cfg.kind,
-            "state": self.state or "starting",
-            "state_since_ts": self.state_since_ts,
-            "reason": f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
-                      f"{format_bytes(total)}{pct}",
-            "output": out,
-        }
+        base = self.doc if self.doc is not None else not_measured(self.cfg, self.state_since_ts)
+        self.doc = msgspec.structs.replace(
+            base,
+            state=self.state or "starting",
+            state_since_ts=self.state_since_ts,
+            reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
+                   f"{format_bytes(total)}{pct}",
+            output=msgspec.convert(out, OutputSection),
+        )
 
-    def apply_decision(self, now: float) -> str | None:
-        """Move to the decided state; returns the previous state when it changed (None while
-        there is nothing to decide: the output's manifest is being read)."""
-        if self.decision is None:
-            self.doc = self._next_doc
-            return None
-        new = self.decision.state
-        self.reason = self.decision.reason
-        doc = self._next_doc
+    def _move_to(self, decision: Decision, now: float) -> str | None:
+        """Move to the decided state; returns the previous state when it changed ("none" for the
+        first state), else None."""
+        new = decision.state
+        self.reason = decision.reason
         if new == self.state:
-            doc.update(state=new, state_since_ts=self.state_since_ts)
-            self.doc = doc  # published whole: readers never see a half-built document
             return None
         previous, self.state, self.state_since_ts = self.state, new, now
         self.transitions_total += 1
         self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
         event = ev.make_event(
-            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=self.decision.reason
+            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=decision.reason
         )
         self.state_events.append(event)
-        doc.update(
-            state=new,
-            state_since_ts=now,
-            transitions_total=self.transitions_total,
-            state_history=list(self.state_events),
-            recent_events=sorted(doc["recent_events"] + [event], key=lambda e: e.get("ts") or 0)[-20:],
-        )
-        self.doc = doc
         return previous or "none"
 
-
-def _disk_message(entry: dict[str, Any] | None) -> str | None:
-    if not entry:
-        return None
-    from hsmon.contracts.units import format_bytes, format_duration
-
-    if entry["needed_bytes"] is not None and entry["free_bytes"] is not None:
-        return (
-            f"{entry['role']} filesystem of {entry['path']}: needs ~{format_bytes(entry['needed_bytes'])}, "
-            f"{format_bytes(entry['free_bytes'])} free: free space before it fills"
-        )
-    return (
-        f"{entry['role']} filesystem of {entry['path']} fills in {format_duration(entry['time_to_full_s'])}, "
-        f"before the job is done (in {format_duration(entry['time_to_done_s'])})"
-    )

@@ -8,7 +8,8 @@ when watchdog logs an inotify queue overflow), and decides each job's state with
 Stable API (the TUI uses it in-process):
     Monitor(jobs=None, *, scan_interval=2.0, tick_interval=1.0, use_watchdog=True, source="daemon")
     add_job(JobConfig), remove_job(name), job_names(), start(), stop(), tick(), add_tick_listener(fn),
-    status_document() -> dict, job_pid(name) -> int | None
+    status() -> StatusDocument (hsmon.status_doc), status_document() -> dict (its JSON form),
+    job_pid(name) -> int | None
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ import psutil
 from hsmon import __version__
 from hsmon.config import DEFAULT_SCAN_INTERVAL, JobConfig
 from hsmon.job_runtime import JobRuntime
+from hsmon.status_doc import STATUS_VERSION, DaemonInfo, GpuSection, JobStatus, StatusDocument, to_builtins
 from hsmon.tracker_errors import TrackerErrors
 
 log = logging.getLogger("hsmon.monitor")
 
-STATUS_VERSION = 1
 FULL_SCAN_EVERY = 10
 
-TransitionListener = Callable[[dict[str, Any], "str | None"], None]
+TransitionListener = Callable[[JobStatus, "str | None"], None]
 
 
 class _OverflowHandler(logging.Handler):
@@ -133,18 +134,18 @@ class Monitor:
             runtime = self._jobs.get(name)
         if runtime is None:
             return None
-        processes = runtime.doc.get("processes") or []
+        processes = runtime.doc.processes if runtime.doc is not None else []
         for proc in processes:
-            if proc.get("alive"):
-                return proc.get("pid")
+            if proc.alive:
+                return proc.pid
         pid = runtime.cfg.pid
         if not processes and pid is not None and psutil.pid_exists(pid):
             return pid  # added since the last tick: its configured PID is the evidence there is
         return None
 
     def add_listener(self, listener: TransitionListener) -> None:
-        """``listener(job_doc, previous_state)`` after every tick for every job; previous_state is
-        not None only when the state just changed."""
+        """``listener(job_status, previous_state)`` after every tick for every job (a
+        hsmon.status_doc.JobStatus); previous_state is not None only when the state just changed."""
         self._listeners.append(listener)
 
     def add_tick_listener(self, listener: Callable[[], None]) -> None:
@@ -233,14 +234,15 @@ class Monitor:
                 # lists only a directory whose mtime moved
                 full = force_scan or overflow or self.scans_total % FULL_SCAN_EVERY == 0
                 try:
-                    runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full,
-                                   background=self._thread is not None or self._starting)
+                    previous = runtime.update(now, scan_dump=scan, scan_output=scan, full_scan=full,
+                                              background=self._thread is not None or self._starting)
                 except Exception as exc:  # one job's failure leaves the other jobs watched
                     self.tracker_errors.record("job", exc, runtime.cfg.name)
                     continue
                 if self._observer is not None and runtime.dump is not None:
                     self._ensure_watch(runtime)
-                previous = runtime.apply_decision(now)
+                if runtime.doc is None:
+                    continue
                 if previous is not None:
                     self._log_transition(runtime, previous)
                 for listener in self._listeners:
@@ -307,50 +309,36 @@ class Monitor:
         runtime.watch_inode = None
 
     # -- reading ------------------------------------------------------------------------------
-    def job_documents(self) -> list[dict[str, Any]]:
-        """The jobs' sections, dump figures live from memory."""
+    def job_statuses(self) -> list[JobStatus]:
+        """The jobs' statuses, dump figures and servers live from memory."""
         now = time.time()
         with self._lock:
             runtimes = list(self._jobs.values())
-        docs = []
-        for runtime in runtimes:
-            doc = (
-                dict(runtime.doc)
-                if runtime.doc
-                else {
-                    "job": runtime.cfg.name,
-                    "kind": runtime.cfg.kind,
-                    "state": "starting",
-                    "reason": "not measured yet",
-                    "hints": [],
-                }
-            )
-            if runtime.dump is not None:
-                doc["dump"] = runtime.dump.snapshot(now)
-            if runtime.servers:  # their threads move between ticks: a hung server shows at once
-                doc["servers"] = [t.snapshot(now) for t in runtime.servers]
-            docs.append(doc)
-        return docs
+        return [runtime.status(now) for runtime in runtimes]
+
+    def status(self) -> StatusDocument:
+        """The status document of docs/status-api.md, typed (hsmon.status_doc)."""
+        return StatusDocument(
+            v=STATUS_VERSION,
+            generated_ts=time.time(),
+            daemon=DaemonInfo(
+                version=__version__,
+                pid=os.getpid(),
+                started_ts=self.started_ts,
+                source=self.source,
+                scans_total=self.scans_total,
+                overflows_total=self.overflows_total,
+                ticks_total=self.ticks_total,
+                tick_seconds_last=self.tick_seconds_last,
+                tracker_errors=self.tracker_errors.snapshot(),
+            ),
+            jobs=self.job_statuses(),
+            gpus=_gpus(self.gpu.snapshot()),
+        )
 
     def status_document(self) -> dict[str, Any]:
-        """The status document of docs/status-api.md."""
-        return {
-            "v": STATUS_VERSION,
-            "generated_ts": time.time(),
-            "daemon": {
-                "version": __version__,
-                "pid": os.getpid(),
-                "started_ts": self.started_ts,
-                "source": self.source,
-                "scans_total": self.scans_total,
-                "overflows_total": self.overflows_total,
-                "ticks_total": self.ticks_total,
-                "tick_seconds_last": self.tick_seconds_last,
-                "tracker_errors": self.tracker_errors.snapshot(),
-            },
-            "jobs": self.job_documents(),
-            "gpus": self.gpu.snapshot(),
-        }
+        """The status document as its JSON parses (plain dicts and lists: the TUI reads this)."""
+        return to_builtins(self.status())
 
     def transitions(self) -> dict[str, dict[str, int]]:
         """job -> state -> transitions into that state (for the exporter)."""
@@ -370,3 +358,9 @@ class Monitor:
             for name, rt in runtimes
             if rt.dump is not None
         }
+
+
+def _gpus(section: dict[str, Any]) -> GpuSection:
+    import msgspec
+
+    return msgspec.convert(section, GpuSection)

@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any
 
 from hsmon.state import ALERT_STATES
+from hsmon.status_doc import JobStatus, to_builtins
 
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
@@ -28,27 +29,27 @@ SEVERITY = {
 ONCE_STATES = frozenset({"exited", "done"})  # announced on the transition, never repeated
 
 
-def build_body(doc: dict[str, Any], previous: str | None, fmt: str) -> dict[str, Any]:
-    """The webhook payload for a job document (pure)."""
-    hints = [h["message"] for h in doc.get("hints", []) if h.get("severity") in ("warning", "critical")]
+def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]:
+    """The webhook payload for a job's status (pure)."""
+    hints = [h.message for h in doc.hints if h.severity in ("warning", "critical")]
     if fmt == "slack":
         icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:"}
-        icon = icons.get(doc["state"], ":warning:")
-        text = f"{icon} hsmon: job *{doc['job']}* is *{doc['state']}*: {doc.get('reason', '')}"
+        icon = icons.get(doc.state, ":warning:")
+        text = f"{icon} hsmon: job *{doc.job}* is *{doc.state}*: {doc.reason}"
         if hints:
             text += "\n" + "\n".join(f"• {h}" for h in hints[:5])
         return {"text": text}
     return {
         "source": "hsmon",
-        "job": doc["job"],
-        "kind": doc.get("kind"),
-        "state": doc["state"],
-        "severity": SEVERITY.get(doc["state"], "info"),
+        "job": doc.job,
+        "kind": doc.kind,
+        "state": doc.state,
+        "severity": SEVERITY.get(doc.state, "info"),
         "previous": previous,
-        "reason": doc.get("reason"),
-        "since_ts": doc.get("state_since_ts"),
-        "hints": doc.get("hints", []),
-        "progress": doc.get("progress"),
+        "reason": doc.reason,
+        "since_ts": doc.state_since_ts,
+        "hints": to_builtins(doc.hints),
+        "progress": to_builtins(doc.progress),
         "ts": time.time(),
     }
 
@@ -70,14 +71,14 @@ class Notifier:
         self._thread = threading.Thread(target=self._run, name="hsmon-notify", daemon=True)
         self._thread.start()
 
-    def __call__(self, doc: dict[str, Any], previous: str | None) -> None:
+    def __call__(self, doc: JobStatus, previous: str | None) -> None:
         """Monitor listener: called after each tick for each job."""
-        state = doc.get("state")
+        state = doc.state
         if state not in ALERT_STATES:
             return
         if state in ONCE_STATES and previous is None:
             return  # still there: a warning is said once
-        key = (doc["job"], state)
+        key = (doc.job, state)
         now = time.monotonic()
         last = self._last_sent.get(key)
         if last is not None and now - last < self.repeat_s:
@@ -89,7 +90,7 @@ class Notifier:
             self._queue.put_nowait(build_body(doc, previous, self.fmt))
         except queue.Full:
             self.failed_total += 1
-            log.warning("notification queue full: dropped a message for job %s", doc["job"])
+            log.warning("notification queue full: dropped a message for job %s", doc.job)
 
     def _run(self) -> None:
         while True:

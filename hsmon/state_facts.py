@@ -10,20 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hsmon.contracts.data_facts import DataSummary
+from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
 from hsmon.verify_watch import VerifyResult
 
 STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
-
-
-@dataclass(frozen=True)
-class Hint:
-    id: str
-    severity: str  # info | warning | critical
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"id": self.id, "severity": self.severity, "message": self.message}
 
 
 @dataclass

@@ -7,16 +7,25 @@ Without a daemon it samples twice, ``--sample`` seconds apart, so that rates and
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from hsmon import __version__, job_flags
 from hsmon import config as cfgmod
-from hsmon import job_flags
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
+from hsmon.status_doc import (
+    DumpSection,
+    GpuSection,
+    JobStatus,
+    OutputSection,
+    ProcessEntry,
+    ServerEntry,
+    StatusDocument,
+    decode,
+)
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -36,23 +45,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the status document as JSON")
 
 
-def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
+def fetch(url: str, timeout: float = 5.0) -> StatusDocument:
     """GET the status document from a daemon."""
     import urllib.error
     import urllib.request
 
+    import msgspec
+
     full = url.rstrip("/") + "/api/v1/status"
     try:
         with urllib.request.urlopen(full, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+            body = resp.read()
+    except (urllib.error.URLError, OSError) as exc:
         raise RuntimeError(
             f"cannot read {full}: {getattr(exc, 'reason', exc)}; is `hsmon daemon` running "
             "there? (or give --dump-dir/--out/--events/--pid to look without a daemon)"
         ) from None
+    try:
+        return decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError included: it names the field
+        raise RuntimeError(f"{full} answered no status document this hsmon reads ({exc}); is it an "
+                           f"hsmon daemon of version {__version__}?") from None
 
 
-def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> dict[str, Any]:
+def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> StatusDocument:
     """The status document measured in-process (no daemon)."""
     from hsmon.monitor import Monitor
 
@@ -61,7 +77,7 @@ def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> dict[str, Any]:
         monitor.tick(force_scan=True)
         time.sleep(max(0.0, sample_s))
         monitor.tick(force_scan=True)
-        return monitor.status_document()
+        return monitor.status()
     finally:
         monitor.stop()  # the server trackers' threads
 
@@ -70,188 +86,152 @@ def _pct(done: Any, total: Any) -> str:
     return f" ({100.0 * done / total:.1f} %)" if isinstance(done, (int, float)) and total else ""
 
 
-def _directory_state(section: dict[str, Any], summary: Callable[[dict[str, Any]], str]) -> str:
+def _directory_state(section: DumpSection | OutputSection, summary: Callable[[Any], str]) -> str:
     """'missing', the tracker's read error, or the summary of a watched directory."""
-    if not section["exists"]:
+    if not section.exists:
         return "missing"
-    return section.get("error") or summary(section)
+    return section.error or summary(section)
 
 
-def _dump_summary(dump: dict[str, Any]) -> str:
+def _dump_summary(dump: DumpSection) -> str:
     return (
-        f"{dump['files']} files, {format_bytes(dump['bytes'])}, oldest "
-        f"{format_duration(dump['oldest_age_s'])}, created {dump['created_total']}, "
-        f"consumed {dump['consumed_total']}{_dump_rates(dump)}"
+        f"{dump.files} files, {format_bytes(dump.bytes)}, oldest "
+        f"{format_duration(dump.oldest_age_s)}, created {dump.created_total}, "
+        f"consumed {dump.consumed_total}{_dump_rates(dump)}"
     )
 
 
-def _output_summary(out: dict[str, Any]) -> str:
-    reading = out.get("reading")
+def _output_summary(out: OutputSection) -> str:
+    reading = out.reading
     if reading:
-        done, total = reading["bytes_done"], reading["bytes_total"]
+        done, total = reading.bytes_done, reading.bytes_total
         return f"reading the manifest: {format_bytes(done)} of {format_bytes(total)}" + _pct(done, total)
     return (
-        f"{out['layout']}: {out['chunks_complete']} chunks complete, "
-        f"{out['chunks_in_progress']} in progress, {out['rows']} rows, {format_bytes(out['bytes'])}"
+        f"{out.layout}: {out.chunks_complete} chunks complete, "
+        f"{out.chunks_in_progress} in progress, {out.rows} rows, {format_bytes(out.bytes)}"
     )
 
 
-def _dump_rates(dump: dict[str, Any]) -> str:
-    created, consumed = dump.get("created_per_s"), dump.get("consumed_per_s")
+def _dump_rates(dump: DumpSection) -> str:
+    created, consumed = dump.created_per_s, dump.consumed_per_s
     if created is None or consumed is None:
         return ""
     return f" ({created:.1f}/s in, {consumed:.1f}/s out)"
 
 
-def _server_summary(srv: dict[str, Any]) -> str:
+def _server_summary(srv: ServerEntry) -> str:
     """'UP: detail; model v0.5.23; SGLang's health check gives up at 20 s; running 2, queued 5, 310 tok/s'
     (figures only when known)."""
-    parts = [f"{str(srv.get('state')).upper()}: {srv.get('detail') or ''}"]
-    info = srv.get("info") or {}
-    if srv.get("model"):
-        parts.append(f"{srv['model']}" + (f" v{info['version']}" if info.get("version") else ""))
-    health = srv.get("health") or {}
-    if health.get("sglang_timeout_s") is not None:  # SGLang's own /health_generate timeout
-        parts.append(f"SGLang's health check gives up at {health['sglang_timeout_s']:g} s")
-    load = srv.get("load") or {}
-    figures = [
-        f"{name} {load[key]:.0f}" for key, name in (("running", "running"), ("queued", "queued"))
-        if load.get(key) is not None
-    ]
-    if load.get("token_usage") is not None:
-        figures.append(f"KV {100 * load['token_usage']:.0f} %")
-    if load.get("gen_tokens_per_s") is not None:
-        figures.append(f"{load['gen_tokens_per_s']:.0f} tok/s")
+    parts = [f"{srv.state.upper()}: {srv.detail or ''}"]
+    version = srv.info.version if srv.info is not None else None
+    if srv.model:
+        parts.append(f"{srv.model}" + (f" v{version}" if version else ""))
+    if srv.health.sglang_timeout_s is not None:  # SGLang's own /health_generate timeout
+        parts.append(f"SGLang's health check gives up at {srv.health.sglang_timeout_s:g} s")
+    load = srv.load
+    figures = [f"{name} {value:.0f}" for name, value in (("running", load.running), ("queued", load.queued))
+               if value is not None]
+    if load.token_usage is not None:
+        figures.append(f"KV {100 * load.token_usage:.0f} %")
+    if load.gen_tokens_per_s is not None:
+        figures.append(f"{load.gen_tokens_per_s:.0f} tok/s")
     if figures:
         parts.append(", ".join(figures))
-    elif srv.get("metrics_enabled") is False:
+    elif srv.metrics_enabled is False:
         parts.append("no load figures (start it with --enable-metrics)")
     return "; ".join(parts)
 
 
-def _gpu_lines(gpus: dict[str, Any] | None) -> list[str]:
-    if not gpus:
-        return []
-    if not gpus.get("available"):
-        return [f"gpus: {gpus.get('reason') or 'not watched'}"]
+def _gpu_lines(gpus: GpuSection) -> list[str]:
+    if not gpus.available:
+        return [f"gpus: {gpus.reason or 'not watched'}"]
     lines = ["gpus:"]
-    for d in gpus.get("devices") or []:
-        util = "-" if d.get("utilization") is None else f"{100 * d['utilization']:.0f} %"
-        power = "" if d.get("power_watts") is None else f", {d['power_watts']:.0f} W"
-        temp = "" if d.get("temperature_celsius") is None else f", {d['temperature_celsius']} C"
-        pids = ", ".join(str(p["pid"]) for p in d.get("processes") or []) or "none"
+    for d in gpus.devices:
+        util = "-" if d.utilization is None else f"{100 * d.utilization:.0f} %"
+        power = "" if d.power_watts is None else f", {d.power_watts:.0f} W"
+        temp = "" if d.temperature_celsius is None else f", {d.temperature_celsius} C"
+        pids = ", ".join(str(p.pid) for p in d.processes) or "none"
         lines.append(
-            f"  gpu {d['index']}  {d.get('name') or ''}: util {util}, memory "
-            f"{format_bytes(d.get('memory_used_bytes'))} / {format_bytes(d.get('memory_total_bytes'))}"
+            f"  gpu {d.index}  {d.name or ''}: util {util}, memory "
+            f"{format_bytes(d.memory_used_bytes)} / {format_bytes(d.memory_total_bytes)}"
             f"{power}{temp}; PIDs {pids}"
         )
     return lines
 
 
-def render(doc: dict[str, Any]) -> str:
+def _progress_rows(job: JobStatus) -> list[tuple[str, str]]:
+    prog = job.progress
+    if prog is None:
+        return []
+    total = prog.rows_total
+    rows = [("rows", f"{prog.rows_done}" + (f" / {total}" if total else "") + _pct(prog.rows_done, total))]
+    if prog.tokens_done:
+        of = f" / {prog.tokens_total}" if prog.tokens_total else ""
+        rows.append(("tokens", f"{prog.tokens_done}{of}"))
+    if prog.chunks_done is not None and prog.chunks_total:
+        rows.append(("chunks", f"{prog.chunks_done} / {prog.chunks_total}"))
+    if prog.rejects:
+        why = rejects_summary(prog.rejects_by_reason)
+        rows.append(("rejects", f"{prog.rejects}" + (f": {why}" if why else "")))
+    if prog.rows_per_s:
+        rows.append(("rate", f"{prog.rows_per_s:.2f} rows/s, ETA {format_duration(prog.eta_s)}"))
+    if prog.elapsed_s is not None:
+        rows.append(("took" if job.state == "done" else "elapsed", format_duration(prog.elapsed_s)))
+    return rows
+
+
+def _process_row(p: ProcessEntry) -> tuple[str, str]:
+    if not p.alive:
+        return p.role, f"{p.status} ({p.cmdline})"
+    cpu = f"{p.cpu_percent:.0f} %" if p.cpu_percent is not None else "-"
+    return p.role, (
+        f"PID {p.pid} {p.status}, CPU {cpu} ({p.cpu_seconds or 0.0:.1f} s), "
+        f"RSS {format_bytes(p.rss_bytes)}, up {format_duration(p.uptime_s)}, restarts {p.restarts}"
+    )
+
+
+def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
+    """The (label, text) rows of one job under its headline."""
+    rows = _progress_rows(job)
+    if job.dump:
+        rows.append(("dump", f"{job.dump.path}: {_directory_state(job.dump, _dump_summary)}"))
+    if job.output:
+        rows.append(("output", f"{job.output.path}: {_directory_state(job.output, _output_summary)}"))
+    for d in job.disk:
+        fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.fits]
+        rows.append((
+            f"disk {d.role}",
+            f"{d.path}: {format_bytes(d.free_bytes)} free, needs {format_bytes(d.needed_bytes)}, {fits}; "
+            f"full in {format_duration(d.time_to_full_s)}, done in {format_duration(d.time_to_done_s)}",
+        ))
+    rows += [_process_row(p) for p in job.processes]
+    ev = job.events
+    if ev:
+        last = format_duration(now - ev.last_event_ts) + " ago" if ev.last_event_ts else "none yet"
+        rows.append(("events", f"{ev.path}: {ev.lines} lines ({ev.bad_lines} bad), last "
+                               f"{ev.last_kind or '-'} {last}"))
+    rows += [(f"server {srv.url}", _server_summary(srv)) for srv in job.servers]
+    tr = job.training
+    if tr:
+        rows.append(("training", f"step {tr.step} epoch {tr.epoch} loss {tr.loss} acc {tr.acc}"))
+    return rows
+
+
+def render(doc: StatusDocument) -> str:
     """A readable table of every job."""
     lines = []
-    for job in doc["jobs"]:
-        lines.append(
-            f"{job['job']} [{job.get('kind')}]: {job['state'].upper()} for "
-            f"{format_duration(doc['generated_ts'] - (job.get('state_since_ts') or doc['generated_ts']))}"
-            f" — {job.get('reason', '')}"
-        )
-        rows = []
-        prog = job.get("progress") or {}
-        if prog:
-            total = prog.get("rows_total")
-            rows.append(
-                (
-                    "rows",
-                    f"{prog.get('rows_done')}"
-                    + (f" / {total}" if total else "")
-                    + _pct(prog.get("rows_done"), total),
-                )
-            )
-            if prog.get("tokens_done"):
-                rows.append(
-                    (
-                        "tokens",
-                        f"{prog['tokens_done']}"
-                        + (f" / {prog['tokens_total']}" if prog.get("tokens_total") else ""),
-                    )
-                )
-            if prog.get("chunks_done") is not None and prog.get("chunks_total"):
-                rows.append(("chunks", f"{prog['chunks_done']} / {prog['chunks_total']}"))
-            if prog.get("rejects"):
-                why = rejects_summary(prog.get("rejects_by_reason"))
-                rows.append(("rejects", f"{prog['rejects']}" + (f": {why}" if why else "")))
-            rate = prog.get("rows_per_s")
-            if rate:
-                rows.append(("rate", f"{rate:.2f} rows/s, ETA {format_duration(prog.get('eta_s'))}"))
-            if prog.get("elapsed_s") is not None:
-                took = "took" if job.get("state") == "done" else "elapsed"
-                rows.append((took, format_duration(prog["elapsed_s"])))
-        dump = job.get("dump")
-        if dump:
-            state = _directory_state(dump, _dump_summary)
-            rows.append(("dump", f"{dump['path']}: {state}"))
-        out = job.get("output")
-        if out:
-            state = _directory_state(out, _output_summary)
-            rows.append(("output", f"{out['path']}: {state}"))
-        for d in job.get("disk") or []:
-            fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.get("fits")]
-            rows.append(
-                (
-                    f"disk {d['role']}",
-                    f"{d['path']}: {format_bytes(d['free_bytes'])} free, needs "
-                    f"{format_bytes(d['needed_bytes'])}, {fits}; full in "
-                    f"{format_duration(d['time_to_full_s'])}, done in {format_duration(d['time_to_done_s'])}",
-                )
-            )
-        for p in job.get("processes") or []:
-            if p["alive"]:
-                cpu = f"{p['cpu_percent']:.0f} %" if p.get("cpu_percent") is not None else "-"
-                rows.append(
-                    (
-                        p["role"],
-                        f"PID {p['pid']} {p['status']}, CPU {cpu} ({p['cpu_seconds']:.1f} s), "
-                        f"RSS {format_bytes(p['rss_bytes'])}, up {format_duration(p['uptime_s'])}, "
-                        f"restarts {p['restarts']}",
-                    )
-                )
-            else:
-                rows.append((p["role"], f"{p['status']} ({p['cmdline']})"))
-        ev = job.get("events")
-        if ev:
-            last = (
-                format_duration(doc["generated_ts"] - ev["last_event_ts"]) + " ago"
-                if ev.get("last_event_ts")
-                else "none yet"
-            )
-            rows.append(
-                (
-                    "events",
-                    f"{ev['path']}: {ev['lines']} lines ({ev['bad_lines']} bad), last "
-                    f"{ev.get('last_kind') or '-'} {last}",
-                )
-            )
-        for srv in job.get("servers") or []:
-            rows.append((f"server {srv['url']}", _server_summary(srv)))
-        tr = job.get("training")
-        if tr:
-            rows.append(
-                (
-                    "training",
-                    f"step {tr.get('step')} epoch {tr.get('epoch')} loss {tr.get('loss')} "
-                    f"acc {tr.get('acc')}",
-                )
-            )
+    now = doc.generated_ts
+    for job in doc.jobs:
+        lines.append(f"{job.job} [{job.kind}]: {job.state.upper()} for "
+                     f"{format_duration(now - (job.state_since_ts or now))} — {job.reason}")
+        rows = _job_rows(job, now)
         width = max((len(k) for k, _ in rows), default=0)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]
-        for hint in job.get("hints", []):
-            lines.append(f"  ! {hint['severity']}: {hint['message']}")
+        lines += [f"  ! {hint.severity}: {hint.message}" for hint in job.hints]
         lines.append("")
-    if not doc["jobs"]:
+    if not doc.jobs:
         lines.append("no jobs watched")
-    lines += _gpu_lines(doc.get("gpus"))
+    lines += _gpu_lines(doc.gpus)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -262,7 +242,7 @@ def run_many(urls: list[str], as_json: bool) -> int:
 
     from hsmon.status_table import render_many
 
-    def one(url: str) -> tuple[str, dict[str, Any] | None, str | None]:
+    def one(url: str) -> tuple[str, StatusDocument | None, str | None]:
         try:
             return url, fetch(url), None
         except RuntimeError as exc:
@@ -271,12 +251,10 @@ def run_many(urls: list[str], as_json: bool) -> int:
     with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
         results = list(pool.map(one, urls))
     if as_json:
-        print(json.dumps([{"url": u, "status": d, "error": e} for u, d, e in results], indent=2,
-                         allow_nan=False, default=str))
+        print(_json([{"url": u, "status": d, "error": e} for u, d, e in results]))
     else:
         sys.stdout.write(render_many(results))
-    bad = any(d is None or any(j.get("state") in ("stalled", "dead") for j in d["jobs"])
-              for _, d, _ in results)
+    bad = any(d is None or any(j.state in ("stalled", "dead") for j in d.jobs) for _, d, _ in results)
     return 1 if bad else 0
 
 
@@ -299,8 +277,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"hsmon status: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+        print(_json(doc))
     else:
         sys.stdout.write(render(doc))
     bad = {"stalled", "dead"}
-    return 1 if any(j.get("state") in bad for j in doc["jobs"]) else 0
+    return 1 if any(j.state in bad for j in doc.jobs) else 0
+
+
+def _json(value: Any) -> str:
+    """Indented JSON of a status document (or of a list holding them)."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()

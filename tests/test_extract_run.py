@@ -36,6 +36,7 @@ from hsmon.config import JobConfig
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from hsmon.status_cli import measure
+from hsmon.status_doc import to_builtins
 
 pytestmark = pytest.mark.slow
 
@@ -182,7 +183,8 @@ def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model
     try:
         pid = again.pid
         wait_for_event(events, lambda e: e["kind"] == "rows" and e["rows_done"] > last["rows_done"], again)
-        mid = measure([JobConfig(name="resumed", out_dir=str(out), stall_after=60)], 0.0)["jobs"][0]
+        measured = measure([JobConfig(name="resumed", out_dir=str(out), stall_after=60)], 0.0)
+        mid = to_builtins(measured)["jobs"][0]
         if again.poll() is None:  # a resumed run that has not finished is not done
             assert mid["state"] != "done" and mid["output"]["ending"] is None, (pid, mid)
         assert again.wait(TIMEOUT) == 0

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import msgspec
 import pytest
 from daemon_helpers import WebhookReceiver, wait_until
 
+from hsmon import status_doc
 from hsmon.notify import Notifier, build_body
 
+RECORDED = Path(__file__).parent / "fixtures" / "status_document.json"
 
-def doc(state: str) -> dict:
-    return {
-        "job": "ex",
-        "kind": "extract",
-        "state": state,
-        "reason": "because",
-        "state_since_ts": 1.0,
-        "hints": [{"id": "stalled", "severity": "critical", "message": "no signal moved for 5m"}],
-        "progress": {"rows_done": 3},
-    }
+
+def doc(state: str) -> status_doc.JobStatus:
+    """A job's status (the recorded document's first job) in ``state``."""
+    job = status_doc.decode(RECORDED.read_bytes()).jobs[0]
+    return msgspec.structs.replace(
+        job, job="ex", kind="extract", state=state, reason="because", state_since_ts=1.0,
+        hints=[status_doc.Hint(id="stalled", severity="critical", message="no signal moved for 5m")],
+        progress=msgspec.structs.replace(job.progress, rows_done=3),
+    )
 
 
 def test_dedup_repeat_and_flapping():

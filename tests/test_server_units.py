@@ -307,16 +307,24 @@ def test_capture_counters_sum_over_schedulers_and_are_null_without_the_plugin():
 def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
     import shutil
     import subprocess
-    from dataclasses import asdict
+    from pathlib import Path
 
+    import msgspec
+
+    from hsmon import status_doc
     from hsmon.metrics.engine_metrics import render_engine
     from hsmon.trackers.server_capture import parse_capture
 
     info = {"hsmon_plugin": {"version": "1"},
             "internal_states": [{"hsmon_capture": _plugin_snapshot(7, [0.5], write_errors=2)}]}
-    with_plugin = {"url": "http://a:1", "capture": asdict(parse_capture(info, 1.0))}
-    without = {"url": "http://b:1", "capture": None}
-    text = render_engine({"jobs": [{"job": "x", "servers": [with_plugin, without]}]}).decode()
+    # the recorded document (tests/fixtures/status_document.json) with its job's servers replaced
+    doc = status_doc.decode((Path(__file__).parent / "fixtures" / "status_document.json").read_bytes())
+    server = doc.jobs[0].servers[0]
+    capture = parse_capture(info, 1.0)  # the status document's own Capture
+    with_plugin = msgspec.structs.replace(server, url="http://a:1", capture=capture)
+    without = msgspec.structs.replace(server, url="http://b:1", capture=None)
+    job = msgspec.structs.replace(doc.jobs[0], job="x", servers=[with_plugin, without])
+    text = render_engine(msgspec.structs.replace(doc, jobs=[job])).decode()
     assert 'hsmon_server_capture_requests_total{job="x",server="http://a:1"} 7.0' in text
     assert 'hsmon_server_capture_write_errors_total{job="x",server="http://a:1"} 2.0' in text
     assert 'hsmon_server_capture_pool_bytes_max{job="x",server="http://a:1"} 1.073741824e+09' in text

@@ -350,11 +350,11 @@ def test_find_process_by_match_prefers_the_real_process_over_its_shell(tmp_path,
 # -- disk -------------------------------------------------------------------------------------
 def test_headroom_arithmetic():
     h = disk.headroom("output", "/x", (1000, 5000), 2000.0, 10.0, 50.0)
-    assert h["fits"] is False and h["time_to_full_s"] == 100.0
+    assert h.fits is False and h.time_to_full_s == 100.0
     h = disk.headroom("shm", "/x", (1000, 5000), None, 10.0, 50.0)
-    assert h["fits"] is True
+    assert h.fits is True
     h = disk.headroom("shm", "/x", (1000, 5000), None, 10.0, 500.0)
-    assert h["fits"] is False
+    assert h.fits is False
     assert disk.needed_bytes(1000, 10, 30) == 2000
     assert disk.needed_bytes(1000, 10, None) is None
     assert disk.needed_bytes(None, None, None, estimate=5) == 5

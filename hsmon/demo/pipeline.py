@@ -14,22 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.demo.prepare import EVAL_DEPTH, PROFILES
+from hsmon.status_doc import StatusDocument
 
 
-def daemon_status(url: str) -> dict[str, Any] | None:
+def daemon_status(url: str) -> StatusDocument | None:
+    """The daemon's status document (hsmon.status_doc), or None when it does not answer one."""
+    import msgspec
     import requests
 
+    from hsmon.status_doc import decode
+
     try:
-        return requests.get(f"{url}/api/v1/status", timeout=3).json()
-    except (requests.RequestException, ValueError):
+        response = requests.get(f"{url}/api/v1/status", timeout=3)
+        return decode(response.content) if response.ok else None
+    except (requests.RequestException, msgspec.DecodeError):
         return None
 
 
 def _job_state(url: str, name: str) -> str | None:
-    for job in (daemon_status(url) or {}).get("jobs") or []:
-        if job.get("job") == name:
-            return job.get("state")
-    return None
+    doc = daemon_status(url)
+    return next((job.state for job in doc.jobs if job.job == name), None) if doc else None
 
 
 def _alive(pid: int | None) -> bool:

@@ -71,6 +71,7 @@ def summary(pipeline: Pipeline) -> list[str]:
 
 def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> None:
     """Status lines (each job's, and the eval's) until the pipeline ends; stamps count from ``started``."""
+    from hsmon.status_doc import to_builtins
     from hsmon.tui.view import status_line
 
     printed_done: set[str] = set()
@@ -81,13 +82,12 @@ def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> N
         if document is None:
             print(f"{stamp} daemon at {url}: disconnected, retrying", flush=True)
         else:
-            for job in document.get("jobs") or []:
-                name = str(job.get("job"))
-                if name in printed_done and not finished:
+            for job in document.jobs:
+                if job.job in printed_done and not finished:
                     continue  # a finished job's line once is enough while the next step runs
-                if job.get("state") == "done":
-                    printed_done.add(name)
-                print(f"{stamp} {status_line(job)}", flush=True)
+                if job.state == "done":
+                    printed_done.add(job.job)
+                print(f"{stamp} {status_line(to_builtins(job))}", flush=True)  # the TUI's view reads JSON
         if pipeline.phase == "evaluating":
             print(f"{stamp} {eval_line(pipeline)}", flush=True)
         if finished:

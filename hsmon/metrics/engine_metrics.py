@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from hsmon.metrics.metric_families import add_sample as _add
 from hsmon.metrics.metric_families import counter as _c
 from hsmon.metrics.metric_families import gauge as _g
+from hsmon.status_doc import GpuSection, JobStatus, StatusDocument
 from hsmon.trackers.server_rules import SERVER_STATES
 
 # servers[i].capture keys exported as hsmon_server_capture_<key> (counters get _total), kind, help
@@ -41,7 +42,7 @@ CAPTURE_FAMILIES = (
 class EngineCollector(Collector):
     """The server and GPU families of one status document (its ``jobs`` and ``gpus``)."""
 
-    def __init__(self, jobs: list[dict[str, Any]], gpus: dict[str, Any]) -> None:
+    def __init__(self, jobs: list[JobStatus], gpus: GpuSection) -> None:
         self.jobs = jobs
         self.gpus = gpus
 
@@ -80,21 +81,19 @@ class EngineCollector(Collector):
             ),
         }
         for job in self.jobs:
-            for srv in job.get("servers") or []:
-                label = [job["job"], srv["url"]]
-                up.add_metric(label, 1.0 if srv.get("reachable") else 0.0)
+            for srv in job.servers:
+                label = [job.job, srv.url]
+                up.add_metric(label, 1.0 if srv.reachable else 0.0)
                 for s in SERVER_STATES:
-                    state.add_metric([*label, s], 1.0 if srv.get("state") == s else 0.0)
-                health = srv.get("health") or {}
-                _add(latency, label, health.get("latency_s"))
-                _add(failures, label, health.get("failures_total"))
-                _add(forward, label, srv.get("last_forward_ts"))
-                version = (srv.get("info") or {}).get("version")
-                if srv.get("model") or version:
-                    model = str(srv.get("model") or "")
-                    info.add_metric(label, {"model": model, "version": str(version or "")})
+                    state.add_metric([*label, s], 1.0 if srv.state == s else 0.0)
+                _add(latency, label, srv.health.latency_s)
+                _add(failures, label, srv.health.failures_total)
+                _add(forward, label, srv.last_forward_ts)
+                version = srv.info.version if srv.info is not None else None
+                if srv.model or version:
+                    info.add_metric(label, {"model": str(srv.model or ""), "version": str(version or "")})
                 for key, fam in loads.items():
-                    _add(fam, label, (srv.get("load") or {}).get(key))
+                    _add(fam, label, getattr(srv.load, key))
         yield from (up, state, latency, failures, forward, info, *loads.values())
 
     def _captures(self) -> Iterator[Any]:
@@ -103,16 +102,15 @@ class EngineCollector(Collector):
         fams = {key: (_c if kind == "counter" else _g)(f"hsmon_server_capture_{key}", doc, labels)
                 for key, kind, doc in CAPTURE_FAMILIES}
         for job in self.jobs:
-            for srv in job.get("servers") or []:
-                capture = srv.get("capture")
-                if capture:
+            for srv in job.servers:
+                if srv.capture is not None:
                     for key, fam in fams.items():
-                        _add(fam, [job["job"], srv["url"]], capture.get(key))
+                        _add(fam, [job.job, srv.url], getattr(srv.capture, key))
         yield from fams.values()
 
     def _gpus(self) -> Iterator[Any]:
         available = _g("hsmon_gpu_available", "1 when NVML answers (0: no driver or no nvidia-ml-py)", ())
-        available.add_metric([], 1.0 if self.gpus.get("available") else 0.0)
+        available.add_metric([], 1.0 if self.gpus.available else 0.0)
         labels = ("gpu",)
         fams = {
             "utilization": _g("hsmon_gpu_utilization_ratio", "GPU utilization (0-1)", labels),
@@ -121,19 +119,19 @@ class EngineCollector(Collector):
             "power_watts": _g("hsmon_gpu_power_watts", "GPU power draw", labels),
             "temperature_celsius": _g("hsmon_gpu_temperature_celsius", "GPU temperature", labels),
         }
-        for dev in self.gpus.get("devices") or []:
+        for dev in self.gpus.devices:
             for key, fam in fams.items():
-                _add(fam, [str(dev["index"])], dev.get(key))
+                _add(fam, [str(dev.index)], getattr(dev, key))
         used = _g("hsmon_job_gpu", "1 for each GPU on which the job's processes hold memory", ("job", "gpu"))
         for job in self.jobs:
-            for index in (job.get("gpu") or {}).get("indices") or []:
-                used.add_metric([job["job"], str(index)], 1.0)
+            for index in job.gpu.indices:
+                used.add_metric([job.job, str(index)], 1.0)
         yield from (available, *fams.values(), used)
 
 
-def render_engine(doc: dict[str, Any]) -> bytes:
+def render_engine(doc: StatusDocument) -> bytes:
     """The engine families of a status document in the Prometheus text format."""
-    return generate_latest(EngineCollector(doc.get("jobs") or [], doc.get("gpus") or {}))
+    return generate_latest(EngineCollector(doc.jobs, doc.gpus))
 
 
 class EngineExposition:
@@ -146,7 +144,7 @@ class EngineExposition:
 
     def refresh(self) -> None:
         """Render from the monitor's memory (called by the tick thread after each tick)."""
-        text = render_engine(self.monitor.status_document())
+        text = render_engine(self.monitor.status())
         with self._lock:
             self._text = text
 

@@ -1,13 +1,14 @@
 """Disk headroom for the output filesystem and /dev/shm.
 
 ``usage()`` is the only I/O (statvfs of the path, or of its nearest existing parent); the
-arithmetic is ``headroom()``, a pure function.
+arithmetic is ``headroom()``, a pure function returning the status document's typed entry.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from hsmon.status_doc import DiskEntry
 
 
 def usage(path: str) -> tuple[int, int] | None:
@@ -44,7 +45,7 @@ def headroom(
     needed: float | None,
     write_bytes_per_s: float | None,
     time_to_done_s: float | None,
-) -> dict[str, Any]:
+) -> DiskEntry:
     """One entry of the status document's ``disk`` list.
 
     fits: needed <= free when the need is known; else time to full >= time to done when both are;
@@ -58,14 +59,30 @@ def headroom(
         fits = needed <= free
     elif time_to_full is not None and time_to_done_s is not None:
         fits = time_to_full >= time_to_done_s
-    return {
-        "role": role,
-        "path": path,
-        "free_bytes": free,
-        "total_bytes": total,
-        "needed_bytes": needed,
-        "fits": fits,
-        "write_bytes_per_s": write_bytes_per_s,
-        "time_to_full_s": time_to_full,
-        "time_to_done_s": time_to_done_s,
-    }
+    return DiskEntry(
+        role=role,
+        path=path,
+        free_bytes=free,
+        total_bytes=total,
+        needed_bytes=needed,
+        fits=fits,
+        write_bytes_per_s=write_bytes_per_s,
+        time_to_full_s=time_to_full,
+        time_to_done_s=time_to_done_s,
+    )
+
+def shortfall_message(entry: DiskEntry | None) -> str | None:
+    """Why the filesystem of a ``headroom`` entry will not do (for the disk hints), None without one."""
+    if entry is None:
+        return None
+    from hsmon.contracts.units import format_bytes, format_duration
+
+    if entry.needed_bytes is not None and entry.free_bytes is not None:
+        return (
+            f"{entry.role} filesystem of {entry.path}: needs ~{format_bytes(entry.needed_bytes)}, "
+            f"{format_bytes(entry.free_bytes)} free: free space before it fills"
+        )
+    return (
+        f"{entry.role} filesystem of {entry.path} fills in {format_duration(entry.time_to_full_s)}, "
+        f"before the job is done (in {format_duration(entry.time_to_done_s)})"
+    )

@@ -19,13 +19,13 @@ import json
 import logging
 import threading
 import time
-from dataclasses import asdict
 from typing import Any
 
 from hsmon.config import ServerSpec
 from hsmon.state_facts import ServerFacts
+from hsmon.status_doc import Capture, to_builtins
 from hsmon.trackers.rates import RateWindow
-from hsmon.trackers.server_capture import CaptureFacts, parse_capture
+from hsmon.trackers.server_capture import parse_capture
 from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
 from hsmon.trackers.server_rules import (
     COUNTERS,
@@ -68,7 +68,7 @@ class ServerTracker:
         self.connects_total = 0
         self.model: str | None = None
         self.info: dict[str, Any] | None = None
-        self.capture: CaptureFacts | None = None  # the capture plugin's counters (None: no plugin)
+        self.capture: Capture | None = None  # the capture plugin's counters (None: no plugin)
         self._need_info = False
         self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
@@ -412,7 +412,7 @@ class ServerTracker:
                     "sglang_timeout_source": self.sglang_timeout[1] if self.sglang_timeout else None,
                 },
                 "last_forward_ts": self.last_forward_ts,
-                "capture": asdict(self.capture) if self.capture is not None else None,
+                "capture": to_builtins(self.capture) if self.capture is not None else None,
                 "load": {
                     "running": load.get("running"),
                     "queued": load.get("queued"),

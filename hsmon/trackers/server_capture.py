@@ -2,15 +2,16 @@
 
 The plugin (extractor/sglang/plugin_root/hsmon_sglang_plugin/writer.py, ``Stats``) publishes one
 ``hsmon_capture`` dict per scheduler process under ``internal_states[k]``; the server tracker sums
-them into one ``CaptureFacts``, the ``capture`` section of the server's status entry
+them into one ``Capture`` (hsmon.status_doc), the ``capture`` section of the server's status entry
 (docs/status-api.md). No plugin (no ``hsmon_plugin`` section, or no scheduler reporting): None.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
+
+from hsmon.status_doc import Capture
 
 # counters summed over the schedulers: status key -> the plugin's key
 _SUMMED = {
@@ -25,28 +26,7 @@ _SUMMED = {
 }
 
 
-@dataclass(frozen=True)
-class CaptureFacts:
-    """The capture plugin's counters of one server, summed over its schedulers (status keys)."""
-
-    schedulers: int
-    plugin_version: str | None
-    requests: int
-    files_written: int
-    write_errors: int
-    sync_fallbacks: int
-    buffer_reuses: int
-    queue_depth: int
-    pool_bytes_in_use: int
-    pool_bytes_max: int
-    write_seconds: float
-    hook_seconds: float
-    hook_seconds_p50: float | None
-    hook_seconds_p99: float | None
-    read_ts: float
-
-
-def parse_capture(info: Any, now: float) -> CaptureFacts | None:
+def parse_capture(info: Any, now: float) -> Capture | None:
     """The summed counters of a ``/server_info`` answer, or None when it has no capture plugin."""
     if not isinstance(info, dict) or not isinstance(info.get("hsmon_plugin"), dict):
         return None
@@ -59,7 +39,7 @@ def parse_capture(info: Any, now: float) -> CaptureFacts | None:
     hook_ms = sorted(float(s[1]) for p in parts for s in p.get("hook_samples") or []
                      if isinstance(s, list | tuple) and len(s) >= 2 and _number(s[1]))
     version = info["hsmon_plugin"].get("version")
-    return CaptureFacts(
+    return Capture(
         schedulers=len(parts),
         plugin_version=str(version) if version is not None else None,
         write_seconds=sum(_float(p.get("write_seconds")) for p in parts),

@@ -65,15 +65,25 @@ def parse_load(text: str) -> dict[str, float]:
 
 
 def info_of(data: dict[str, Any]) -> dict[str, Any]:
-    """The ``info`` of a server's status entry from its ``/server_info`` answer."""
+    """The ``info`` of a server's status entry from its ``/server_info`` answer (a value of an
+    unexpected type reads as unknown: the status document's types hold)."""
+    ids = data.get("return_aux_hidden_state_layer_ids")
     return {
-        "version": data.get("version"),
-        "model": data.get("model_path"),
-        "tp_size": data.get("tp_size"),
-        "dp_size": data.get("dp_size"),
-        "enable_metrics": data.get("enable_metrics"),
-        "enable_return_hidden_states": data.get("enable_return_hidden_states"),
-        "enable_return_aux_hidden_states": data.get("enable_return_aux_hidden_states"),
-        "aux_hidden_state_layer_ids": data.get("return_aux_hidden_state_layer_ids"),
-        "max_total_tokens": data.get("max_total_tokens"),
+        "version": _of(data.get("version"), str),
+        "model": _of(data.get("model_path"), str),
+        "tp_size": _of(data.get("tp_size"), int),
+        "dp_size": _of(data.get("dp_size"), int),
+        "enable_metrics": _of(data.get("enable_metrics"), bool),
+        "enable_return_hidden_states": _of(data.get("enable_return_hidden_states"), bool),
+        "enable_return_aux_hidden_states": _of(data.get("enable_return_aux_hidden_states"), bool),
+        "aux_hidden_state_layer_ids": ids if isinstance(ids, list) and all(
+            type(i) is int for i in ids) else None,
+        "max_total_tokens": _of(data.get("max_total_tokens"), int),
     }
+
+
+def _of(value: Any, kind: type) -> Any:
+    """``value`` if it is of ``kind`` (a bool is no int here), else None."""
+    if kind is int:
+        return value if type(value) is int else None
+    return value if isinstance(value, kind) else None

@@ -1,0 +1,105 @@
+"""One job's status (hsmon.status_doc.JobStatus), built in one step from its trackers' sections
+and its state after the decision; hsmon/job_runtime.py calls it once per tick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from hsmon.config import JobConfig
+from hsmon.state_facts import Hint
+from hsmon.status_doc import (
+    DiskEntry,
+    DumpSection,
+    EventsSection,
+    JobGpu,
+    JobStatus,
+    OutputSection,
+    ProcessEntry,
+    Progress,
+    ServerEntry,
+    StateEvent,
+    TrainingSection,
+)
+
+
+@dataclass
+class JobState:
+    """Where the job's state machine stands (after this tick's decision)."""
+
+    state: str
+    since_ts: float
+    reason: str
+    hints: list[Hint]
+    transitions_total: int
+    state_events: list[dict[str, Any]]  # the monitor's own state events, oldest first
+    last_work_ts: float | None
+    last_busy_ts: float | None
+
+
+@dataclass
+class Sections:
+    """What the trackers measured this tick, as they return it."""
+
+    progress: dict[str, Any] | None = None
+    dump: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+    disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    events: dict[str, Any] | None = None
+    recent_events: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] | None = None
+    servers: list[dict[str, Any]] = field(default_factory=list)
+    gpu_indices: list[int] = field(default_factory=list)
+    gpu_idle_since_ts: float | None = None
+
+
+def _as(value: Any, type_: Any) -> Any:
+    return None if value is None else msgspec.convert(value, type_)
+
+
+def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
+    """The job's whole section of the status document."""
+    recent = sorted(sec.recent_events + st.state_events, key=lambda e: e.get("ts") or 0)[-20:]
+    return JobStatus(
+        job=cfg.name,
+        kind=cfg.kind,
+        state=st.state,
+        state_since_ts=st.since_ts,
+        reason=st.reason,
+        hints=list(st.hints),
+        transitions_total=st.transitions_total,
+        state_history=msgspec.convert(st.state_events, list[StateEvent]),
+        stall_after_s=cfg.stall_after,
+        last_work_ts=st.last_work_ts,
+        last_busy_ts=st.last_busy_ts,
+        progress=_as(sec.progress, Progress),
+        dump=_as(sec.dump, DumpSection),
+        output=_as(sec.output, OutputSection),
+        disk=list(sec.disk),
+        processes=msgspec.convert(sec.processes, list[ProcessEntry]),
+        events=_as(sec.events, EventsSection),
+        recent_events=recent,
+        training=_as(sec.training, TrainingSection),
+        servers=msgspec.convert(sec.servers, list[ServerEntry]),
+        gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
+    )
+
+
+def not_measured(cfg: JobConfig, now: float) -> JobStatus:
+    """A job added but not measured yet: starting, every section empty."""
+    st = JobState("starting", now, "not measured yet", [], 0, [], None, None)
+    return job_status(cfg, st, Sections())
+
+
+def with_live(doc: JobStatus, dump: dict[str, Any] | None, servers: list[dict[str, Any]] | None
+              ) -> JobStatus:
+    """``doc`` with the dump directory and servers read now (their threads move between ticks)."""
+    changes: dict[str, Any] = {}
+    if dump is not None:
+        changes["dump"] = msgspec.convert(dump, DumpSection)
+    if servers:
+        changes["servers"] = msgspec.convert(servers, list[ServerEntry])
+    return msgspec.structs.replace(doc, **changes) if changes else doc

@@ -1,0 +1,64 @@
+"""The status document (docs/status-api.md) as types: what the monitor knows, in one shape.
+
+``hsmon.monitor.Monitor.status()`` builds a :class:`StatusDocument` once per request from the jobs'
+:class:`JobStatus` (each built in one step per tick by ``hsmon.job_runtime.JobRuntime``); the HTTP
+API and ``hsmon status --json`` encode it with :func:`encode`; readers that get it as JSON decode
+it with :func:`decode`, in process they read the types. ``python -m hsmon.status_doc --schema``
+prints the JSON Schema kept in docs/status-schema.json (checked by tests/test_status_doc.py).
+
+The sections live in ``job.py`` (a job's own figures), ``output.py`` (the output directory and its
+data facts), ``engine.py`` (servers and GPUs) and ``document.py`` (the top level).
+"""
+
+from __future__ import annotations
+
+from hsmon.status_doc.document import (
+    STATUS_VERSION,
+    DaemonInfo,
+    StatusDocument,
+    decode,
+    encode,
+    from_builtins,
+    schema,
+    to_builtins,
+)
+from hsmon.status_doc.engine import (
+    Capture,
+    GpuDevice,
+    GpuProcess,
+    GpuSection,
+    Health,
+    Load,
+    ServerEntry,
+    ServerInfo,
+)
+from hsmon.status_doc.job import (
+    DiskEntry,
+    DumpSection,
+    EventsSection,
+    Hint,
+    JobGpu,
+    JobStatus,
+    ProcessEntry,
+    Progress,
+    StateEvent,
+    TrainingSection,
+)
+from hsmon.status_doc.output import (
+    ChunkStats,
+    DataSection,
+    DriftEntry,
+    LayerReference,
+    LayerStats,
+    OutputSection,
+    Reading,
+    VerifySection,
+)
+
+__all__ = [
+    "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry", "DriftEntry",
+    "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
+    "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OutputSection", "ProcessEntry",
+    "Progress", "Reading", "ServerEntry", "ServerInfo", "StateEvent", "StatusDocument",
+    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "schema", "to_builtins",
+]

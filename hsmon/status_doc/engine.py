@@ -1,0 +1,117 @@
+"""The engine's sections: a job's inference servers (hsmon/trackers/server.py) and the host's GPUs
+(hsmon/trackers/gpu.py, the top-level ``gpus``)."""
+
+from __future__ import annotations
+
+from hsmon.status_doc.base import Num, Section
+
+
+class ServerInfo(Section):
+    """What the server's ``/server_info`` said after the last connect."""
+
+    version: str | None
+    model: str | None
+    tp_size: int | None
+    dp_size: int | None
+    enable_metrics: bool | None
+    enable_return_hidden_states: bool | None
+    enable_return_aux_hidden_states: bool | None
+    aux_hidden_state_layer_ids: list[int] | None
+    max_total_tokens: int | None
+
+
+class Health(Section):
+    """The ``/health_generate`` checks (a real forward)."""
+
+    ok: bool | None
+    latency_s: Num | None
+    error: str | None
+    last_ts: float | None
+    last_ok_ts: float | None
+    in_flight_s: Num | None
+    checks_total: int
+    failures_total: int
+    failures_in_row: int
+    unanswered_s: Num | None
+    sglang_timeout_s: Num | None
+    sglang_timeout_source: str | None
+
+
+class Load(Section):
+    """The server's load from its ``/metrics`` (null without ``--enable-metrics``)."""
+
+    running: Num | None
+    queued: Num | None
+    token_usage: Num | None
+    gen_tokens_per_s: Num | None
+    prompt_tokens_per_s: Num | None
+
+
+class Capture(Section):
+    """hsmon's capture plugin inside the server, summed over its schedulers."""
+
+    schedulers: int
+    plugin_version: str | None
+    requests: int
+    files_written: int
+    write_errors: int
+    sync_fallbacks: int
+    buffer_reuses: int
+    queue_depth: int
+    pool_bytes_in_use: int
+    pool_bytes_max: int
+    write_seconds: Num
+    hook_seconds: Num
+    hook_seconds_p50: Num | None
+    hook_seconds_p99: Num | None
+    read_ts: float
+
+
+class ServerEntry(Section):
+    """One inference server a job talks to."""
+
+    url: str
+    state: str  # up | busy | hung | down | unknown
+    detail: str
+    model: str | None
+    info: ServerInfo | None
+    reachable: bool
+    liveness_endpoint: str | None
+    last_seen_ts: float | None
+    connects_total: int
+    metrics_enabled: bool | None
+    metrics_error: str | None
+    health: Health
+    last_forward_ts: float | None
+    capture: Capture | None
+    load: Load
+
+
+class GpuProcess(Section):
+    """A process holding memory on a GPU."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+class GpuDevice(Section):
+    """One GPU as NVML reads it (base units: bytes, watts, ratio 0-1)."""
+
+    index: int
+    name: str | None
+    utilization: Num | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_watts: Num | None
+    temperature_celsius: Num | None
+    processes: list[GpuProcess]
+    zero_since_ts: float | None  # since when this GPU has read 0 %
+
+
+class GpuSection(Section):
+    """The host's GPUs (``available`` false, with the reason, without NVML)."""
+
+    available: bool
+    reason: str | None
+    last_poll_ts: float | None
+    devices: list[GpuDevice]

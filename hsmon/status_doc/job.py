@@ -1,0 +1,173 @@
+"""One job's section of the status document (``jobs[]``) and its parts measured by the job's own
+trackers: progress and events (hsmon/trackers/progress.py), dump directory, disks, processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from hsmon.status_doc.base import Num, Section
+from hsmon.status_doc.engine import ServerEntry
+from hsmon.status_doc.output import OutputSection
+
+
+class Hint(msgspec.Struct, frozen=True):
+    """Something a person should know about the job (docs/daemon.md lists the ids); the state
+    rules (hsmon/state*.py) make them: ``Hint(id, severity, message)``."""
+
+    id: str
+    severity: str  # info | warning | critical
+    message: str
+
+
+class StateEvent(Section):
+    """The monitor's own ``state`` event: a transition of the job's state."""
+
+    v: int
+    ts: float
+    job: str
+    kind: str  # "state"
+    state: str
+    previous: str | None
+    reason: str
+
+
+class Progress(Section):
+    """How far the job is: from its events, else from its output directory."""
+
+    rows_done: int | None
+    rows_total: int | None
+    tokens_done: int | None
+    tokens_total: int | None
+    chunks_done: int | None
+    chunks_total: int | None
+    rejects: int | None
+    rejects_by_reason: dict[str, int] | None  # reject class -> rows
+    rows_per_s: Num | None
+    tokens_per_s: Num | None
+    bytes_per_s: Num | None
+    elapsed_s: Num | None
+    eta_s: Num | None
+    last_progress_ts: float | None
+
+
+class DumpSection(Section):
+    """The dump directory the server writes hidden states into and the extractor empties."""
+
+    path: str
+    exists: bool
+    error: str | None
+    files: int | None
+    bytes: int
+    oldest_age_s: float | None
+    created_total: int
+    consumed_total: int
+    created_per_s: Num | None
+    consumed_per_s: Num | None
+
+
+class DiskEntry(Section):
+    """Headroom of one filesystem the job fills (``role``: output | shm)."""
+
+    role: str
+    path: str
+    free_bytes: int | None
+    total_bytes: int | None
+    needed_bytes: Num | None
+    fits: bool | None
+    write_bytes_per_s: Num | None
+    time_to_full_s: Num | None
+    time_to_done_s: Num | None
+
+
+class ProcessEntry(Section):
+    """One process of the job (psutil's figures; ``status`` gone when not found)."""
+
+    role: str
+    pid: int | None
+    alive: bool
+    status: str  # running | sleeping | stopped | zombie | gone
+    cpu_seconds: Num | None
+    cpu_percent: Num | None
+    rss_bytes: int | None
+    read_bytes: int | None
+    write_bytes: int | None
+    read_chars: int | None
+    write_chars: int | None
+    threads: int | None
+    start_ts: float | None
+    uptime_s: float | None
+    restarts: int
+    cmdline: str
+    stdout: str | None
+    stdout_buffered: bool
+    oom_kill: str | None
+
+
+class EventsSection(Section):
+    """The job's events file (contract 1)."""
+
+    path: str
+    exists: bool
+    lines: int
+    bad_lines: int
+    rotations: int
+    last_event_ts: float | None
+    last_kind: str | None
+    log: str | None
+    log_lines: int | None
+
+
+class TrainingSection(Section):
+    """A training's figures, from its ``step``/``checkpoint``/``eval`` events. Values are as the
+    trainer wrote them (numbers, or per-unroll-step lists for ``loss``/``acc``); the fields after
+    ``eta_s`` are present only when the trainer sends them."""
+
+    step: Any
+    epoch: Any
+    loss: Any
+    acc: Any
+    tokens_per_s: Num | None
+    last_checkpoint: Any
+    eta_s: Any
+    total_steps: Any | UnsetType = UNSET
+    lr: Any | UnsetType = UNSET
+    grad_norm: Any | UnsetType = UNSET
+    data_wait_frac: Any | UnsetType = UNSET
+    loss_weighted: Any | UnsetType = UNSET
+    eval: dict[str, Any] | UnsetType = UNSET
+
+
+class JobGpu(Section):
+    """The GPUs the job's processes hold memory on, and since when all of them read 0 %."""
+
+    indices: list[int]
+    idle_since_ts: float | None
+
+
+class JobStatus(Section):
+    """One job: its state and why, and every tracker's section (null when not watched)."""
+
+    job: str
+    kind: str  # extract | train | external
+    state: str
+    state_since_ts: float
+    reason: str
+    hints: list[Hint]
+    transitions_total: int
+    state_history: list[StateEvent]
+    stall_after_s: float
+    last_work_ts: float | None
+    last_busy_ts: float | None
+    progress: Progress | None
+    dump: DumpSection | None
+    output: OutputSection | None
+    disk: list[DiskEntry]
+    processes: list[ProcessEntry]
+    events: EventsSection | None
+    recent_events: list[dict[str, Any]]  # the events as written (contract 1), and state events
+    training: TrainingSection | None
+    servers: list[ServerEntry]
+    gpu: JobGpu
