@@ -157,7 +157,9 @@ def test_job_with_events_running_stalled_running_dead_and_webhook(procs, tmp_pat
         wait_until(lambda: daemon.job()["state"] == "stalled", STALL + SCAN + 5, what="stalled")
         assert time.monotonic() - frozen_at <= STALL + SCAN + 1.5
         body = wait_until(lambda: [b for b in hook.bodies if b["state"] == "stalled"], 10, what="webhook")[0]
-        assert body["job"] == "ex" and body["previous"] == "running" and body["reason"]
+        # SIGSTOP may land between a row's files and its event: work then moved after the last
+        # progress event, and the job reads silent for up to a scan before stalled (both correct)
+        assert body["job"] == "ex" and body["previous"] in ("running", "silent") and body["reason"]
 
         os.kill(story.pid, signal.SIGCONT)
         wait_until(lambda: daemon.job()["state"] == "running", 10, what="running again")
@@ -166,7 +168,8 @@ def test_job_with_events_running_stalled_running_dead_and_webhook(procs, tmp_pat
         wait_until(lambda: daemon.job()["state"] == "dead", 10, what="dead")
         wait_until(lambda: any(b["state"] == "dead" for b in hook.bodies), 10, what="dead webhook")
         history = daemon.job()["state_history"]
-        assert [e["state"] for e in history][-4:] == ["running", "stalled", "running", "dead"]
+        states = [e["state"] for e in history if e["state"] != "silent"]
+        assert states[-4:] == ["running", "stalled", "running", "dead"]
         assert all(e["kind"] == "state" and e["job"] == "ex" for e in history)
         daemon.stop()
     finally:
