@@ -47,24 +47,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def fetch(url: str, timeout: float = 5.0) -> StatusDocument:
     """GET the status document from a daemon."""
-    import urllib.error
-    import urllib.request
+    import http.client
 
     import msgspec
 
-    full = url.rstrip("/") + "/api/v1/status"
+    from hsmon.status_client import StatusClient
+
+    client = StatusClient(url, timeout)
     try:
-        with urllib.request.urlopen(full, timeout=timeout) as resp:
-            body = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
+        body = client.get()
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise RuntimeError(
-            f"cannot read {full}: {getattr(exc, 'reason', exc)}; is `hsmon daemon` running "
+            f"cannot read {client.url}: {exc}; is `hsmon daemon` running "
             "there? (or give --dump-dir/--out/--events/--pid to look without a daemon)"
         ) from None
+    finally:
+        client.close()
     try:
         return decode(body)
     except msgspec.DecodeError as exc:  # ValidationError included: it names the field
-        raise RuntimeError(f"{full} answered no status document this hsmon reads ({exc}); is it an "
+        raise RuntimeError(f"{client.url} answered no status document this hsmon reads ({exc}); is it an "
                            f"hsmon daemon of version {__version__}?") from None
 
 

@@ -13,8 +13,8 @@ from textual.message import Message
 from tui_documents import documents
 from tui_status_server import StatusServer
 
+from hsmon.status_client import KeptGet
 from hsmon.tui.clocks import has_short_clocks, next_minute, quiet_signature
-from hsmon.tui.http_get import KeptGet
 from hsmon.tui.messages import StatusUpdate
 from hsmon.tui.numbers import coarse_clocks, fmt_clock
 from hsmon.tui.sources import HttpStatusSource, StatusSource

@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from textual.message import Message
 
+from hsmon.status_client import StatusClient
 from hsmon.tui.clocks import generated_ts, quiet_bytes, quiet_signature
-from hsmon.tui.http_get import KeptGet
 from hsmon.tui.messages import SourceDown, StatusUpdate
 
 Post = Callable[[Message], Any]
@@ -154,14 +154,11 @@ class HttpStatusSource(StatusSource):
     def __init__(self, url: str, token: str | None = None, interval: float = 1.0,
                  timeout: float = 3.0) -> None:
         super().__init__(interval)
-        self.base_url = url.rstrip("/")
-        if self.base_url.endswith("/api/v1/status"):
-            self.base_url = self.base_url[: -len("/api/v1/status")]
+        self._client = StatusClient(url, timeout)
+        self.base_url = self._client.base_url
         self.label = self.base_url.split("://", 1)[-1]
         self.token = token
         self.timeout = timeout
-        self._conn: Any = None
-        self._kept: KeptGet | None = None
         self._sent_bytes = b""  # quiet_bytes of the last document sent
         self._pending_bytes = b""
 
@@ -177,47 +174,10 @@ class HttpStatusSource(StatusSource):
             errors = {k: v for k, v in errors.items() if k not in PATH_FIELDS}
         return errors
 
-    def _get_status(self) -> bytes:
-        """GET /api/v1/status over one kept-alive connection (http.client: a quarter of the CPU of
-        a requests call, which is most of an idle dashboard's cost), reconnecting once if the
-        kept connection was closed meanwhile."""
-        import http.client
-        from urllib.parse import urlsplit
-
-        url = urlsplit(self.base_url)
-        if url.scheme == "http" and url.hostname:
-            if self._kept is None:
-                self._kept = KeptGet(url.hostname, url.port or 80, f"{url.path}/api/v1/status", self.timeout)
-            try:
-                body = self._kept.get()
-            except (OSError, ValueError):
-                body = None  # http.client says what is wrong, in its words
-            if body is not None:
-                return body
-        for attempt in (1, 2):
-            if self._conn is None:
-                kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-                self._conn = kind(url.netloc, timeout=self.timeout)
-            try:
-                self._conn.request("GET", f"{url.path}/api/v1/status", headers={"Accept": "application/json"})
-                response = self._conn.getresponse()
-                body = response.read()
-            except (http.client.HTTPException, OSError):
-                self._conn.close()
-                self._conn = None
-                if attempt == 2:
-                    raise
-                continue
-            if response.status >= 400:
-                raise ValueError(f"{self.base_url}/api/v1/status answered {response.status} "
-                                 f"{response.reason}")
-            return body
-        raise AssertionError("unreachable")
-
     def fetch(self) -> dict[str, Any] | None:
         """The daemon's document; None (counted as skipped) when its text, without its clocks, is
         the last sent one's and the app's due time has not come: not even parsed."""
-        body = self._get_status()
+        body = self._client.get()
         quiet = quiet_bytes(body)
         now = generated_ts(body)
         if (not self._force and quiet == self._sent_bytes and now is not None and now < self.due_ts
