@@ -18,7 +18,7 @@ from typing import Any
 
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
-from hsmon.demo.pipeline import Pipeline
+from hsmon.demo.pipeline import DemoRun, Pipeline
 from hsmon.demo.prepare import EVAL_PROMPTS, PROFILES
 from hsmon.demo.report import finish_eval_in_terminal, headless, summary
 
@@ -147,17 +147,16 @@ def start_daemon(base: Path, extraction_pid: int) -> tuple[subprocess.Popen[byte
         )  # fmt: skip
 
 
-def run_headless(pipeline_args: tuple[Any, ...], args: argparse.Namespace, url: str,
-                 started: float) -> Pipeline:
+def run_headless(run: DemoRun, args: argparse.Namespace, started: float) -> Pipeline:
     """The pipeline with a status line per job every ``--interval`` seconds."""
 
     def say(text: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
 
-    pipeline = Pipeline(*pipeline_args, not args.no_train, args.train_seconds, say)
+    pipeline = Pipeline(run, not args.no_train, args.train_seconds, say)
     pipeline.eval_prompts = args.eval_prompts
     pipeline.thread.start()
-    headless(url, pipeline, args.interval, started)
+    headless(run.url, pipeline, args.interval, started)
     return pipeline
 
 
@@ -194,17 +193,16 @@ class TuiHooks:
         self._call(self.app.add_source, InProcessSource([job]))
 
 
-def run_in_tui(pipeline_args: tuple[Any, ...], args: argparse.Namespace, url: str, token: str,
-               base: Path) -> Pipeline:
+def run_in_tui(run: DemoRun, args: argparse.Namespace) -> Pipeline:
     """The pipeline under the TUI on the daemon; when the TUI quits early, the pipeline stops."""
     from hsmon.tui.app import HsmonApp
     from hsmon.tui.sources import HttpStatusSource
 
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
-    app = HsmonApp([HttpStatusSource(url, token=token)])
-    hooks = TuiHooks(app, base / "demo.log")
-    pipeline = Pipeline(*pipeline_args, not args.no_train, args.train_seconds, hooks.notify,
+    app = HsmonApp([HttpStatusSource(run.url, token=run.token)])
+    hooks = TuiHooks(app, run.base / "demo.log")
+    pipeline = Pipeline(run, not args.no_train, args.train_seconds, hooks.notify,
                         hooks.follow_training)
     pipeline.eval_prompts = args.eval_prompts
     pipeline.on_eval_started = hooks.watch_eval
@@ -253,11 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         started = time.monotonic()
-        pipeline_args = (base, url, token, setup, extraction)
-        if interactive:
-            pipeline = run_in_tui(pipeline_args, args, url, token, base)
-        else:
-            pipeline = run_headless(pipeline_args, args, url, started)
+        run = DemoRun(base, url, token, setup, extraction)
+        pipeline = run_in_tui(run, args) if interactive else run_headless(run, args, started)
         for line in summary(pipeline):
             print(line, flush=True)
         ok = bool(pipeline.ok)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,26 +66,35 @@ def eval_progress(path: Path) -> tuple[int, int | None]:
     return done, total
 
 
+@dataclass(frozen=True)
+class DemoRun:
+    """What the demo started: its folder, the daemon (URL, control token), the prepared target and
+    data (``setup``), the extraction's process."""
+
+    base: Path
+    url: str
+    token: str
+    setup: dict[str, Any]
+    extraction: subprocess.Popen[bytes]
+
+
 class Pipeline:
     """The steps after the start, in a thread: wait for the extraction, launch the training through
     the daemon, wait for it, evaluate. ``say`` reports progress; ``results`` feeds the summary."""
 
     def __init__(
         self,
-        base: Path,
-        url: str,
-        token: str,
-        setup: dict[str, Any],
-        extraction: subprocess.Popen[bytes],
+        run: DemoRun,
         train: bool,
         train_seconds: float,
         say: Callable[[str], None],
         on_launched: Callable[[str], None] = lambda job: None,
     ) -> None:
-        self.base, self.url, self.token, self.setup = base, url, token, setup
-        self.extraction, self.train, self.train_seconds = extraction, train, train_seconds
+        base = run.base
+        self.base, self.url, self.token, self.setup = base, run.url, run.token, run.setup
+        self.extraction, self.train, self.train_seconds = run.extraction, train, train_seconds
         self.say, self.on_launched = say, on_launched
-        self.profile = PROFILES[setup.get("preset", "embedded")]
+        self.profile = PROFILES[run.setup.get("preset", "embedded")]
         self.out, self.events = base / "extract", base / "events.jsonl"
         self.drafter = base / "drafter"
         self.phase = "extracting"
