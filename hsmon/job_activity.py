@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from hsmon.status_doc import DumpSection
+
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
 BUSY_IO_BYTES_PER_S = 16 * 1024
@@ -21,17 +23,17 @@ class ActivityClocks:
         self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
 
-    def note(self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None,
+    def note(self, now: float, procs: list[dict[str, Any]], dump: DumpSection | None,
              out: dict[str, Any] | None, file_times: list[float], dump_change_ts: float | None) -> None:
         """One look: the trackers' sections, the watched files' newest mtimes (read at the first
         look only) and the dump directory's last change seen by inotify."""
         self._note_work(now, dump, out, file_times, dump_change_ts)
         self._note_busy(now, procs)
 
-    def _note_work(self, now: float, dump: dict[str, Any] | None, out: dict[str, Any] | None,
+    def _note_work(self, now: float, dump: DumpSection | None, out: dict[str, Any] | None,
                    file_times: list[float], change: float | None) -> None:
         marks = (
-            dump and (dump["created_total"], dump["consumed_total"]),
+            dump and (dump.created_total, dump.consumed_total),
             out and (out["rows"], out["bytes"], out["temp_files"], out["chunks_complete"]),
         )
         if self._work_marks is None:

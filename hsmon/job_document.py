@@ -44,7 +44,7 @@ class Sections:
     """What the trackers measured this tick, as they return it."""
 
     progress: dict[str, Any] | None = None
-    dump: dict[str, Any] | None = None
+    dump: DumpSection | None = None  # the tracker's own type
     output: dict[str, Any] | None = None
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
     processes: list[dict[str, Any]] = field(default_factory=list)
@@ -76,7 +76,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         last_work_ts=st.last_work_ts,
         last_busy_ts=st.last_busy_ts,
         progress=_as(sec.progress, Progress),
-        dump=_as(sec.dump, DumpSection),
+        dump=sec.dump,
         output=_as(sec.output, OutputSection),
         disk=list(sec.disk),
         processes=msgspec.convert(sec.processes, list[ProcessEntry]),
@@ -94,12 +94,12 @@ def not_measured(cfg: JobConfig, now: float) -> JobStatus:
     return job_status(cfg, st, Sections())
 
 
-def with_live(doc: JobStatus, dump: dict[str, Any] | None, servers: list[dict[str, Any]] | None
+def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[dict[str, Any]] | None
               ) -> JobStatus:
     """``doc`` with the dump directory and servers read now (their threads move between ticks)."""
     changes: dict[str, Any] = {}
     if dump is not None:
-        changes["dump"] = msgspec.convert(dump, DumpSection)
+        changes["dump"] = dump
     if servers:
         changes["servers"] = msgspec.convert(servers, list[ServerEntry])
     return msgspec.structs.replace(doc, **changes) if changes else doc

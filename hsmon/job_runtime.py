@@ -18,7 +18,7 @@ from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
-from hsmon.status_doc import DiskEntry, JobStatus, OutputSection
+from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.dump_dir import DumpDirTracker
@@ -118,7 +118,7 @@ class JobRuntime:
         return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
-        self, now: float, procs: list[dict[str, Any]], dump: dict[str, Any] | None, out: dict[str, Any] | None
+        self, now: float, procs: list[dict[str, Any]], dump: DumpSection | None, out: dict[str, Any] | None
     ) -> None:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
@@ -239,7 +239,7 @@ class JobRuntime:
     def _disks(
         self,
         now: float,
-        dump: dict[str, Any] | None,
+        dump: DumpSection | None,
         out: dict[str, Any] | None,
         rows_total: int | None,
         eta: float | None,
@@ -261,7 +261,7 @@ class JobRuntime:
             )
         if self.dump is not None:
             shm_path = self.cfg.dump_dir if self.cfg.dump_dir.startswith("/dev/shm") else self.cfg.shm_dir
-            self._shm_bytes_rate.add(now, max(0, dump["bytes"]))
+            self._shm_bytes_rate.add(now, max(0, dump.bytes if dump is not None else 0))
             rate = self._shm_bytes_rate.rate()
             disks.append(
                 disk.headroom(
@@ -275,7 +275,7 @@ class JobRuntime:
         self,
         now: float,
         procs: list[dict[str, Any]],
-        dump: dict[str, Any] | None,
+        dump: DumpSection | None,
         out: dict[str, Any] | None,
         disks: list[DiskEntry],
     ) -> Snapshot:
@@ -320,14 +320,14 @@ class JobRuntime:
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
             evidence_of_job=bool(
-                (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump["files"])
+                (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump.files)
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
             disk_fits=out_disk.fits if out_disk else None,
             disk_message=disk.shortfall_message(out_disk),
             shm_fits=shm_disk.fits if shm_disk else None,
             shm_message=disk.shortfall_message(shm_disk),
-            dump_oldest_age_s=dump["oldest_age_s"] if dump else None,
+            dump_oldest_age_s=dump.oldest_age_s if dump else None,
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,

@@ -33,7 +33,7 @@ def test_dump_scan_counts_created_consumed_bytes_and_oldest(tmp_path):
     d = tmp_path / "dump"
     t = DumpDirTracker(str(d))
     t.scan()
-    assert t.snapshot()["exists"] is False
+    assert t.snapshot().exists is False
     d.mkdir()
     for i in range(5):
         touch(d / f"req_{i}", 100)
@@ -41,21 +41,21 @@ def test_dump_scan_counts_created_consumed_bytes_and_oldest(tmp_path):
     os.utime(d / "req_0", (old, old))
     t.scan()
     s = t.snapshot()
-    assert (s["exists"], s["files"], s["bytes"], s["created_total"], s["consumed_total"]) == (
+    assert (s.exists, s.files, s.bytes, s.created_total, s.consumed_total) == (
         True,
         5,
         500,
         5,
         0,
     )
-    assert 49 < s["oldest_age_s"] < 60
+    assert 49 < s.oldest_age_s < 60
     (d / "req_0").unlink()
     (d / "req_1").unlink()
     touch(d / "req_9", 1)
     t.scan()
     s = t.snapshot()
-    assert (s["files"], s["bytes"], s["created_total"], s["consumed_total"]) == (4, 301, 6, 2)
-    assert s["oldest_age_s"] < 40
+    assert (s.files, s.bytes, s.created_total, s.consumed_total) == (4, 301, 6, 2)
+    assert s.oldest_age_s < 40
 
 
 def test_dump_dir_deleted_and_recreated_mid_run_with_watchdog(tmp_path):

@@ -21,6 +21,10 @@ class Hint(msgspec.Struct, frozen=True):
     severity: str  # info | warning | critical
     message: str
 
+    def as_dict(self) -> dict[str, str]:
+        """The hint as its JSON parses."""
+        return {"id": self.id, "severity": self.severity, "message": self.message}
+
 
 class StateEvent(Section):
     """The monitor's own ``state`` event: a transition of the job's state."""

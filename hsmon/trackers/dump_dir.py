@@ -15,8 +15,8 @@ import heapq
 import os
 import threading
 import time
-from typing import Any
 
+from hsmon.status_doc import DumpSection
 from hsmon.trackers.rates import RateWindow
 
 
@@ -221,7 +221,8 @@ class DumpDirTracker:
             self._consumed_rate.add(now, self.consumed_total)
 
     # -- reading (any thread, memory only) -----------------------------------------------------
-    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+    def snapshot(self, now: float | None = None) -> DumpSection:
+        """The job's ``dump`` section (hsmon.status_doc), from memory."""
         now = time.time() if now is None else now
         with self._lock:
             while self._heap:
@@ -231,19 +232,18 @@ class DumpDirTracker:
                     break
                 heapq.heappop(self._heap)
             oldest = max(0.0, now - self._heap[0][0]) if self._heap else None
-            return {
-                "path": self.path,
-                "exists": self.exists,
-                "error": self.error,
-                "files": len(self._files) if self.error is None or self._files else None,
-                "bytes": self._bytes,
-                "oldest_age_s": oldest,
-                "created_total": self.created_total,
-                "consumed_total": self.consumed_total,
-                "created_per_s": self._created_rate.rate(),
-                "consumed_per_s": self._consumed_rate.rate(),
-            }
-
+            return DumpSection(
+                path=self.path,
+                exists=self.exists,
+                error=self.error,
+                files=len(self._files) if self.error is None or self._files else None,
+                bytes=self._bytes,
+                oldest_age_s=oldest,
+                created_total=self.created_total,
+                consumed_total=self.consumed_total,
+                created_per_s=self._created_rate.rate(),
+                consumed_per_s=self._consumed_rate.rate(),
+            )
 
 def _dir_bytes(path: str) -> int:
     total = 0
