@@ -31,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SGLANG_PYTHON = ROOT / ".sglang-venv" / "bin" / "python"
 EMBEDDED_MODEL = ROOT / "extractor" / "embedded"
 READY_TIMEOUT = 420.0  # seconds; a CPU server is ready in ~15 s alone, minutes on a loaded machine
+# SGLang's scheduler polls its sockets without sleeping while idle: half a core to a whole one per
+# server, however long it waits (measured: 50-57 % each on the 2-core machine), which slowed every
+# other process of the suite, servers starting included. With --sleep-on-idle it blocks in
+# zmq.Poller.poll (1 s timeout, woken at once by a request): 1.6 % idle. Every server the tests
+# start gets it (SGLang's own flag; no behaviour a test checks depends on the idle loop).
+IDLE_ARGS = ("--sleep-on-idle",)
 
 
 def sglang_python() -> Path:
@@ -89,7 +95,7 @@ class SGLangServer:
             cmd += ["--layers", ",".join(str(p) for p in self.layers)]
         if self.dump_root is not None:
             cmd += ["--dump-dir", str(self.dump_root)]
-        cmd += ["--", "--dtype", self.dtype]
+        cmd += ["--", "--dtype", self.dtype, *IDLE_ARGS]
         if self.chunked_prefill_size:
             cmd += ["--chunked-prefill-size", str(self.chunked_prefill_size)]
         return cmd + list(self.extra_args)

@@ -4,8 +4,8 @@ One server for the module (the embedded target, fp32, capture points 2,4,5) with
 ``--chunked-prefill-size``, so that the chunked-prefill trap is real: rows cut to 60 tokens pass
 whole over json; longer rows come back short over json and whole through the plugin's dump. Its
 ``--context-length 512`` makes rows at and beyond the server's context cheap to send.
-The server is killed and restarted by the last test; a plain SGLang launch without the capture
-flags is started for the preflight test.
+The server is killed and restarted by the kill tests (the second as a slow writer, then as it
+was); a plain SGLang launch without the capture flags is started for the preflight test.
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ from extract_helpers import (
     start_extract,
     wait_for_event,
 )
-from sglang_server import EMBEDDED_MODEL, SGLangServer, free_port, sglang_python, start_sglang_server
+from sglang_server import (
+    EMBEDDED_MODEL,
+    IDLE_ARGS,
+    SGLangServer,
+    free_port,
+    sglang_python,
+    start_sglang_server,
+)
 
 from hsmon.contracts import layout
 
@@ -60,7 +67,7 @@ def plain_server(workdir):
     proc = subprocess.Popen(
         [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(MODEL), "--device", "cpu",
          "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native", "--dtype",
-         "float32", "--max-total-tokens", "4096"],
+         "float32", "--max-total-tokens", "4096", *IDLE_ARGS],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1",
              "PYTHONPATH": str(Path(__file__).parent / "sglang_stubs")})
@@ -375,6 +382,9 @@ def test_kill_9_client_with_shm_resumes_without_orphans(workdir, server, data_lo
         procs.close()
 
 
+SLOW_WRITER = {"HSMON_PLUGIN_WRITE_DELAY_S": "1.0"}  # the plugin's writer takes 1 s a file
+
+
 def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_long, shm_long):
     out = workdir / "server-killed"
     events = workdir / "server-killed.jsonl"
@@ -385,6 +395,9 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
         server.kill()
         pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
         assert pause["reason"] == "server" and pause["url"] == server.url
+        # Back as the slow writer the next test needs (a server start saved: each costs 25-150 s
+        # here); one request in flight and the default 120 s dump wait: the files only come later.
+        server.env = dict(SLOW_WRITER)
         server.start()
         resume = wait_for_event(events, lambda e: e["kind"] == "resume", proc)
         assert resume["reason"] == "server" and resume["paused_seconds"] > 0
@@ -397,16 +410,20 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
     assert_close(out, shm_long, atol=1e-5)
 
 
-def test_server_killed_with_writes_queued_resumes_with_nothing_short(workdir, data_long, shm_long,
+def test_server_killed_with_writes_queued_resumes_with_nothing_short(workdir, server, data_long, shm_long,
                                                                      monkeypatch):
     # A server whose writer thread is slow (1 s a file, made deterministic) is killed with -9
     # while responses are out and their files still queued: the client's waits time out (naming
     # the server and the request), the server reads down, the rows are sent again once it is
-    # back, and no half-written .tmp is ever read as a row.
+    # back, and no half-written .tmp is ever read as a row. The module's server, as the test
+    # before left it (restarted as the slow writer; started so here when run alone), ends as it
+    # began: restarted without the delay, for the tests after.
     monkeypatch.setenv("HSMON_DUMP_WAIT_S", "5")
-    slow = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump",
-                               extra_args=("--context-length", str(CONTEXT)),
-                               env={"HSMON_PLUGIN_WRITE_DELAY_S": "1.0"})
+    slow = server
+    if slow.env != SLOW_WRITER:
+        slow.stop()
+        slow.env = dict(SLOW_WRITER)
+        slow.start()
     out = workdir / "queued-kill"
     events = workdir / "queued-kill.jsonl"
     args = sglang_args(slow, workdir, "shm", "queued", "--batch-tokens", "256", "--concurrency", "4")
@@ -422,7 +439,10 @@ def test_server_killed_with_writes_queued_resumes_with_nothing_short(workdir, da
     finally:
         if proc.poll() is None:
             proc.kill()
-        slow.stop()
+        if slow.env or slow.proc is None or slow.proc.poll() is not None:
+            slow.stop()  # failed half-way: the tests after get the module's server back
+            slow.env = {}
+            slow.start()
     kinds = [e["kind"] for e in events_of(events)]
     assert kinds[-1] == "done" and "resume" in kinds, kinds
     assert_close(out, shm_long, atol=1e-5)  # every row whole and equal to the uninterrupted run
