@@ -12,15 +12,18 @@ import os
 from collections import deque
 from typing import Any
 
+from hsmon import job_trackers
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.contracts import events as ev
 from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
+from hsmon.job_trackers import TickPlan
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
+from hsmon.trackers.base import Tracker, poll_all, sections
 from hsmon.trackers.dump_dir import DumpDirTracker
 from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
@@ -48,7 +51,11 @@ class JobRuntime:
         self._event_urls: list[str] = []
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
-        self._procs: list[dict[str, Any]] = []  # the processes' last figures (kept if a poll fails)
+        self.procs: list[dict[str, Any]] = []  # the processes' last figures (kept if a poll fails)
+        self.plan = TickPlan()
+        made = (make(self) for make in job_trackers.JOB_TRACKERS)  # the job's trackers, from the list
+        self.trackers: list[Tracker] = [t for t in made if t is not None]
+        self._sections: dict[str, Any] = {}  # each tracker's last section (kept if one fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.state: str | None = None
         self.state_since_ts = now
@@ -134,7 +141,7 @@ class JobRuntime:
         """When a process's CPU or I/O was last above idle (None: never seen)."""
         return self.activity.last_busy_ts
 
-    def _dump_dir_changed(self) -> bool:
+    def dump_dir_changed(self) -> bool:
         """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
         assert self.dump is not None
         try:
@@ -151,32 +158,24 @@ class JobRuntime:
         thread: until it is read the job's status says so and nothing is decided (the figures are
         not known yet)."""
         guard, job = self.errors.guard, self.cfg.name
-        if self.progress is not None:
-            guard("progress", self.progress.poll, None, job)
-        guard("server", lambda: self.poll_servers(now), None, job)
-        procs = self._procs = guard("processes", self.poll_processes, self._procs, job)
+        self.plan = TickPlan(scan_dump, scan_output, full_scan, background)
+        poll_all(self.trackers, self.errors, job, now)
+        procs = self.procs
         gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
         self._runner_alive = gone and self.ending.runner_alive(self.progress)
         if gone and self.progress is not None:
             # read again after the process (and hsmon run) checks: an ending written before they
             # exited is seen now, so a clean exit never reads as dead for one tick
             guard("progress", self.progress.poll, None, job)
-        if self.dump is not None and (scan_dump or self._dump_dir_changed()):
-            dump_dir = self.dump
-            guard("dump_dir", lambda: dump_dir.scan(full=full_scan), None, job)
-        if self.output is not None and (scan_output or self.output.loading):
-            output = self.output
-            guard("output_dir", lambda: output.scan(background), None, job)
-            if self.output.reading is not None:
-                self._publish_reading(now)
-                return None
-        if self.dump is not None:
-            self.dump.sample_rates(now)
-        dump = self.dump.snapshot(now) if self.dump else None
-        out = self.output.snapshot() if self.output else None
+        if self.output is not None and self.output.reading is not None:
+            self._publish_reading(now)
+            return None
+        sec = sections(self.trackers, self.errors, job, now, self._sections)
+        dump: DumpSection | None = sec.get("dump_dir")
+        out: dict[str, Any] | None = sec.get("output_dir")
         guard("verify", lambda: self._poll_verify(now, out), None, job)
         self._note_activity(now, procs, dump, out)
-        prog = self.progress.snapshot(now) if self.progress else None
+        prog: dict[str, Any] | None = sec.get("progress")
 
         rows_total = (
             (prog and prog["progress"]["rows_total"])
@@ -200,7 +199,7 @@ class JobRuntime:
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
         previous = self._move_to(self.decision, now)
-        sections = Sections(
+        parts = Sections(
             progress=progress,
             dump=dump,
             output=out,
@@ -209,11 +208,11 @@ class JobRuntime:
             events=prog["events"] if prog else None,
             recent_events=prog["recent_events"] if prog else [],
             training=prog["training"] if prog else None,
-            servers=[t.snapshot(now) for t in self.servers],
+            servers=sec.get("server") or [],
             gpu_indices=snap.gpu_indices,
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
         )
-        self.doc = job_status(self.cfg, self._job_state(self.decision), sections)  # published whole
+        self.doc = job_status(self.cfg, self._job_state(self.decision), parts)  # published whole
         return previous
 
     def _job_state(self, decision: Decision) -> JobState:
