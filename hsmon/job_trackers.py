@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hsmon.trackers.base import Tracker
+from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
+from hsmon.trackers.base import MetricsHook, Tracker
 
-if TYPE_CHECKING:
-    from hsmon.job_runtime import JobRuntime
+# the job's hsmon.job_runtime.JobRuntime (not imported: it imports this list)
+JobRuntime = Any
 
 
 @dataclass
@@ -140,4 +141,17 @@ JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
     ProcessesJob,
     DumpDirJob.of,
     OutputDirJob.of,
+]
+
+
+# Each tracker's Prometheus families (a ``metrics(jobs, monitor)`` function beside the tracker),
+# in the order /metrics lists them. The disk figures are the runtime's, from the output and dump
+# sections; their families live beside the arithmetic in hsmon/trackers/disk.py.
+TRACKER_METRICS: list[MetricsHook] = [
+    progress.metrics,
+    dump_dir.metrics,
+    output_metrics.metrics,
+    disk.metrics,
+    processes.metrics,
+    progress.event_metrics,
 ]

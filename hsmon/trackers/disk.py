@@ -7,8 +7,12 @@ arithmetic is ``headroom()``, a pure function returning the status document's ty
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from hsmon.status_doc import DiskEntry
+from hsmon.status_doc import DiskEntry, JobStatus
+from hsmon.trackers.families import add_sample as _add
+from hsmon.trackers.families import gauge as _g
 
 
 def usage(path: str) -> tuple[int, int] | None:
@@ -86,3 +90,30 @@ def shortfall_message(entry: DiskEntry | None) -> str | None:
         f"{entry.role} filesystem of {entry.path} fills in {format_duration(entry.time_to_full_s)}, "
         f"before the job is done (in {format_duration(entry.time_to_done_s)})"
     )
+
+
+# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
+    """The disk families (the ``disk`` entries, labelled by role)."""
+    labels = ("job", "role")
+    fams = {
+        "free_bytes": _g("hsmon_disk_free_bytes", "free bytes on the filesystem", labels),
+        "total_bytes": _g("hsmon_disk_size_bytes", "size of the filesystem", labels),
+        "needed_bytes": _g("hsmon_disk_needed_bytes", "bytes the job still needs to write", labels),
+        "write_bytes_per_s": _g("hsmon_disk_write_bytes_per_second", "how fast the job fills it", labels),
+        "time_to_full_s": _g(
+            "hsmon_disk_time_to_full_seconds", "seconds until full at that rate", labels
+        ),
+        "time_to_done_s": _g("hsmon_disk_time_to_done_seconds", "seconds until the job is done", labels),
+    }
+    fits = _g(
+        "hsmon_disk_fits", "1 if what the job still writes fits, 0 if not (absent: unknown)", labels
+    )
+    for job in jobs:
+        for d in job.disk:
+            label = [job.job, d.role]
+            for key, fam in fams.items():
+                _add(fam, label, getattr(d, key))
+            if d.fits is not None:
+                fits.add_metric(label, 1.0 if d.fits else 0.0)
+    yield from (*fams.values(), fits)
