@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import deque
 from typing import Any
 
 from hsmon import job_trackers
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
-from hsmon.contracts import events as ev
 from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
@@ -57,12 +55,7 @@ class JobRuntime:
         self.trackers: list[Tracker] = [t for t in made if t is not None]
         self._sections: dict[str, Any] = {}  # each tracker's last section (kept if one fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
-        self.state: str | None = None
-        self.state_since_ts = now
-        self.reason = ""
-        self.transitions_total = 0
-        self.transitions_by_state: dict[str, int] = {}
-        self.state_events: deque[dict[str, Any]] = deque(maxlen=20)
+        self.machine = JobState(now)  # where its state machine stands
         self.activity = ActivityClocks()
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
@@ -198,7 +191,7 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        previous = self._move_to(self.decision, now)
+        previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
             progress=progress,
             dump=dump,
@@ -211,21 +204,11 @@ class JobRuntime:
             servers=sec.get("server") or [],
             gpu_indices=snap.gpu_indices,
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
-        )
-        self.doc = job_status(self.cfg, self._job_state(self.decision), parts)  # published whole
-        return previous
-
-    def _job_state(self, decision: Decision) -> JobState:
-        return JobState(
-            state=decision.state,
-            since_ts=self.state_since_ts,
-            reason=decision.reason,
-            hints=decision.hints,
-            transitions_total=self.transitions_total,
-            state_events=list(self.state_events),
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
         )
+        self.doc = job_status(self.cfg, self.machine, parts)  # published whole
+        return previous
 
     def status(self, now: float) -> JobStatus:
         """The job's status with its dump directory and servers read now (a hung server shows at
@@ -360,29 +343,12 @@ class JobRuntime:
         done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
-        base = self.doc if self.doc is not None else not_measured(self.cfg, self.state_since_ts)
+        base = self.doc if self.doc is not None else not_measured(self.cfg, self.machine.since_ts)
         self.doc = msgspec.structs.replace(
             base,
-            state=self.state or "starting",
-            state_since_ts=self.state_since_ts,
+            state=self.machine.state or "starting",
+            state_since_ts=self.machine.since_ts,
             reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
                    f"{format_bytes(total)}{pct}",
             output=msgspec.convert(out, OutputSection),
         )
-
-    def _move_to(self, decision: Decision, now: float) -> str | None:
-        """Move to the decided state; returns the previous state when it changed ("none" for the
-        first state), else None."""
-        new = decision.state
-        self.reason = decision.reason
-        if new == self.state:
-            return None
-        previous, self.state, self.state_since_ts = self.state, new, now
-        self.transitions_total += 1
-        self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
-        event = ev.make_event(
-            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=decision.reason
-        )
-        self.state_events.append(event)
-        return previous or "none"
-

@@ -259,13 +259,14 @@ class Monitor:
             self.tick_seconds_last = time.perf_counter() - started
 
     def _log_transition(self, runtime: JobRuntime, previous: str) -> None:
-        event = runtime.state_events[-1]
+        machine = runtime.machine
+        event = machine.events[-1]
         log.info(
             "job %s: %s -> %s (%s)",
             runtime.cfg.name,
             previous,
-            runtime.state,
-            runtime.reason or event.get("reason"),
+            machine.state,
+            machine.reason or event.get("reason"),
         )
         if self.event_log is not None:
             try:
@@ -343,7 +344,7 @@ class Monitor:
     def transitions(self) -> dict[str, dict[str, int]]:
         """job -> state -> transitions into that state (for the exporter)."""
         with self._lock:
-            return {name: dict(rt.transitions_by_state) for name, rt in self._jobs.items()}
+            return {name: dict(rt.machine.transitions_by_state) for name, rt in self._jobs.items()}
 
     def dump_counters(self) -> dict[str, dict[str, float]]:
         """job -> dump tracker internals (events, scans, last scan seconds) for the exporter."""
