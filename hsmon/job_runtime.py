@@ -180,8 +180,7 @@ class JobRuntime:
         progress = merge_output_progress(
             prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
-        eta = progress["eta_s"] if progress else None
-        disks = self._disks(now, dump, out, rows_total, eta)
+        disks = self._disks(now, dump, out, rows_total, progress)
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
@@ -224,13 +223,17 @@ class JobRuntime:
         dump: DumpSection | None,
         out: dict[str, Any] | None,
         rows_total: int | None,
-        eta: float | None,
+        progress: dict[str, Any] | None,
     ) -> list[DiskEntry]:
-        """Headroom of the output filesystem and of the dump directory's (shm) one."""
+        """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm) one."""
         disks: list[DiskEntry] = []
+        eta = progress["eta_s"] if progress else None
         if out is not None:
             self._out_bytes_rate.add(now, out["bytes"] or 0)
             needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
+            started = (out.get("chunks_complete") or 0) + (out.get("chunks_in_progress") or 0)
+            files = disk.needed_inodes(out["rows"], rows_total, started,
+                                       progress.get("chunks_total") if progress else None)
             disks.append(
                 disk.headroom(
                     "output",
@@ -239,6 +242,7 @@ class JobRuntime:
                     needed,
                     self._out_bytes_rate.rate(),
                     eta,
+                    files,
                 )
             )
         if self.dump is not None:
