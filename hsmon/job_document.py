@@ -64,7 +64,7 @@ class Sections:
     dump: DumpSection | None = None  # the tracker's own type
     output: dict[str, Any] | None = None
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
-    processes: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[ProcessEntry] = field(default_factory=list)  # the process tracker's own type
     events: dict[str, Any] | None = None
     recent_events: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] | None = None
@@ -99,7 +99,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         dump=sec.dump,
         output=_as(sec.output, OutputSection),
         disk=list(sec.disk),
-        processes=msgspec.convert(sec.processes, list[ProcessEntry]),
+        processes=list(sec.processes),
         events=_as(sec.events, EventsSection),
         recent_events=recent,
         training=_as(sec.training, TrainingSection),

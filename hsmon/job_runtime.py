@@ -18,7 +18,7 @@ from hsmon.job_document import JobState, Sections, job_status, not_measured, wit
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.job_trackers import TickPlan
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
-from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection
+from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
 from hsmon.trackers.base import Tracker, poll_all, sections
@@ -49,7 +49,7 @@ class JobRuntime:
         self._event_urls: list[str] = []
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
-        self.procs: list[dict[str, Any]] = []  # the processes' last figures (kept if a poll fails)
+        self.procs: list[ProcessEntry] = []  # the processes' last sections (kept if a poll fails)
         self.plan = TickPlan()
         made = (make(self) for make in job_trackers.JOB_TRACKERS)  # the job's trackers, from the list
         self.trackers: list[Tracker] = [t for t in made if t is not None]
@@ -109,7 +109,7 @@ class JobRuntime:
         if self.verify is not None:
             self.verify.close()
 
-    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+    def _gpu_facts(self, procs: list[ProcessEntry]) -> tuple[list[int], float | None]:
         """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
         from hsmon.trackers.gpu import job_gpus
 
@@ -118,7 +118,7 @@ class JobRuntime:
         return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
-        self, now: float, procs: list[dict[str, Any]], dump: DumpSection | None, out: dict[str, Any] | None
+        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: dict[str, Any] | None
     ) -> None:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
@@ -154,7 +154,7 @@ class JobRuntime:
         self.plan = TickPlan(scan_dump, scan_output, full_scan, background)
         poll_all(self.trackers, self.errors, job, now)
         procs = self.procs
-        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        gone = bool(procs) and not (procs[0].alive and procs[0].status != "zombie")
         self._runner_alive = gone and self.ending.runner_alive(self.progress)
         if gone and self.progress is not None:
             # read again after the process (and hsmon run) checks: an ending written before they
@@ -260,7 +260,7 @@ class JobRuntime:
     def _snapshot(
         self,
         now: float,
-        procs: list[dict[str, Any]],
+        procs: list[ProcessEntry],
         dump: DumpSection | None,
         out: dict[str, Any] | None,
         disks: list[DiskEntry],
@@ -268,19 +268,19 @@ class JobRuntime:
         """The plain facts ``decide`` needs, gathered from the trackers."""
         facts = [
             ProcessFacts(
-                role=p["role"],
-                pid=p["pid"],
-                alive=p["alive"],
-                status=p["status"],
+                role=p.role,
+                pid=p.pid,
+                alive=p.alive,
+                status=p.status,
                 seen_alive=t.seen_alive,
-                stdout=p["stdout"],
-                stdout_buffered=p["stdout_buffered"],
-                cmdline=p["cmdline"],
-                oom_kill=p.get("oom_kill"),
+                stdout=p.stdout,
+                stdout_buffered=p.stdout_buffered,
+                cmdline=p.cmdline,
+                oom_kill=p.oom_kill,
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]
-        started_procs = [p["start_ts"] for p in procs if p["start_ts"]]
+        started_procs = [p.start_ts for p in procs if p.start_ts]
         watch_ref = min([self.watch_start_ts, *started_procs])
         out_disk = next((d for d in disks if d.role == "output"), None)
         shm_disk = next((d for d in disks if d.role == "shm"), None)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hsmon.status_doc import ProcessEntry
 from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
 from hsmon.trackers.base import MetricsHook, Tracker
 
@@ -83,9 +84,10 @@ class ProcessesJob(JobTracker):
     name = "processes"
 
     def poll(self, now: float) -> None:
-        self.rt.procs = self.rt.poll_processes()
+        self.rt.poll_processes()
+        self.rt.procs = [t.entry() for t in self.rt.processes]
 
-    def section(self, now: float) -> list[dict[str, Any]]:
+    def section(self, now: float) -> list[ProcessEntry]:
         return self.rt.procs
 
 

@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
 import psutil
 
 from hsmon.config import ProcessSpec
-from hsmon.status_doc import JobStatus
+from hsmon.status_doc import JobStatus, ProcessEntry
 from hsmon.trackers.families import add_sample as _add
 from hsmon.trackers.families import counter as _c
 from hsmon.trackers.families import gauge as _g
@@ -286,6 +287,10 @@ class ProcessTracker:
             "oom_kill": None,
         }
         return self._snap
+
+    def entry(self) -> ProcessEntry:
+        """The typed section of the last poll (``poll`` and ``snapshot`` keep the dict view)."""
+        return msgspec.convert(self.snapshot(), ProcessEntry)
 
     def snapshot(self) -> dict[str, Any]:
         return dict(self._snap)
