@@ -117,3 +117,19 @@ def test_a_tracker_registered_in_the_list_that_raises_leaves_the_others_updating
     logged = [r.getMessage() for r in caplog.records if "tracker broken_tracker failed" in r.getMessage()]
     assert len(logged) == 2, logged  # once per kind
     assert any("FileNotFoundError" in m for m in logged) and any("ValidationError" in m for m in logged)
+
+
+def test_every_registered_tracker_answers_the_one_interface(tmp_path: Path) -> None:
+    """The job's trackers (made from JOB_TRACKERS) and the machine's GPU tracker are all Trackers,
+    each with a name of its own; each tracker's metrics hook is listed for the exporter."""
+    from hsmon import job_trackers
+    from hsmon.trackers.base import Tracker
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "dump").mkdir()
+    monitor = Monitor([JobConfig(name="all", events=str(tmp_path / "e.jsonl"), out_dir=str(tmp_path / "out"),
+                                 dump_dir=str(tmp_path / "dump"), pid=1)], use_watchdog=False)
+    trackers = [*monitor._jobs["all"].trackers, monitor.gpu]
+    assert all(isinstance(t, Tracker) for t in trackers)
+    assert [t.name for t in trackers] == ["progress", "server", "processes", "dump_dir", "output_dir", "gpu"]
+    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 6

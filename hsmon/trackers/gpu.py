@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from hsmon.status_doc import ProcessEntry
+from hsmon.status_doc import GpuSection, ProcessEntry
 
 log = logging.getLogger("hsmon.gpu")
 
@@ -111,7 +111,10 @@ def job_gpus(
 
 
 class GpuTracker:
-    """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory."""
+    """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory. A machine-level
+    tracker (hsmon.trackers.base.Tracker): the Monitor polls it once per tick for all its jobs."""
+
+    name = "gpu"
 
     def __init__(self, nvml: Any | None = None, interval: float = DEFAULT_INTERVAL) -> None:
         self.interval = interval
@@ -166,6 +169,12 @@ class GpuTracker:
             dev["zero_since_ts"] = self._zero_since.get(dev["index"])
         with self._lock:
             self.devices, self.last_poll_ts = devices, now
+
+    def section(self, now: float) -> GpuSection:
+        """The typed ``gpus`` section of the status document (``snapshot`` keeps the dict view)."""
+        import msgspec
+
+        return msgspec.convert(self.snapshot(), GpuSection)
 
     def snapshot(self) -> dict[str, Any]:
         """The ``gpus`` section of the status document."""
