@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hsmon.status_doc import DumpSection
+from hsmon.status_doc import DumpSection, ProcessEntry
 
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
@@ -23,7 +23,7 @@ class ActivityClocks:
         self._last_look_ts: float | None = None
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
 
-    def note(self, now: float, procs: list[dict[str, Any]], dump: DumpSection | None,
+    def note(self, now: float, procs: list[ProcessEntry], dump: DumpSection | None,
              out: dict[str, Any] | None, file_times: list[float], dump_change_ts: float | None) -> None:
         """One look: the trackers' sections, the watched files' newest mtimes (read at the first
         look only) and the dump directory's last change seen by inotify."""
@@ -48,25 +48,25 @@ class ActivityClocks:
         if change is not None and (self.last_work_ts is None or change > self.last_work_ts):
             self.last_work_ts = change  # an event's time: finer than the tick
 
-    def _note_busy(self, now: float, procs: list[dict[str, Any]]) -> None:
+    def _note_busy(self, now: float, procs: list[ProcessEntry]) -> None:
         mono = time.monotonic()
         for proc in procs:
-            if not proc["alive"] or proc["pid"] is None or proc["cpu_seconds"] is None:
+            if not proc.alive or proc.pid is None or proc.cpu_seconds is None:
                 continue
-            io = float((proc.get("read_chars") or 0) + (proc.get("write_chars") or 0))
-            prev = self._busy_marks.get(proc["pid"])
-            self._busy_marks[proc["pid"]] = (mono, proc["cpu_seconds"], io)
+            io = float((proc.read_chars or 0) + (proc.write_chars or 0))
+            prev = self._busy_marks.get(proc.pid)
+            self._busy_marks[proc.pid] = (mono, proc.cpu_seconds, io)
             if prev is None:
                 # first sight: no rate yet. A process that has been busy on average over its life
                 # counts as busy now (conservative: never a stall alarm before a second sample)
-                uptime = proc.get("uptime_s") or 0.0
-                if uptime > 0 and proc["cpu_seconds"] / uptime > BUSY_CPU_FRACTION:
+                uptime = proc.uptime_s or 0.0
+                if uptime > 0 and proc.cpu_seconds / uptime > BUSY_CPU_FRACTION:
                     self.last_busy_ts = max(self.last_busy_ts or 0.0, now)
                 continue
             if mono <= prev[0]:
                 continue
             dt = mono - prev[0]
-            if (proc["cpu_seconds"] - prev[1]) / dt > BUSY_CPU_FRACTION or (
+            if (proc.cpu_seconds - prev[1]) / dt > BUSY_CPU_FRACTION or (
                 io - prev[2]
             ) / dt > BUSY_IO_BYTES_PER_S:
                 # the work happened somewhere since the previous sample: credit it to that sample's

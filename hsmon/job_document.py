@@ -3,13 +3,15 @@ and its state after the decision; hsmon/job_runtime.py calls it once per tick.""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from hsmon.config import JobConfig
-from hsmon.state_facts import Hint
+from hsmon.contracts import events as ev
+from hsmon.state_facts import Decision, Hint
 from hsmon.status_doc import (
     DiskEntry,
     DumpSection,
@@ -27,16 +29,31 @@ from hsmon.status_doc import (
 
 @dataclass
 class JobState:
-    """Where the job's state machine stands (after this tick's decision)."""
+    """Where the job's state machine stands; the job's runtime keeps one and moves it after each
+    decision (``move_to``), and the status is built from it as it stands."""
 
-    state: str
     since_ts: float
-    reason: str
-    hints: list[Hint]
-    transitions_total: int
-    state_events: list[dict[str, Any]]  # the monitor's own state events, oldest first
-    last_work_ts: float | None
-    last_busy_ts: float | None
+    state: str | None = None  # None until the first decision
+    reason: str = ""
+    hints: list[Hint] = field(default_factory=list)
+    transitions_total: int = 0
+    transitions_by_state: dict[str, int] = field(default_factory=dict)
+    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=20))  # oldest first
+
+    def move_to(self, decision: Decision, now: float, job: str) -> str | None:
+        """Move to the decided state; returns the previous state when it changed ("none" for the
+        first state), else None."""
+        new = decision.state
+        self.reason, self.hints = decision.reason, list(decision.hints)
+        if new == self.state:
+            return None
+        previous, self.state, self.since_ts = self.state, new, now
+        self.transitions_total += 1
+        self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
+        self.events.append(
+            ev.make_event(ev.STATE, job, ts=now, state=new, previous=previous, reason=decision.reason)
+        )
+        return previous or "none"
 
 
 @dataclass
@@ -47,13 +64,15 @@ class Sections:
     dump: DumpSection | None = None  # the tracker's own type
     output: dict[str, Any] | None = None
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
-    processes: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[ProcessEntry] = field(default_factory=list)  # the process tracker's own type
     events: dict[str, Any] | None = None
     recent_events: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] | None = None
     servers: list[dict[str, Any]] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)
     gpu_idle_since_ts: float | None = None
+    last_work_ts: float | None = None  # the activity clocks (hsmon/job_activity.py)
+    last_busy_ts: float | None = None
 
 
 def _as(value: Any, type_: Any) -> Any:
@@ -62,24 +81,25 @@ def _as(value: Any, type_: Any) -> Any:
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
     """The job's whole section of the status document."""
-    recent = sorted(sec.recent_events + st.state_events, key=lambda e: e.get("ts") or 0)[-20:]
+    history = list(st.events)
+    recent = sorted(sec.recent_events + history, key=lambda e: e.get("ts") or 0)[-20:]
     return JobStatus(
         job=cfg.name,
         kind=cfg.kind,
-        state=st.state,
+        state=st.state or "starting",
         state_since_ts=st.since_ts,
         reason=st.reason,
         hints=list(st.hints),
         transitions_total=st.transitions_total,
-        state_history=msgspec.convert(st.state_events, list[StateEvent]),
+        state_history=msgspec.convert(history, list[StateEvent]),
         stall_after_s=cfg.stall_after,
-        last_work_ts=st.last_work_ts,
-        last_busy_ts=st.last_busy_ts,
+        last_work_ts=sec.last_work_ts,
+        last_busy_ts=sec.last_busy_ts,
         progress=_as(sec.progress, Progress),
         dump=sec.dump,
         output=_as(sec.output, OutputSection),
         disk=list(sec.disk),
-        processes=msgspec.convert(sec.processes, list[ProcessEntry]),
+        processes=list(sec.processes),
         events=_as(sec.events, EventsSection),
         recent_events=recent,
         training=_as(sec.training, TrainingSection),
@@ -90,8 +110,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
 
 def not_measured(cfg: JobConfig, now: float) -> JobStatus:
     """A job added but not measured yet: starting, every section empty."""
-    st = JobState("starting", now, "not measured yet", [], 0, [], None, None)
-    return job_status(cfg, st, Sections())
+    return job_status(cfg, JobState(now, reason="not measured yet"), Sections())
 
 
 def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[dict[str, Any]] | None

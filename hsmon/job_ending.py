@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from hsmon import logtail
+from hsmon.status_doc import ProcessEntry
 from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 
@@ -33,13 +34,13 @@ class EndingWatch:
             return False
 
     def log_tail(
-        self, procs: list[dict[str, Any]], tracker: ProcessTracker | None, progress: ProgressTracker | None
+        self, procs: list[ProcessEntry], tracker: ProcessTracker | None, progress: ProgressTracker | None
     ) -> tuple[str | None, list[str] | None]:
         """(the log, its last lines once the main process is gone; else None). The log is where its
         stdout/stderr went (regular files), else the one `hsmon run` names."""
         named = progress.log_path if progress else None
         main = procs[0] if procs else None
-        if main is None or tracker is None or (main["alive"] and main["status"] != "zombie"):
+        if main is None or tracker is None or (main.alive and main.status != "zombie"):
             return named, None
         if not tracker.log_files:
             return named, None

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import deque
 from typing import Any
 
+from hsmon import job_trackers
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
-from hsmon.contracts import events as ev
 from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
+from hsmon.job_trackers import TickPlan
 from hsmon.state import Decision, ProcessFacts, Snapshot, decide
-from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection
+from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
+from hsmon.trackers.base import Tracker, poll_all, sections
 from hsmon.trackers.dump_dir import DumpDirTracker
 from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
@@ -48,14 +49,13 @@ class JobRuntime:
         self._event_urls: list[str] = []
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
-        self._procs: list[dict[str, Any]] = []  # the processes' last figures (kept if a poll fails)
+        self.procs: list[ProcessEntry] = []  # the processes' last sections (kept if a poll fails)
+        self.plan = TickPlan()
+        made = (make(self) for make in job_trackers.JOB_TRACKERS)  # the job's trackers, from the list
+        self.trackers: list[Tracker] = [t for t in made if t is not None]
+        self._sections: dict[str, Any] = {}  # each tracker's last section (kept if one fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
-        self.state: str | None = None
-        self.state_since_ts = now
-        self.reason = ""
-        self.transitions_total = 0
-        self.transitions_by_state: dict[str, int] = {}
-        self.state_events: deque[dict[str, Any]] = deque(maxlen=20)
+        self.machine = JobState(now)  # where its state machine stands
         self.activity = ActivityClocks()
         self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
@@ -109,7 +109,7 @@ class JobRuntime:
         if self.verify is not None:
             self.verify.close()
 
-    def _gpu_facts(self, procs: list[dict[str, Any]]) -> tuple[list[int], float | None]:
+    def _gpu_facts(self, procs: list[ProcessEntry]) -> tuple[list[int], float | None]:
         """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
         from hsmon.trackers.gpu import job_gpus
 
@@ -118,7 +118,7 @@ class JobRuntime:
         return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
-        self, now: float, procs: list[dict[str, Any]], dump: DumpSection | None, out: dict[str, Any] | None
+        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: dict[str, Any] | None
     ) -> None:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
@@ -134,7 +134,7 @@ class JobRuntime:
         """When a process's CPU or I/O was last above idle (None: never seen)."""
         return self.activity.last_busy_ts
 
-    def _dump_dir_changed(self) -> bool:
+    def dump_dir_changed(self) -> bool:
         """The dump directory appeared, vanished or was replaced since the last scan (one stat)."""
         assert self.dump is not None
         try:
@@ -151,32 +151,24 @@ class JobRuntime:
         thread: until it is read the job's status says so and nothing is decided (the figures are
         not known yet)."""
         guard, job = self.errors.guard, self.cfg.name
-        if self.progress is not None:
-            guard("progress", self.progress.poll, None, job)
-        guard("server", lambda: self.poll_servers(now), None, job)
-        procs = self._procs = guard("processes", self.poll_processes, self._procs, job)
-        gone = bool(procs) and not (procs[0]["alive"] and procs[0]["status"] != "zombie")
+        self.plan = TickPlan(scan_dump, scan_output, full_scan, background)
+        poll_all(self.trackers, self.errors, job, now)
+        procs = self.procs
+        gone = bool(procs) and not (procs[0].alive and procs[0].status != "zombie")
         self._runner_alive = gone and self.ending.runner_alive(self.progress)
         if gone and self.progress is not None:
             # read again after the process (and hsmon run) checks: an ending written before they
             # exited is seen now, so a clean exit never reads as dead for one tick
             guard("progress", self.progress.poll, None, job)
-        if self.dump is not None and (scan_dump or self._dump_dir_changed()):
-            dump_dir = self.dump
-            guard("dump_dir", lambda: dump_dir.scan(full=full_scan), None, job)
-        if self.output is not None and (scan_output or self.output.loading):
-            output = self.output
-            guard("output_dir", lambda: output.scan(background), None, job)
-            if self.output.reading is not None:
-                self._publish_reading(now)
-                return None
-        if self.dump is not None:
-            self.dump.sample_rates(now)
-        dump = self.dump.snapshot(now) if self.dump else None
-        out = self.output.snapshot() if self.output else None
+        if self.output is not None and self.output.reading is not None:
+            self._publish_reading(now)
+            return None
+        sec = sections(self.trackers, self.errors, job, now, self._sections)
+        dump: DumpSection | None = sec.get("dump_dir")
+        out: dict[str, Any] | None = sec.get("output_dir")
         guard("verify", lambda: self._poll_verify(now, out), None, job)
         self._note_activity(now, procs, dump, out)
-        prog = self.progress.snapshot(now) if self.progress else None
+        prog: dict[str, Any] | None = sec.get("progress")
 
         rows_total = (
             (prog and prog["progress"]["rows_total"])
@@ -188,8 +180,7 @@ class JobRuntime:
         progress = merge_output_progress(
             prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
-        eta = progress["eta_s"] if progress else None
-        disks = self._disks(now, dump, out, rows_total, eta)
+        disks = self._disks(now, dump, out, rows_total, progress)
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
@@ -199,8 +190,8 @@ class JobRuntime:
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
                 progress["bytes_per_s"] = self._out_bytes_rate.rate()
-        previous = self._move_to(self.decision, now)
-        sections = Sections(
+        previous = self.machine.move_to(self.decision, now, self.cfg.name)
+        parts = Sections(
             progress=progress,
             dump=dump,
             output=out,
@@ -209,24 +200,14 @@ class JobRuntime:
             events=prog["events"] if prog else None,
             recent_events=prog["recent_events"] if prog else [],
             training=prog["training"] if prog else None,
-            servers=[t.snapshot(now) for t in self.servers],
+            servers=sec.get("server") or [],
             gpu_indices=snap.gpu_indices,
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
-        )
-        self.doc = job_status(self.cfg, self._job_state(self.decision), sections)  # published whole
-        return previous
-
-    def _job_state(self, decision: Decision) -> JobState:
-        return JobState(
-            state=decision.state,
-            since_ts=self.state_since_ts,
-            reason=decision.reason,
-            hints=decision.hints,
-            transitions_total=self.transitions_total,
-            state_events=list(self.state_events),
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
         )
+        self.doc = job_status(self.cfg, self.machine, parts)  # published whole
+        return previous
 
     def status(self, now: float) -> JobStatus:
         """The job's status with its dump directory and servers read now (a hung server shows at
@@ -242,13 +223,17 @@ class JobRuntime:
         dump: DumpSection | None,
         out: dict[str, Any] | None,
         rows_total: int | None,
-        eta: float | None,
+        progress: dict[str, Any] | None,
     ) -> list[DiskEntry]:
-        """Headroom of the output filesystem and of the dump directory's (shm) one."""
+        """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm) one."""
         disks: list[DiskEntry] = []
+        eta = progress["eta_s"] if progress else None
         if out is not None:
             self._out_bytes_rate.add(now, out["bytes"] or 0)
             needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
+            started = (out.get("chunks_complete") or 0) + (out.get("chunks_in_progress") or 0)
+            files = disk.needed_inodes(out["rows"], rows_total, started,
+                                       progress.get("chunks_total") if progress else None)
             disks.append(
                 disk.headroom(
                     "output",
@@ -257,6 +242,7 @@ class JobRuntime:
                     needed,
                     self._out_bytes_rate.rate(),
                     eta,
+                    files,
                 )
             )
         if self.dump is not None:
@@ -274,7 +260,7 @@ class JobRuntime:
     def _snapshot(
         self,
         now: float,
-        procs: list[dict[str, Any]],
+        procs: list[ProcessEntry],
         dump: DumpSection | None,
         out: dict[str, Any] | None,
         disks: list[DiskEntry],
@@ -282,19 +268,19 @@ class JobRuntime:
         """The plain facts ``decide`` needs, gathered from the trackers."""
         facts = [
             ProcessFacts(
-                role=p["role"],
-                pid=p["pid"],
-                alive=p["alive"],
-                status=p["status"],
+                role=p.role,
+                pid=p.pid,
+                alive=p.alive,
+                status=p.status,
                 seen_alive=t.seen_alive,
-                stdout=p["stdout"],
-                stdout_buffered=p["stdout_buffered"],
-                cmdline=p["cmdline"],
-                oom_kill=p.get("oom_kill"),
+                stdout=p.stdout,
+                stdout_buffered=p.stdout_buffered,
+                cmdline=p.cmdline,
+                oom_kill=p.oom_kill,
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]
-        started_procs = [p["start_ts"] for p in procs if p["start_ts"]]
+        started_procs = [p.start_ts for p in procs if p.start_ts]
         watch_ref = min([self.watch_start_ts, *started_procs])
         out_disk = next((d for d in disks if d.role == "output"), None)
         shm_disk = next((d for d in disks if d.role == "shm"), None)
@@ -361,29 +347,12 @@ class JobRuntime:
         done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
-        base = self.doc if self.doc is not None else not_measured(self.cfg, self.state_since_ts)
+        base = self.doc if self.doc is not None else not_measured(self.cfg, self.machine.since_ts)
         self.doc = msgspec.structs.replace(
             base,
-            state=self.state or "starting",
-            state_since_ts=self.state_since_ts,
+            state=self.machine.state or "starting",
+            state_since_ts=self.machine.since_ts,
             reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
                    f"{format_bytes(total)}{pct}",
             output=msgspec.convert(out, OutputSection),
         )
-
-    def _move_to(self, decision: Decision, now: float) -> str | None:
-        """Move to the decided state; returns the previous state when it changed ("none" for the
-        first state), else None."""
-        new = decision.state
-        self.reason = decision.reason
-        if new == self.state:
-            return None
-        previous, self.state, self.state_since_ts = self.state, new, now
-        self.transitions_total += 1
-        self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
-        event = ev.make_event(
-            ev.STATE, self.cfg.name, ts=now, state=new, previous=previous, reason=decision.reason
-        )
-        self.state_events.append(event)
-        return previous or "none"
-

@@ -27,8 +27,9 @@ import psutil
 from hsmon import __version__
 from hsmon.config import DEFAULT_SCAN_INTERVAL, JobConfig
 from hsmon.job_runtime import JobRuntime
-from hsmon.status_doc import STATUS_VERSION, DaemonInfo, GpuSection, JobStatus, StatusDocument, to_builtins
+from hsmon.status_doc import STATUS_VERSION, DaemonInfo, JobStatus, StatusDocument, to_builtins
 from hsmon.tracker_errors import TrackerErrors
+from hsmon.trackers.base import poll_all
 
 log = logging.getLogger("hsmon.monitor")
 
@@ -226,8 +227,7 @@ class Monitor:
                 self.scans_total += 1
             with self._lock:
                 runtimes = list(self._jobs.values())
-            if self.gpu.due(time.time()):
-                self.tracker_errors.guard("gpu", lambda: self.gpu.poll(time.time()), None)
+            poll_all([self.gpu], self.tracker_errors, "", time.time())  # the machine's trackers
             for runtime in runtimes:
                 now = time.time()
                 # a full listing on overflow and every FULL_SCAN_EVERY scans; between them a scan
@@ -259,13 +259,14 @@ class Monitor:
             self.tick_seconds_last = time.perf_counter() - started
 
     def _log_transition(self, runtime: JobRuntime, previous: str) -> None:
-        event = runtime.state_events[-1]
+        machine = runtime.machine
+        event = machine.events[-1]
         log.info(
             "job %s: %s -> %s (%s)",
             runtime.cfg.name,
             previous,
-            runtime.state,
-            runtime.reason or event.get("reason"),
+            machine.state,
+            machine.reason or event.get("reason"),
         )
         if self.event_log is not None:
             try:
@@ -333,7 +334,7 @@ class Monitor:
                 tracker_errors=self.tracker_errors.snapshot(),
             ),
             jobs=self.job_statuses(),
-            gpus=_gpus(self.gpu.snapshot()),
+            gpus=self.gpu.section(time.time()),
         )
 
     def status_document(self) -> dict[str, Any]:
@@ -343,7 +344,7 @@ class Monitor:
     def transitions(self) -> dict[str, dict[str, int]]:
         """job -> state -> transitions into that state (for the exporter)."""
         with self._lock:
-            return {name: dict(rt.transitions_by_state) for name, rt in self._jobs.items()}
+            return {name: dict(rt.machine.transitions_by_state) for name, rt in self._jobs.items()}
 
     def dump_counters(self) -> dict[str, dict[str, float]]:
         """job -> dump tracker internals (events, scans, last scan seconds) for the exporter."""
@@ -359,8 +360,3 @@ class Monitor:
             if rt.dump is not None
         }
 
-
-def _gpus(section: dict[str, Any]) -> GpuSection:
-    import msgspec
-
-    return msgspec.convert(section, GpuSection)

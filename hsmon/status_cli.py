@@ -201,10 +201,14 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
         rows.append(("output", f"{job.output.path}: {_directory_state(job.output, _output_summary)}"))
     for d in job.disk:
         fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.fits]
+        # the inodes only when they are the limit (a file per row can run out before the bytes)
+        inodes = f"; needs {d.needed_inodes:,} files, {d.free_inodes:,} inodes free" \
+            if d.short_of_inodes() else ""
         rows.append((
             f"disk {d.role}",
             f"{d.path}: {format_bytes(d.free_bytes)} free, needs {format_bytes(d.needed_bytes)}, {fits}; "
-            f"full in {format_duration(d.time_to_full_s)}, done in {format_duration(d.time_to_done_s)}",
+            f"full in {format_duration(d.time_to_full_s)}, done in "
+            f"{format_duration(d.time_to_done_s)}{inodes}",
         ))
     rows += [_process_row(p) for p in job.processes]
     ev = job.events

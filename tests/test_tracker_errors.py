@@ -65,3 +65,71 @@ def test_a_job_whose_update_fails_does_not_stop_the_others(
     docs = {job["job"]: job for job in monitor.status_document()["jobs"]}
     assert docs["fine"]["progress"]["rows_total"] == 10
     assert monitor.status_document()["daemon"]["tracker_errors"] == {"job": 1}
+
+
+def test_a_tracker_registered_in_the_list_that_raises_leaves_the_others_updating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tracker added to JOB_TRACKERS (hsmon/job_trackers.py) whose poll and section raise for real
+    (a missing file read; a section fed a bad value): counted, logged once per kind, and the job's
+    other sections and the other job still move from tick to tick."""
+    import msgspec
+
+    from hsmon import job_trackers
+    from hsmon.status_doc import DumpSection
+
+    class Broken(job_trackers.JobTracker):
+        name = "broken_tracker"
+
+        def poll(self, now: float) -> None:
+            (tmp_path / "no-such-file").read_text()  # FileNotFoundError
+
+        def section(self, now: float) -> DumpSection:
+            return msgspec.convert({"files": "many"}, DumpSection)  # ValidationError
+
+    def broken_for_one_job(rt: object) -> object:
+        return Broken(rt) if rt.cfg.name == "broken" else None  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(job_trackers, "JOB_TRACKERS", [*job_trackers.JOB_TRACKERS, broken_for_one_job])
+    events = {name: tmp_path / f"{name}.jsonl" for name in ("broken", "fine")}
+    writers = {name: ev.EventWriter(name, path) for name, path in events.items()}
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    monitor = Monitor([JobConfig(name="broken", events=str(events["broken"]), dump_dir=str(dump)),
+                       JobConfig(name="fine", events=str(events["fine"]))], use_watchdog=False)
+    try:
+        for w in writers.values():
+            w.emit(ev.START, rows_total=10)
+        with caplog.at_level(logging.ERROR, logger="hsmon.trackers"):
+            for tick in range(1, 4):
+                for w in writers.values():
+                    w.emit(ev.ROWS, rows=1, tokens=10, last_row=tick - 1, rows_done=tick, rows_total=10)
+                (dump / f"f{tick}.pt").write_bytes(b"x" * 10)
+                monitor.tick(force_scan=True)
+                docs = {job["job"]: job for job in monitor.status_document()["jobs"]}
+                assert docs["broken"]["progress"]["rows_done"] == tick  # its progress tracker ran on
+                assert docs["broken"]["dump"]["files"] == tick  # and its dump tracker
+                assert docs["fine"]["progress"]["rows_done"] == tick and docs["fine"]["state"] == "running"
+    finally:
+        for w in writers.values():
+            w.close()
+    assert monitor.status_document()["daemon"]["tracker_errors"] == {"broken_tracker": 6}
+    logged = [r.getMessage() for r in caplog.records if "tracker broken_tracker failed" in r.getMessage()]
+    assert len(logged) == 2, logged  # once per kind
+    assert any("FileNotFoundError" in m for m in logged) and any("ValidationError" in m for m in logged)
+
+
+def test_every_registered_tracker_answers_the_one_interface(tmp_path: Path) -> None:
+    """The job's trackers (made from JOB_TRACKERS) and the machine's GPU tracker are all Trackers,
+    each with a name of its own; each tracker's metrics hook is listed for the exporter."""
+    from hsmon import job_trackers
+    from hsmon.trackers.base import Tracker
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "dump").mkdir()
+    monitor = Monitor([JobConfig(name="all", events=str(tmp_path / "e.jsonl"), out_dir=str(tmp_path / "out"),
+                                 dump_dir=str(tmp_path / "dump"), pid=1)], use_watchdog=False)
+    trackers = [*monitor._jobs["all"].trackers, monitor.gpu]
+    assert all(isinstance(t, Tracker) for t in trackers)
+    assert [t.name for t in trackers] == ["progress", "server", "processes", "dump_dir", "output_dir", "gpu"]
+    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 6

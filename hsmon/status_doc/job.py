@@ -84,6 +84,14 @@ class DiskEntry(Section):
     write_bytes_per_s: Num | None
     time_to_full_s: Num | None
     time_to_done_s: Num | None
+    free_inodes: int | None = None  # statvfs f_favail; null when the filesystem has no inode limit
+    total_inodes: int | None = None  # statvfs f_files; null likewise
+    needed_inodes: int | None = None  # output: rows left + chunk directories not started (totals known)
+
+    def short_of_inodes(self) -> bool:
+        """Whether the files still to create need more inodes than are free (then they are the limit)."""
+        return (self.free_inodes is not None and self.needed_inodes is not None
+                and self.needed_inodes > self.free_inodes)
 
 
 class ProcessEntry(Section):

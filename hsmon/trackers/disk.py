@@ -7,17 +7,34 @@ arithmetic is ``headroom()``, a pure function returning the status document's ty
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
-from hsmon.status_doc import DiskEntry
+from hsmon.status_doc import DiskEntry, JobStatus
+from hsmon.trackers.families import add_sample as _add
+from hsmon.trackers.families import gauge as _g
 
 
-def usage(path: str) -> tuple[int, int] | None:
-    """(free bytes for unprivileged writers, total bytes) of the filesystem holding ``path``."""
+class FsUsage(NamedTuple):
+    """What statvfs says of a filesystem: bytes and inodes free for unprivileged writers, and in
+    all. The inodes are None when the filesystem reports none (no fixed limit: btrfs, some FUSE)."""
+
+    free: int
+    total: int
+    free_inodes: int | None = None
+    total_inodes: int | None = None
+
+
+def usage(path: str) -> FsUsage | None:
+    """The bytes and inodes free and in all of the filesystem holding ``path`` (or its nearest
+    existing parent); None when it cannot be read."""
     probe = os.path.abspath(path)
     while True:
         try:
             st = os.statvfs(probe)
-            return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            limited = st.f_files > 0
+            return FsUsage(st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize,
+                           st.f_favail if limited else None, st.f_files if limited else None)
         except FileNotFoundError:
             parent = os.path.dirname(probe)
             if parent == probe:
@@ -38,20 +55,34 @@ def needed_bytes(
     return max(0, rows_total - rows_done) * (bytes_done / rows_done)
 
 
+def needed_inodes(
+    rows_done: int | None, rows_total: int | None, chunks_started: int | None, chunks_total: int | None
+) -> int | None:
+    """Files still to create in the output (hsmon/contracts/layout.py: one file per row and one
+    directory per chunk): rows left + chunks not started yet; None unless both totals are known."""
+    if rows_total is None or chunks_total is None:
+        return None
+    return max(0, rows_total - (rows_done or 0)) + max(0, chunks_total - (chunks_started or 0))
+
+
 def headroom(
     role: str,
     path: str,
-    fs: tuple[int, int] | None,
+    fs: tuple[int, ...] | None,
     needed: float | None,
     write_bytes_per_s: float | None,
     time_to_done_s: float | None,
+    inodes_needed: int | None = None,
 ) -> DiskEntry:
-    """One entry of the status document's ``disk`` list.
+    """One entry of the status document's ``disk`` list (``fs``: ``usage()``'s, or (free, total)).
 
-    fits: needed <= free when the need is known; else time to full >= time to done when both are;
-    else null. time_to_full_s is null unless the filesystem is being filled (positive rate).
+    fits: false when the files still to create need more inodes than are free; else needed <= free
+    when the need is known; else time to full >= time to done when both are; else null.
+    time_to_full_s is null unless the filesystem is being filled (positive rate).
     """
-    free, total = fs if fs else (None, None)
+    usage_ = FsUsage(*fs) if fs else None
+    free, total = (usage_.free, usage_.total) if usage_ else (None, None)
+    free_inodes = usage_.free_inodes if usage_ else None
     rate = write_bytes_per_s if write_bytes_per_s and write_bytes_per_s > 0 else None
     time_to_full = free / rate if (free is not None and rate) else None
     fits: bool | None = None
@@ -59,7 +90,7 @@ def headroom(
         fits = needed <= free
     elif time_to_full is not None and time_to_done_s is not None:
         fits = time_to_full >= time_to_done_s
-    return DiskEntry(
+    entry = DiskEntry(
         role=role,
         path=path,
         free_bytes=free,
@@ -69,7 +100,14 @@ def headroom(
         write_bytes_per_s=write_bytes_per_s,
         time_to_full_s=time_to_full,
         time_to_done_s=time_to_done_s,
+        free_inodes=free_inodes,
+        total_inodes=usage_.total_inodes if usage_ else None,
+        needed_inodes=inodes_needed,
     )
+    if entry.short_of_inodes():
+        entry.fits = False  # out of inodes before bytes: a file per row
+    return entry
+
 
 def shortfall_message(entry: DiskEntry | None) -> str | None:
     """Why the filesystem of a ``headroom`` entry will not do (for the disk hints), None without one."""
@@ -77,6 +115,16 @@ def shortfall_message(entry: DiskEntry | None) -> str | None:
         return None
     from hsmon.contracts.units import format_bytes, format_duration
 
+    if entry.short_of_inodes():
+        bytes_too = entry.needed_bytes is not None and entry.free_bytes is not None and (
+            entry.needed_bytes > entry.free_bytes)
+        space = f" and ~{format_bytes(entry.needed_bytes)} with {format_bytes(entry.free_bytes)} free" \
+            if bytes_too else ""
+        return (
+            f"{entry.role} filesystem of {entry.path}: needs ~{entry.needed_inodes:,} more files, "
+            f"{entry.free_inodes:,} inodes free{space}: free inodes (delete files, or a filesystem with "
+            "more inodes) before it runs out"
+        )
     if entry.needed_bytes is not None and entry.free_bytes is not None:
         return (
             f"{entry.role} filesystem of {entry.path}: needs ~{format_bytes(entry.needed_bytes)}, "
@@ -86,3 +134,34 @@ def shortfall_message(entry: DiskEntry | None) -> str | None:
         f"{entry.role} filesystem of {entry.path} fills in {format_duration(entry.time_to_full_s)}, "
         f"before the job is done (in {format_duration(entry.time_to_done_s)})"
     )
+
+
+# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
+    """The disk families (the ``disk`` entries, labelled by role)."""
+    labels = ("job", "role")
+    fams = {
+        "free_bytes": _g("hsmon_disk_free_bytes", "free bytes on the filesystem", labels),
+        "total_bytes": _g("hsmon_disk_size_bytes", "size of the filesystem", labels),
+        "needed_bytes": _g("hsmon_disk_needed_bytes", "bytes the job still needs to write", labels),
+        "write_bytes_per_s": _g("hsmon_disk_write_bytes_per_second", "how fast the job fills it", labels),
+        "time_to_full_s": _g(
+            "hsmon_disk_time_to_full_seconds", "seconds until full at that rate", labels
+        ),
+        "time_to_done_s": _g("hsmon_disk_time_to_done_seconds", "seconds until the job is done", labels),
+        "free_inodes": _g("hsmon_disk_free_inodes", "free inodes on the filesystem (absent: no inode limit)",
+                          labels),
+        "needed_inodes": _g("hsmon_disk_needed_inodes", "files the job still needs to create (rows and "
+                            "chunk directories left)", labels),
+    }
+    fits = _g(
+        "hsmon_disk_fits", "1 if what the job still writes fits, 0 if not (absent: unknown)", labels
+    )
+    for job in jobs:
+        for d in job.disk:
+            label = [job.job, d.role]
+            for key, fam in fams.items():
+                _add(fam, label, getattr(d, key))
+            if d.fits is not None:
+                fits.add_metric(label, 1.0 if d.fits else 0.0)
+    yield from (*fams.values(), fits)

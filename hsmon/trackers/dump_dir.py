@@ -15,8 +15,13 @@ import heapq
 import os
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from hsmon.status_doc import DumpSection
+from hsmon.status_doc import DumpSection, JobStatus
+from hsmon.trackers.families import add_sample as _add
+from hsmon.trackers.families import counter as _c
+from hsmon.trackers.families import gauge as _g
 from hsmon.trackers.rates import RateWindow
 
 
@@ -255,3 +260,30 @@ def _dir_bytes(path: str) -> int:
     except OSError:
         pass
     return total
+
+
+# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
+    """The dump directory's families (the ``dump`` section; the Monitor's inotify counters)."""
+    files = _g("hsmon_dump_files", "files in the dump directory")
+    nbytes = _g("hsmon_dump_bytes", "bytes in the dump directory")
+    oldest = _g("hsmon_dump_oldest_file_age_seconds", "age of the oldest dump file")
+    created = _c("hsmon_dump_files_created_total", "dump files seen created")
+    consumed = _c("hsmon_dump_files_consumed_total", "dump files seen consumed (deleted)")
+    exists = _g("hsmon_dump_dir_exists", "1 when the dump directory exists")
+    for job in jobs:
+        d = job.dump
+        if not d:
+            continue
+        label = [job.job]
+        _add(files, label, d.files)
+        _add(nbytes, label, d.bytes)
+        _add(oldest, label, d.oldest_age_s)
+        _add(created, label, d.created_total)
+        _add(consumed, label, d.consumed_total)
+        exists.add_metric(label, 1.0 if d.exists else 0.0)
+    counters = monitor.dump_counters() if monitor is not None else {}
+    events = _c("hsmon_dump_fs_events_total", "filesystem events handled for the dump directory")
+    for name, c in counters.items():
+        events.add_metric([name], c["events_total"])
+    yield from (files, nbytes, oldest, created, consumed, exists, events)

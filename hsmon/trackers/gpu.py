@@ -16,6 +16,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from hsmon.status_doc import GpuSection, ProcessEntry
+
 log = logging.getLogger("hsmon.gpu")
 
 DEFAULT_INTERVAL = 5.0
@@ -82,7 +84,7 @@ def gpus_of(devices: Iterable[dict[str, Any]], pids: set[int]) -> list[int]:
 
 
 def job_gpus(
-    devices: list[dict[str, Any]], procs: list[dict[str, Any]], cache: dict[int, tuple[float, set[int]]]
+    devices: list[dict[str, Any]], procs: list[ProcessEntry], cache: dict[int, tuple[float, set[int]]]
 ) -> tuple[list[int], float | None]:
     """The GPUs on which these processes (or their children) hold memory, and since when all of them
     idle. ``cache`` keeps each process's children for 30 s (a server's workers start once)."""
@@ -93,8 +95,8 @@ def job_gpus(
     pids: set[int] = set()
     mono = time.monotonic()
     for proc in procs:
-        pid = proc["pid"]
-        if not proc["alive"] or pid is None:
+        pid = proc.pid
+        if not proc.alive or pid is None:
             continue
         cached = cache.get(pid)
         if cached is None or mono - cached[0] > 30:
@@ -109,7 +111,10 @@ def job_gpus(
 
 
 class GpuTracker:
-    """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory."""
+    """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory. A machine-level
+    tracker (hsmon.trackers.base.Tracker): the Monitor polls it once per tick for all its jobs."""
+
+    name = "gpu"
 
     def __init__(self, nvml: Any | None = None, interval: float = DEFAULT_INTERVAL) -> None:
         self.interval = interval
@@ -164,6 +169,12 @@ class GpuTracker:
             dev["zero_since_ts"] = self._zero_since.get(dev["index"])
         with self._lock:
             self.devices, self.last_poll_ts = devices, now
+
+    def section(self, now: float) -> GpuSection:
+        """The typed ``gpus`` section of the status document (``snapshot`` keeps the dict view)."""
+        import msgspec
+
+        return msgspec.convert(self.snapshot(), GpuSection)
 
     def snapshot(self) -> dict[str, Any]:
         """The ``gpus`` section of the status document."""

@@ -11,11 +11,17 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
 import psutil
 
 from hsmon.config import ProcessSpec
+from hsmon.status_doc import JobStatus, ProcessEntry
+from hsmon.trackers.families import add_sample as _add
+from hsmon.trackers.families import counter as _c
+from hsmon.trackers.families import gauge as _g
 from hsmon.trackers.kernel import CgroupWatch, OomEvidence, oom_evidence
 
 _STATUS = {
@@ -282,5 +288,47 @@ class ProcessTracker:
         }
         return self._snap
 
+    def entry(self) -> ProcessEntry:
+        """The typed section of the last poll (``poll`` and ``snapshot`` keep the dict view)."""
+        return msgspec.convert(self.snapshot(), ProcessEntry)
+
     def snapshot(self) -> dict[str, Any]:
         return dict(self._snap)
+
+
+# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
+
+
+def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
+    """The process families (the ``processes`` entries, labelled by role)."""
+    labels = ("job", "role")
+    up = _g("hsmon_process_up", "1 when the process is alive", labels)
+    status = _g("hsmon_process_status", "1 for the process's current status", ("job", "role", "status"))
+    cpu = _c("hsmon_process_cpu_seconds_total", "CPU seconds (user + system) of the process", labels)
+    rss = _g("hsmon_process_resident_memory_bytes", "resident memory", labels)
+    rd = _c("hsmon_process_read_bytes_total", "bytes read from storage", labels)
+    wr = _c("hsmon_process_write_bytes_total", "bytes written to storage", labels)
+    wch = _c("hsmon_process_write_chars_total", "bytes written through any file (tmpfs too)", labels)
+    threads = _g("hsmon_process_threads", "threads", labels)
+    start = _g("hsmon_process_start_time_seconds", "process start time", labels)
+    restarts = _c("hsmon_process_restarts_total", "times the PID changed", labels)
+    buffered = _g(
+        "hsmon_process_stdout_buffered", "1 when Python stdout goes block-buffered to a file", labels
+    )
+    for job in jobs:
+        for p in job.processes:
+            label = [job.job, p.role]
+            up.add_metric(label, 1.0 if p.alive else 0.0)
+            for s in PROCESS_STATUSES:
+                status.add_metric([*label, s], 1.0 if p.status == s else 0.0)
+            _add(cpu, label, p.cpu_seconds)
+            _add(rss, label, p.rss_bytes)
+            _add(rd, label, p.read_bytes)
+            _add(wr, label, p.write_bytes)
+            _add(wch, label, p.write_chars)
+            _add(threads, label, p.threads)
+            _add(start, label, p.start_ts)
+            _add(restarts, label, p.restarts)
+            buffered.add_metric(label, 1.0 if p.stdout_buffered else 0.0)
+    yield from (up, status, cpu, rss, rd, wr, wch, threads, start, restarts, buffered)

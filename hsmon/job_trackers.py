@@ -1,0 +1,159 @@
+"""A job's trackers behind the one interface (hsmon.trackers.base.Tracker), created from a list.
+
+Each adapter is thin: the tracker modules keep their own APIs (many tests use them); the adapter
+says when the tracker is due this tick, polls it and answers its section. ``JOB_TRACKERS`` is the
+list ``JobRuntime`` creates its trackers from, in polling order; a factory returns None when the
+job has nothing for that tracker to watch. Adding a tracker = its module + one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hsmon.status_doc import ProcessEntry
+from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
+from hsmon.trackers.base import MetricsHook, Tracker
+
+# the job's hsmon.job_runtime.JobRuntime (not imported: it imports this list)
+JobRuntime = Any
+
+
+@dataclass
+class TickPlan:
+    """What the Monitor asked of this tick (the scans due by its inotify events and its timer)."""
+
+    scan_dump: bool = True
+    scan_output: bool = True
+    full_scan: bool = True
+    background: bool = False
+
+
+class JobTracker:
+    """Base of the adapters: due every tick; ``rt`` is the job's runtime."""
+
+    name = "tracker"
+
+    def __init__(self, rt: JobRuntime) -> None:
+        self.rt = rt
+
+    def due(self, now: float) -> bool:
+        return True
+
+    def poll(self, now: float) -> None:
+        return None
+
+    def section(self, now: float) -> Any:
+        return None
+
+
+class ProgressJob(JobTracker):
+    """The events file (hsmon/trackers/progress.py): its progress, events and training sections."""
+
+    name = "progress"
+
+    def poll(self, now: float) -> None:
+        assert self.rt.progress is not None
+        self.rt.progress.poll()
+
+    def section(self, now: float) -> dict[str, Any]:
+        assert self.rt.progress is not None
+        return self.rt.progress.snapshot(now)
+
+    @classmethod
+    def of(cls, rt: JobRuntime) -> Tracker | None:
+        return cls(rt) if rt.progress is not None else None
+
+
+class ServersJob(JobTracker):
+    """The job's servers (hsmon/trackers/server.py: each looks on its own thread)."""
+
+    name = "server"
+
+    def poll(self, now: float) -> None:
+        self.rt.poll_servers(now)
+
+    def section(self, now: float) -> list[dict[str, Any]]:
+        return [t.snapshot(now) for t in self.rt.servers]
+
+
+class ProcessesJob(JobTracker):
+    """The job's processes (hsmon/trackers/processes.py); their last figures stand if a poll fails."""
+
+    name = "processes"
+
+    def poll(self, now: float) -> None:
+        self.rt.poll_processes()
+        self.rt.procs = [t.entry() for t in self.rt.processes]
+
+    def section(self, now: float) -> list[ProcessEntry]:
+        return self.rt.procs
+
+
+class DumpDirJob(JobTracker):
+    """The dump directory (hsmon/trackers/dump_dir.py): scanned when its events or the timer say."""
+
+    name = "dump_dir"
+
+    def due(self, now: float) -> bool:
+        return self.rt.plan.scan_dump or self.rt.dump_dir_changed()
+
+    def poll(self, now: float) -> None:
+        assert self.rt.dump is not None
+        self.rt.dump.scan(full=self.rt.plan.full_scan)
+
+    def section(self, now: float) -> Any:
+        assert self.rt.dump is not None
+        self.rt.dump.sample_rates(now)
+        return self.rt.dump.snapshot(now)
+
+    @classmethod
+    def of(cls, rt: JobRuntime) -> Tracker | None:
+        return cls(rt) if rt.dump is not None else None
+
+
+class OutputDirJob(JobTracker):
+    """The output directory (hsmon/trackers/output_dir.py); a large manifest may be read on a thread."""
+
+    name = "output_dir"
+
+    def due(self, now: float) -> bool:
+        assert self.rt.output is not None
+        return self.rt.plan.scan_output or self.rt.output.loading
+
+    def poll(self, now: float) -> None:
+        assert self.rt.output is not None
+        self.rt.output.scan(self.rt.plan.background)
+
+    def section(self, now: float) -> dict[str, Any]:
+        assert self.rt.output is not None
+        return self.rt.output.snapshot()
+
+    @classmethod
+    def of(cls, rt: JobRuntime) -> Tracker | None:
+        return cls(rt) if rt.output is not None else None
+
+
+# The job's trackers, in polling order (progress first: the processes follow its PID, the servers
+# its start event's URLs). The disk figures are computed from the output and dump sections.
+JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
+    ProgressJob.of,
+    ServersJob,
+    ProcessesJob,
+    DumpDirJob.of,
+    OutputDirJob.of,
+]
+
+
+# Each tracker's Prometheus families (a ``metrics(jobs, monitor)`` function beside the tracker),
+# in the order /metrics lists them. The disk figures are the runtime's, from the output and dump
+# sections; their families live beside the arithmetic in hsmon/trackers/disk.py.
+TRACKER_METRICS: list[MetricsHook] = [
+    progress.metrics,
+    dump_dir.metrics,
+    output_metrics.metrics,
+    disk.metrics,
+    processes.metrics,
+    progress.event_metrics,
+]
