@@ -17,7 +17,8 @@ from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
 from hsmon.job_trackers import TickPlan
-from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import Decision, ProcessFacts, Snapshot
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
