@@ -68,7 +68,7 @@ class Sections:
     events: dict[str, Any] | None = None
     recent_events: list[dict[str, Any]] = field(default_factory=list)
     training: dict[str, Any] | None = None
-    servers: list[dict[str, Any]] = field(default_factory=list)
+    servers: list[ServerEntry] = field(default_factory=list)  # the server tracker's own type
     gpu_indices: list[int] = field(default_factory=list)
     gpu_idle_since_ts: float | None = None
     last_work_ts: float | None = None  # the activity clocks (hsmon/job_activity.py)
@@ -103,7 +103,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         events=_as(sec.events, EventsSection),
         recent_events=recent,
         training=_as(sec.training, TrainingSection),
-        servers=msgspec.convert(sec.servers, list[ServerEntry]),
+        servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
     )
 
@@ -113,12 +113,11 @@ def not_measured(cfg: JobConfig, now: float) -> JobStatus:
     return job_status(cfg, JobState(now, reason="not measured yet"), Sections())
 
 
-def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[dict[str, Any]] | None
-              ) -> JobStatus:
+def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[ServerEntry] | None) -> JobStatus:
     """``doc`` with the dump directory and servers read now (their threads move between ticks)."""
     changes: dict[str, Any] = {}
     if dump is not None:
         changes["dump"] = dump
     if servers:
-        changes["servers"] = msgspec.convert(servers, list[ServerEntry])
+        changes["servers"] = servers
     return msgspec.structs.replace(doc, **changes) if changes else doc

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.status_doc import ProcessEntry
+from hsmon.status_doc import ProcessEntry, ServerEntry
 from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
 from hsmon.trackers.base import MetricsHook, Tracker
 
@@ -74,7 +74,7 @@ class ServersJob(JobTracker):
     def poll(self, now: float) -> None:
         self.rt.poll_servers(now)
 
-    def section(self, now: float) -> list[dict[str, Any]]:
+    def section(self, now: float) -> list[ServerEntry]:
         return [t.snapshot(now) for t in self.rt.servers]
 
 
