@@ -16,7 +16,7 @@ from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
-from hsmon.job_trackers import TickPlan
+from hsmon.job_trackers import TickFigures, TickPlan
 from hsmon.state import decide
 from hsmon.state_facts import Decision, ProcessFacts, Snapshot
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
@@ -51,18 +51,19 @@ class JobRuntime:
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
         self.procs: list[ProcessEntry] = []  # the processes' last sections (kept if a poll fails)
+        shm = (cfg.dump_dir if cfg.dump_dir.startswith("/dev/shm") else cfg.shm_dir) if cfg.dump_dir else None
+        self.disk = disk.DiskTracker(cfg.out_dir, shm, cfg.needed_bytes) if cfg.out_dir or shm else None
         self.plan = TickPlan()
+        self.tick = TickFigures()  # this tick's sections, for the trackers that read them
         made = (make(self) for make in job_trackers.JOB_TRACKERS)  # the job's trackers, from the list
         self.trackers: list[Tracker] = [t for t in made if t is not None]
         self._sections: dict[str, Any] = {}  # each tracker's last section (kept if one fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.machine = JobState(now)  # where its state machine stands
         self.activity = ActivityClocks()
-        self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
         self.ending = EndingWatch()
         self._runner_alive = False
-        self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
         self.doc: JobStatus | None = None  # None until the first tick measured the job
@@ -164,7 +165,8 @@ class JobRuntime:
         if self.output is not None and self.output.reading is not None:
             self._publish_reading(now)
             return None
-        sec = sections(self.trackers, self.errors, job, now, self._sections)
+        first = [t for t in self.trackers if not getattr(t, "reads_sections", False)]
+        sec = sections(first, self.errors, job, now, self._sections)
         dump: DumpSection | None = sec.get("dump_dir")
         out: dict[str, Any] | None = sec.get("output_dir")
         guard("verify", lambda: self._poll_verify(now, out), None, job)
@@ -181,7 +183,10 @@ class JobRuntime:
         progress = merge_output_progress(
             prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
-        disks = self._disks(now, dump, out, rows_total, progress)
+        self.tick = TickFigures(dump, out, rows_total, progress)
+        after = [t for t in self.trackers if t not in first]
+        sec.update(sections(after, self.errors, job, now, self._sections))
+        disks: list[DiskEntry] = sec.get("disk") or []
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
@@ -190,7 +195,7 @@ class JobRuntime:
         if prog and out and out.get("layout") == "hsmon":
             progress.setdefault("bytes_per_s", None)
             if progress["bytes_per_s"] is None:
-                progress["bytes_per_s"] = self._out_bytes_rate.rate()
+                progress["bytes_per_s"] = self.disk.out_bytes_rate.rate() if self.disk else None
         previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
             progress=progress,
@@ -217,46 +222,6 @@ class JobRuntime:
         dump = self.dump.snapshot(now) if self.dump is not None else None
         servers = [t.snapshot(now) for t in self.servers] if self.servers else None
         return with_live(doc, dump, servers)
-
-    def _disks(
-        self,
-        now: float,
-        dump: DumpSection | None,
-        out: dict[str, Any] | None,
-        rows_total: int | None,
-        progress: dict[str, Any] | None,
-    ) -> list[DiskEntry]:
-        """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm) one."""
-        disks: list[DiskEntry] = []
-        eta = progress["eta_s"] if progress else None
-        if out is not None:
-            self._out_bytes_rate.add(now, out["bytes"] or 0)
-            needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
-            started = (out.get("chunks_complete") or 0) + (out.get("chunks_in_progress") or 0)
-            files = disk.needed_inodes(out["rows"], rows_total, started,
-                                       progress.get("chunks_total") if progress else None)
-            disks.append(
-                disk.headroom(
-                    "output",
-                    self.cfg.out_dir,
-                    disk.usage(self.cfg.out_dir),
-                    needed,
-                    self._out_bytes_rate.rate(),
-                    eta,
-                    files,
-                )
-            )
-        if self.dump is not None:
-            shm_path = self.cfg.dump_dir if self.cfg.dump_dir.startswith("/dev/shm") else self.cfg.shm_dir
-            self._shm_bytes_rate.add(now, max(0, dump.bytes if dump is not None else 0))
-            rate = self._shm_bytes_rate.rate()
-            disks.append(
-                disk.headroom(
-                    "shm", shm_path, disk.usage(shm_path), None, rate if rate and rate > 0 else None, eta
-                )
-            )
-
-        return disks
 
     def _snapshot(
         self,
