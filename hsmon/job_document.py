@@ -60,14 +60,14 @@ class JobState:
 class Sections:
     """What the trackers measured this tick, as they return it."""
 
-    progress: dict[str, Any] | None = None
+    progress: Progress | None = None  # the events' progress, merged with the output's
     dump: DumpSection | None = None  # the tracker's own type
     output: dict[str, Any] | None = None
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
     processes: list[ProcessEntry] = field(default_factory=list)  # the process tracker's own type
-    events: dict[str, Any] | None = None
+    events: EventsSection | None = None  # the progress tracker's own types
     recent_events: list[dict[str, Any]] = field(default_factory=list)
-    training: dict[str, Any] | None = None
+    training: TrainingSection | None = None
     servers: list[ServerEntry] = field(default_factory=list)  # the server tracker's own type
     gpu_indices: list[int] = field(default_factory=list)
     gpu_idle_since_ts: float | None = None
@@ -95,14 +95,14 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         stall_after_s=cfg.stall_after,
         last_work_ts=sec.last_work_ts,
         last_busy_ts=sec.last_busy_ts,
-        progress=_as(sec.progress, Progress),
+        progress=sec.progress,
         dump=sec.dump,
         output=_as(sec.output, OutputSection),
         disk=list(sec.disk),
         processes=list(sec.processes),
-        events=_as(sec.events, EventsSection),
+        events=sec.events,
         recent_events=recent,
-        training=_as(sec.training, TrainingSection),
+        training=sec.training,
         servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
     )

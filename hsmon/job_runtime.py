@@ -26,7 +26,7 @@ from hsmon.trackers.base import Tracker, poll_all, sections
 from hsmon.trackers.dump_dir import DumpDirTracker
 from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
-from hsmon.trackers.progress import ProgressTracker
+from hsmon.trackers.progress import ProgressSections, ProgressTracker
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server import ServerTracker
 from hsmon.verify_watch import VerifyWatch
@@ -171,17 +171,17 @@ class JobRuntime:
         out: dict[str, Any] | None = sec.get("output_dir")
         guard("verify", lambda: self._poll_verify(now, out), None, job)
         self._note_activity(now, procs, dump, out)
-        prog: dict[str, Any] | None = sec.get("progress")
+        prog: ProgressSections | None = sec.get("progress")
 
         rows_total = (
-            (prog and prog["progress"]["rows_total"])
+            (prog and prog.progress.rows_total)
             or self.cfg.rows_total
             or (self.output.rows_total_hint if self.output else None)
         )
         if out is not None:
             self._out_rows_rate.add(now, out["rows"] or 0)
         progress = merge_output_progress(
-            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+            prog.progress if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
         self.tick = TickFigures(dump, out, rows_total, progress)
         after = [t for t in self.trackers if t not in first]
@@ -189,13 +189,11 @@ class JobRuntime:
         disks: list[DiskEntry] = sec.get("disk") or []
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
-        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
+        snap.rows_done = max(progress.rows_done or 0, (out or {}).get("rows") or 0) if progress else None
         self.decision = decide(snap)
 
-        if prog and out and out.get("layout") == "hsmon":
-            progress.setdefault("bytes_per_s", None)
-            if progress["bytes_per_s"] is None:
-                progress["bytes_per_s"] = self.disk.out_bytes_rate.rate() if self.disk else None
+        if prog and out and out.get("layout") == "hsmon" and progress.bytes_per_s is None:
+            progress.bytes_per_s = self.disk.out_bytes_rate.rate() if self.disk else None
         previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
             progress=progress,
@@ -203,9 +201,9 @@ class JobRuntime:
             output=out,
             disk=disks,
             processes=procs,
-            events=prog["events"] if prog else None,
-            recent_events=prog["recent_events"] if prog else [],
-            training=prog["training"] if prog else None,
+            events=prog.events if prog else None,
+            recent_events=prog.recent_events if prog else [],
+            training=prog.training if prog else None,
             servers=sec.get("server") or [],
             gpu_indices=snap.gpu_indices,
             gpu_idle_since_ts=snap.gpu_idle_since_ts,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.status_doc import DiskEntry, DumpSection, ProcessEntry, ServerEntry
+from hsmon.status_doc import DiskEntry, DumpSection, ProcessEntry, Progress, ServerEntry
 from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
 from hsmon.trackers.base import MetricsHook, Tracker
 
@@ -60,7 +60,7 @@ class ProgressJob(JobTracker):
         assert self.rt.progress is not None
         self.rt.progress.poll()
 
-    def section(self, now: float) -> dict[str, Any]:
+    def section(self, now: float) -> progress.ProgressSections:
         assert self.rt.progress is not None
         return self.rt.progress.snapshot(now)
 
@@ -165,7 +165,7 @@ class TickFigures:
     dump: DumpSection | None = None
     out: dict[str, Any] | None = None
     rows_total: int | None = None
-    progress: dict[str, Any] | None = None
+    progress: Progress | None = None
 
 
 # The job's trackers, in polling order (progress first: the processes follow its PID, the servers
