@@ -62,7 +62,7 @@ class Sections:
 
     progress: Progress | None = None  # the events' progress, merged with the output's
     dump: DumpSection | None = None  # the tracker's own type
-    output: dict[str, Any] | None = None
+    output: OutputSection | None = None  # the output tracker's own type
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
     processes: list[ProcessEntry] = field(default_factory=list)  # the process tracker's own type
     events: EventsSection | None = None  # the progress tracker's own types
@@ -73,10 +73,6 @@ class Sections:
     gpu_idle_since_ts: float | None = None
     last_work_ts: float | None = None  # the activity clocks (hsmon/job_activity.py)
     last_busy_ts: float | None = None
-
-
-def _as(value: Any, type_: Any) -> Any:
-    return None if value is None else msgspec.convert(value, type_)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -97,7 +93,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         last_busy_ts=sec.last_busy_ts,
         progress=sec.progress,
         dump=sec.dump,
-        output=_as(sec.output, OutputSection),
+        output=sec.output,
         disk=list(sec.disk),
         processes=list(sec.processes),
         events=sec.events,

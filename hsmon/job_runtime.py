@@ -11,6 +11,9 @@ import logging
 import os
 from typing import Any
 
+from msgspec import UNSET
+from msgspec.structs import replace
+
 from hsmon import job_trackers
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_activity import ActivityClocks
@@ -120,7 +123,7 @@ class JobRuntime:
         return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
-        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: dict[str, Any] | None
+        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: OutputSection | None
     ) -> None:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
@@ -168,8 +171,8 @@ class JobRuntime:
         first = [t for t in self.trackers if not getattr(t, "reads_sections", False)]
         sec = sections(first, self.errors, job, now, self._sections)
         dump: DumpSection | None = sec.get("dump_dir")
-        out: dict[str, Any] | None = sec.get("output_dir")
-        guard("verify", lambda: self._poll_verify(now, out), None, job)
+        out: OutputSection | None = sec.get("output_dir")
+        out = guard("verify", lambda: self._poll_verify(now, out), out, job)
         self._note_activity(now, procs, dump, out)
         prog: ProgressSections | None = sec.get("progress")
 
@@ -179,7 +182,7 @@ class JobRuntime:
             or (self.output.rows_total_hint if self.output else None)
         )
         if out is not None:
-            self._out_rows_rate.add(now, out["rows"] or 0)
+            self._out_rows_rate.add(now, out.rows or 0)
         progress = merge_output_progress(
             prog.progress if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
@@ -189,10 +192,10 @@ class JobRuntime:
         disks: list[DiskEntry] = sec.get("disk") or []
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
-        snap.rows_done = max(progress.rows_done or 0, (out or {}).get("rows") or 0) if progress else None
+        snap.rows_done = max(progress.rows_done or 0, (out.rows if out else None) or 0) if progress else None
         self.decision = decide(snap)
 
-        if prog and out and out.get("layout") == "hsmon" and progress.bytes_per_s is None:
+        if prog and out and out.layout == "hsmon" and progress.bytes_per_s is None:
             progress.bytes_per_s = self.disk.out_bytes_rate.rate() if self.disk else None
         previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
@@ -226,7 +229,7 @@ class JobRuntime:
         now: float,
         procs: list[ProcessEntry],
         dump: DumpSection | None,
-        out: dict[str, Any] | None,
+        out: OutputSection | None,
         disks: list[DiskEntry],
     ) -> Snapshot:
         """The plain facts ``decide`` needs, gathered from the trackers."""
@@ -270,7 +273,7 @@ class JobRuntime:
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
             evidence_of_job=bool(
-                (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump.files)
+                (pr and pr.last_event_ts) or (out and out.rows) or (dump and dump.files)
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
             disk_fits=out_disk.fits if out_disk else None,
@@ -282,41 +285,39 @@ class JobRuntime:
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
             events_start_ts=pr.start_ts if pr else None,
-            output_ending=out.get("ending") if out else None,
-            output_ending_ts=out.get("ending_ts") if out else None,
-            output_run_seconds=out.get("run_seconds") if out else None,
-            data=self.output.data_summary() if out and out.get("layout") == "hsmon" else None,
+            output_ending=out.ending if out else None,
+            output_ending_ts=out.ending_ts if out else None,
+            output_run_seconds=out.run_seconds if out else None,
+            data=self.output.data_summary() if out and out.layout == "hsmon" else None,
             verify=self.verify.result if self.verify is not None else None,
         )
 
-    def _poll_verify(self, now: float, out: dict[str, Any] | None) -> None:
-        """Run the engine check when its chunks are due; its section goes in ``output.data``."""
-        if self.verify is None or out is None or out.get("layout") != "hsmon":
-            return
-        data = out.get("data")
-        self.verify.poll(out.get("chunks_complete"), data.get("newest_chunk") if data else None, now)
-        if data is not None:
-            out["data"] = {**data, "verify": self.verify.result.as_dict()}
+    def _poll_verify(self, now: float, out: OutputSection | None) -> OutputSection | None:
+        """Run the engine check when its chunks are due; ``out`` with its section in ``output.data``."""
+        if self.verify is None or out is None or out.layout != "hsmon":
+            return out
+        data = out.data if out.data is not UNSET else None
+        self.verify.poll(out.chunks_complete, data.newest_chunk if data else None, now)
+        if data is None:
+            return out
+        return replace(out, data=replace(data, verify=self.verify.result.section()))
 
     def _publish_reading(self, now: float) -> None:
         """The job's status while its output's manifest is read: the state it had (starting at
         first), the reading's progress as the reason, the output section saying how far."""
-        import msgspec
-
         from hsmon.contracts.units import format_bytes
 
         assert self.output is not None
         out = self.output.snapshot()
-        reading = out.get("reading") or {}
-        done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
+        done, total = (out.reading.bytes_done, out.reading.bytes_total) if out.reading else (0, 0)
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
         base = self.doc if self.doc is not None else not_measured(self.cfg, self.machine.since_ts)
-        self.doc = msgspec.structs.replace(
+        self.doc = replace(
             base,
             state=self.machine.state or "starting",
             state_since_ts=self.machine.since_ts,
             reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
                    f"{format_bytes(total)}{pct}",
-            output=msgspec.convert(out, OutputSection),
+            output=out,
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.status_doc import DiskEntry, DumpSection, ProcessEntry, Progress, ServerEntry
+from hsmon.status_doc import DiskEntry, DumpSection, OutputSection, ProcessEntry, Progress, ServerEntry
 from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
 from hsmon.trackers.base import MetricsHook, Tracker
 
@@ -129,7 +129,7 @@ class OutputDirJob(JobTracker):
         assert self.rt.output is not None
         self.rt.output.scan(self.rt.plan.background)
 
-    def section(self, now: float) -> dict[str, Any]:
+    def section(self, now: float) -> OutputSection:
         assert self.rt.output is not None
         return self.rt.output.snapshot()
 
@@ -163,7 +163,7 @@ class TickFigures:
     sections, the job's expected rows and its progress merged with the output's."""
 
     dump: DumpSection | None = None
-    out: dict[str, Any] | None = None
+    out: OutputSection | None = None
     rows_total: int | None = None
     progress: Progress | None = None
 

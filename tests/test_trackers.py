@@ -152,9 +152,9 @@ def test_output_hsmon_layout_from_a_real_story_run(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert s["layout"] == "hsmon"
-    assert (s["rows"], s["chunks_complete"], s["chunks_in_progress"], s["temp_files"]) == (25, 2, 1, 1)
-    assert s["bytes"] == 25 * 4096 and s["tokens"] == 25 * 256
+    assert s.layout == "hsmon"
+    assert (s.rows, s.chunks_complete, s.chunks_in_progress, s.temp_files) == (25, 2, 1, 1)
+    assert s.bytes == 25 * 4096 and s.tokens == 25 * 256
 
 
 def test_output_specforge_layout_and_mtime_cache(tmp_path):
@@ -166,18 +166,18 @@ def test_output_specforge_layout_and_mtime_cache(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert (s["layout"], s["rows"], s["bytes"], s["chunks_complete"], s["chunks_in_progress"]) == (
+    assert (s.layout, s.rows, s.bytes, s.chunks_complete, s.chunks_in_progress) == (
         "specforge",
         7,
         7000,
         1,
         1,
     )
-    assert s["tokens"] is None
+    assert s.tokens is None
     touch(out / "rows_4-8" / "data_7.ckpt", 10)
     t.scan()
     s = t.snapshot()
-    assert (s["rows"], s["bytes"], s["chunks_complete"], s["chunks_in_progress"]) == (8, 7010, 2, 0)
+    assert (s.rows, s.bytes, s.chunks_complete, s.chunks_in_progress) == (8, 7010, 2, 0)
 
 
 def write_safetensors(path: Path, seq: int) -> None:
@@ -198,16 +198,16 @@ def test_output_speculators_layout_reads_tokens_from_headers(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert (s["layout"], s["rows"], s["tokens"]) == ("speculators", 2, 16)
+    assert (s.layout, s.rows, s.tokens) == ("speculators", 2, 16)
 
 
 def test_output_missing_then_appears(tmp_path):
     t = OutputDirTracker(str(tmp_path / "nope"))
     t.scan()
-    assert t.snapshot()["exists"] is False
+    assert t.snapshot().exists is False
     (tmp_path / "nope").mkdir()
     t.scan()
-    assert t.snapshot()["exists"] is True and t.snapshot()["layout"] == "empty"
+    assert t.snapshot().exists is True and t.snapshot().layout == "empty"
 
 
 # -- events file ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
-from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, Progress
+from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, Progress
 from hsmon.trackers.families import add_sample as _add
 from hsmon.trackers.families import gauge as _g
 from hsmon.trackers.rates import RateWindow
@@ -128,17 +128,17 @@ class DiskTracker:
         self._out_fs = usage(self.out_dir) if self.out_dir is not None else None
         self._shm_fs = usage(self.shm_path) if self.shm_path is not None else None
 
-    def entries(self, now: float, dump: DumpSection | None, out: dict[str, Any] | None,
+    def entries(self, now: float, dump: DumpSection | None, out: OutputSection | None,
                 rows_total: int | None, progress: Progress | None) -> list[DiskEntry]:
         """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm)
         one, from this tick's output and dump sections and the job's merged progress."""
         disks: list[DiskEntry] = []
         eta = progress.eta_s if progress else None
         if out is not None and self.out_dir is not None:
-            self.out_bytes_rate.add(now, out["bytes"] or 0)
-            needed = needed_bytes(out["bytes"], out["rows"], rows_total, self.needed_estimate)
-            started = (out.get("chunks_complete") or 0) + (out.get("chunks_in_progress") or 0)
-            files = needed_inodes(out["rows"], rows_total, started,
+            self.out_bytes_rate.add(now, out.bytes or 0)
+            needed = needed_bytes(out.bytes, out.rows, rows_total, self.needed_estimate)
+            started = (out.chunks_complete or 0) + (out.chunks_in_progress or 0)
+            files = needed_inodes(out.rows, rows_total, started,
                                   progress.chunks_total if progress else None)
             disks.append(headroom("output", self.out_dir, self._out_fs, needed,
                                   self.out_bytes_rate.rate(), eta, files))

@@ -4,14 +4,14 @@ status_doc.ServerEntry). Both read the tracker's fields with its lock held; no I
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from hsmon.state_facts import age
 from hsmon.status_doc import Health, Load, ServerEntry, ServerInfo
 from hsmon.trackers.server_rules import ServerLook
 
-if TYPE_CHECKING:
-    from hsmon.trackers.server import ServerTracker
+# a hsmon.trackers.server.ServerTracker (not imported: it imports this module)
+ServerTracker = Any
 
 
 def look_of(t: ServerTracker, now: float) -> ServerLook:
