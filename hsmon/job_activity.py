@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hsmon.status_doc import DumpSection, ProcessEntry
+from hsmon.status_doc import DumpSection, OutputSection, ProcessEntry
 
 # Below these a process counts as idle (a heartbeat thread, a log line now and then).
 BUSY_CPU_FRACTION = 0.02
@@ -24,17 +24,17 @@ class ActivityClocks:
         self._busy_marks: dict[int, tuple[float, float, float]] = {}  # pid -> (mono, cpu, io)
 
     def note(self, now: float, procs: list[ProcessEntry], dump: DumpSection | None,
-             out: dict[str, Any] | None, file_times: list[float], dump_change_ts: float | None) -> None:
+             out: OutputSection | None, file_times: list[float], dump_change_ts: float | None) -> None:
         """One look: the trackers' sections, the watched files' newest mtimes (read at the first
         look only) and the dump directory's last change seen by inotify."""
         self._note_work(now, dump, out, file_times, dump_change_ts)
         self._note_busy(now, procs)
 
-    def _note_work(self, now: float, dump: DumpSection | None, out: dict[str, Any] | None,
+    def _note_work(self, now: float, dump: DumpSection | None, out: OutputSection | None,
                    file_times: list[float], change: float | None) -> None:
         marks = (
             dump and (dump.created_total, dump.consumed_total),
-            out and (out["rows"], out["bytes"], out["temp_files"], out["chunks_complete"]),
+            out and (out.rows, out.bytes, out.temp_files, out.chunks_complete),
         )
         if self._work_marks is None:
             # first look: the files' own times say when work last happened before we watched

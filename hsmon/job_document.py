@@ -60,23 +60,19 @@ class JobState:
 class Sections:
     """What the trackers measured this tick, as they return it."""
 
-    progress: dict[str, Any] | None = None
+    progress: Progress | None = None  # the events' progress, merged with the output's
     dump: DumpSection | None = None  # the tracker's own type
-    output: dict[str, Any] | None = None
+    output: OutputSection | None = None  # the output tracker's own type
     disk: list[DiskEntry] = field(default_factory=list)  # the disk tracker's own type
     processes: list[ProcessEntry] = field(default_factory=list)  # the process tracker's own type
-    events: dict[str, Any] | None = None
+    events: EventsSection | None = None  # the progress tracker's own types
     recent_events: list[dict[str, Any]] = field(default_factory=list)
-    training: dict[str, Any] | None = None
-    servers: list[dict[str, Any]] = field(default_factory=list)
+    training: TrainingSection | None = None
+    servers: list[ServerEntry] = field(default_factory=list)  # the server tracker's own type
     gpu_indices: list[int] = field(default_factory=list)
     gpu_idle_since_ts: float | None = None
     last_work_ts: float | None = None  # the activity clocks (hsmon/job_activity.py)
     last_busy_ts: float | None = None
-
-
-def _as(value: Any, type_: Any) -> Any:
-    return None if value is None else msgspec.convert(value, type_)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -95,15 +91,15 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         stall_after_s=cfg.stall_after,
         last_work_ts=sec.last_work_ts,
         last_busy_ts=sec.last_busy_ts,
-        progress=_as(sec.progress, Progress),
+        progress=sec.progress,
         dump=sec.dump,
-        output=_as(sec.output, OutputSection),
+        output=sec.output,
         disk=list(sec.disk),
         processes=list(sec.processes),
-        events=_as(sec.events, EventsSection),
+        events=sec.events,
         recent_events=recent,
-        training=_as(sec.training, TrainingSection),
-        servers=msgspec.convert(sec.servers, list[ServerEntry]),
+        training=sec.training,
+        servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
     )
 
@@ -113,12 +109,11 @@ def not_measured(cfg: JobConfig, now: float) -> JobStatus:
     return job_status(cfg, JobState(now, reason="not measured yet"), Sections())
 
 
-def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[dict[str, Any]] | None
-              ) -> JobStatus:
+def with_live(doc: JobStatus, dump: DumpSection | None, servers: list[ServerEntry] | None) -> JobStatus:
     """``doc`` with the dump directory and servers read now (their threads move between ticks)."""
     changes: dict[str, Any] = {}
     if dump is not None:
         changes["dump"] = dump
     if servers:
-        changes["servers"] = msgspec.convert(servers, list[ServerEntry])
+        changes["servers"] = servers
     return msgspec.structs.replace(doc, **changes) if changes else doc

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import psutil
+from msgspec import UNSET
 
 from hsmon import logtail
-from hsmon.status_doc import ProcessEntry
+from hsmon.status_doc import OutputSection, ProcessEntry, Progress
 from hsmon.trackers.processes import ProcessTracker
 from hsmon.trackers.progress import ProgressTracker
 
@@ -53,45 +55,45 @@ class EndingWatch:
 
 
 def merge_output_progress(
-    progress: dict[str, Any] | None, out: dict[str, Any] | None, rows_total: int | None,
+    progress: Progress | None, out: OutputSection | None, rows_total: int | None,
     out_rows_per_s: float | None,
-) -> dict[str, Any] | None:
+) -> Progress | None:
     """The progress section: the events' counters, with the output directory's rows where the events
     carry none (no events file, or a writer such as `hsmon run` that counts no rows); the expected
     total from wherever it is known, and an ETA from the output's row rate."""
     if out is None:
         return progress
     if progress is None:
-        return _with_plan({
-            "rows_done": out["rows"],
-            "rows_total": rows_total,
-            "tokens_done": out["tokens"],
-            "tokens_total": None,
-            "chunks_done": out["chunks_complete"],
-            "chunks_total": None,
-            "rejects": out.get("rejects"),
-            "rejects_by_reason": out.get("rejects_by_reason"),
-            "rows_per_s": out_rows_per_s,
-            "tokens_per_s": None,
-            "bytes_per_s": None,
-            "elapsed_s": None,
-            "eta_s": _eta(rows_total, out["rows"], out_rows_per_s),
-            "last_progress_ts": None,
-        }, out)
-    progress = dict(progress)
-    if not progress.get("rejects_by_reason") and out.get("rejects_by_reason"):
-        progress["rejects_by_reason"] = out["rejects_by_reason"]
-    if progress["rows_total"] is None:
-        progress["rows_total"] = rows_total
-    if not progress["rows_done"] and out["rows"]:
-        progress["rows_done"] = out["rows"]
-        progress["rows_per_s"] = out_rows_per_s
-        if not progress["tokens_done"]:
-            progress["tokens_done"] = out["tokens"]
-        if not progress["chunks_done"]:
-            progress["chunks_done"] = out["chunks_complete"]
-        if progress["eta_s"] is None:
-            progress["eta_s"] = _eta(progress["rows_total"], out["rows"], out_rows_per_s)
+        return _with_plan(Progress(
+            rows_done=out.rows,
+            rows_total=rows_total,
+            tokens_done=out.tokens,
+            tokens_total=None,
+            chunks_done=out.chunks_complete,
+            chunks_total=None,
+            rejects=None if out.rejects is UNSET else out.rejects,  # the hsmon layout's only
+            rejects_by_reason=None if out.rejects_by_reason is UNSET else out.rejects_by_reason,
+            rows_per_s=out_rows_per_s,
+            tokens_per_s=None,
+            bytes_per_s=None,
+            elapsed_s=None,
+            eta_s=_eta(rows_total, out.rows, out_rows_per_s),
+            last_progress_ts=None,
+        ), out)
+    progress = msgspec.structs.replace(progress)  # a copy: the tracker's section stays its own
+    if not progress.rejects_by_reason and out.rejects_by_reason:
+        progress.rejects_by_reason = out.rejects_by_reason
+    if progress.rows_total is None:
+        progress.rows_total = rows_total
+    if not progress.rows_done and out.rows:
+        progress.rows_done = out.rows
+        progress.rows_per_s = out_rows_per_s
+        if not progress.tokens_done:
+            progress.tokens_done = out.tokens
+        if not progress.chunks_done:
+            progress.chunks_done = out.chunks_complete
+        if progress.eta_s is None:
+            progress.eta_s = _eta(progress.rows_total, out.rows, out_rows_per_s)
     return _with_plan(progress, out)
 
 
@@ -99,14 +101,15 @@ def _eta(total: int | None, done: int, per_s: float | None) -> float | None:
     return max(0, total - done) / per_s if total and per_s else None
 
 
-def _with_plan(progress: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+def _with_plan(progress: Progress, out: OutputSection) -> Progress:
     """Totals the events lack from the output's plan (hsmon manifest ``run`` records), and, once
     the manifest says the run ended, its duration (and no ETA left when it is done)."""
-    for key in ("tokens_total", "chunks_total"):
-        if progress.get(key) is None and out.get(key) is not None:
-            progress[key] = out[key]
-    if out.get("ending") is not None and progress.get("elapsed_s") is None:
-        progress["elapsed_s"] = out.get("run_seconds")
-    if out.get("ending") == "done":
-        progress["eta_s"] = 0.0
+    if progress.tokens_total is None and out.tokens_total is not None:
+        progress.tokens_total = out.tokens_total
+    if progress.chunks_total is None and out.chunks_total is not None:
+        progress.chunks_total = out.chunks_total
+    if out.ending is not None and progress.elapsed_s is None:
+        progress.elapsed_s = out.run_seconds
+    if out.ending == "done":
+        progress.eta_s = 0.0
     return progress

@@ -11,13 +11,17 @@ import logging
 import os
 from typing import Any
 
+from msgspec import UNSET
+from msgspec.structs import replace
+
 from hsmon import job_trackers
 from hsmon.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.job_activity import ActivityClocks
 from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.job_ending import EndingWatch, merge_output_progress
-from hsmon.job_trackers import TickPlan
-from hsmon.state import Decision, ProcessFacts, Snapshot, decide
+from hsmon.job_trackers import TickFigures, TickPlan
+from hsmon.state import decide
+from hsmon.state_facts import Decision, ProcessFacts, Snapshot
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
 from hsmon.tracker_errors import TrackerErrors
 from hsmon.trackers import disk
@@ -25,7 +29,7 @@ from hsmon.trackers.base import Tracker, poll_all, sections
 from hsmon.trackers.dump_dir import DumpDirTracker
 from hsmon.trackers.output_dir import OutputDirTracker
 from hsmon.trackers.processes import ProcessTracker
-from hsmon.trackers.progress import ProgressTracker
+from hsmon.trackers.progress import ProgressSections, ProgressTracker
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server import ServerTracker
 from hsmon.verify_watch import VerifyWatch
@@ -50,18 +54,19 @@ class JobRuntime:
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
         self.procs: list[ProcessEntry] = []  # the processes' last sections (kept if a poll fails)
+        shm = (cfg.dump_dir if cfg.dump_dir.startswith("/dev/shm") else cfg.shm_dir) if cfg.dump_dir else None
+        self.disk = disk.DiskTracker(cfg.out_dir, shm, cfg.needed_bytes) if cfg.out_dir or shm else None
         self.plan = TickPlan()
+        self.tick = TickFigures()  # this tick's sections, for the trackers that read them
         made = (make(self) for make in job_trackers.JOB_TRACKERS)  # the job's trackers, from the list
         self.trackers: list[Tracker] = [t for t in made if t is not None]
         self._sections: dict[str, Any] = {}  # each tracker's last section (kept if one fails)
         self._gpu_pids: dict[int, tuple[float, set[int]]] = {}  # watched pid -> (when, descendants)
         self.machine = JobState(now)  # where its state machine stands
         self.activity = ActivityClocks()
-        self._out_bytes_rate = RateWindow(60.0)
         self._out_rows_rate = RateWindow(60.0)
         self.ending = EndingWatch()
         self._runner_alive = False
-        self._shm_bytes_rate = RateWindow(30.0)
         self.watch: Any = None
         self.watch_inode: int | None = None
         self.doc: JobStatus | None = None  # None until the first tick measured the job
@@ -118,7 +123,7 @@ class JobRuntime:
         return job_gpus(self.gpu.devices, procs, self._gpu_pids)
 
     def _note_activity(
-        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: dict[str, Any] | None
+        self, now: float, procs: list[ProcessEntry], dump: DumpSection | None, out: OutputSection | None
     ) -> None:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
@@ -163,33 +168,35 @@ class JobRuntime:
         if self.output is not None and self.output.reading is not None:
             self._publish_reading(now)
             return None
-        sec = sections(self.trackers, self.errors, job, now, self._sections)
+        first = [t for t in self.trackers if not getattr(t, "reads_sections", False)]
+        sec = sections(first, self.errors, job, now, self._sections)
         dump: DumpSection | None = sec.get("dump_dir")
-        out: dict[str, Any] | None = sec.get("output_dir")
-        guard("verify", lambda: self._poll_verify(now, out), None, job)
+        out: OutputSection | None = sec.get("output_dir")
+        out = guard("verify", lambda: self._poll_verify(now, out), out, job)
         self._note_activity(now, procs, dump, out)
-        prog: dict[str, Any] | None = sec.get("progress")
+        prog: ProgressSections | None = sec.get("progress")
 
         rows_total = (
-            (prog and prog["progress"]["rows_total"])
+            (prog and prog.progress.rows_total)
             or self.cfg.rows_total
             or (self.output.rows_total_hint if self.output else None)
         )
         if out is not None:
-            self._out_rows_rate.add(now, out["rows"] or 0)
+            self._out_rows_rate.add(now, out.rows or 0)
         progress = merge_output_progress(
-            prog["progress"] if prog else None, out, rows_total, self._out_rows_rate.rate()
+            prog.progress if prog else None, out, rows_total, self._out_rows_rate.rate()
         )
-        disks = self._disks(now, dump, out, rows_total, progress)
+        self.tick = TickFigures(dump, out, rows_total, progress)
+        after = [t for t in self.trackers if t not in first]
+        sec.update(sections(after, self.errors, job, now, self._sections))
+        disks: list[DiskEntry] = sec.get("disk") or []
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
-        snap.rows_done = max(progress["rows_done"] or 0, (out or {}).get("rows") or 0) if progress else None
+        snap.rows_done = max(progress.rows_done or 0, (out.rows if out else None) or 0) if progress else None
         self.decision = decide(snap)
 
-        if prog and out and out.get("layout") == "hsmon":
-            progress.setdefault("bytes_per_s", None)
-            if progress["bytes_per_s"] is None:
-                progress["bytes_per_s"] = self._out_bytes_rate.rate()
+        if prog and out and out.layout == "hsmon" and progress.bytes_per_s is None:
+            progress.bytes_per_s = self.disk.out_bytes_rate.rate() if self.disk else None
         previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
             progress=progress,
@@ -197,9 +204,9 @@ class JobRuntime:
             output=out,
             disk=disks,
             processes=procs,
-            events=prog["events"] if prog else None,
-            recent_events=prog["recent_events"] if prog else [],
-            training=prog["training"] if prog else None,
+            events=prog.events if prog else None,
+            recent_events=prog.recent_events if prog else [],
+            training=prog.training if prog else None,
             servers=sec.get("server") or [],
             gpu_indices=snap.gpu_indices,
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
@@ -217,52 +224,12 @@ class JobRuntime:
         servers = [t.snapshot(now) for t in self.servers] if self.servers else None
         return with_live(doc, dump, servers)
 
-    def _disks(
-        self,
-        now: float,
-        dump: DumpSection | None,
-        out: dict[str, Any] | None,
-        rows_total: int | None,
-        progress: dict[str, Any] | None,
-    ) -> list[DiskEntry]:
-        """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm) one."""
-        disks: list[DiskEntry] = []
-        eta = progress["eta_s"] if progress else None
-        if out is not None:
-            self._out_bytes_rate.add(now, out["bytes"] or 0)
-            needed = disk.needed_bytes(out["bytes"], out["rows"], rows_total, self.cfg.needed_bytes)
-            started = (out.get("chunks_complete") or 0) + (out.get("chunks_in_progress") or 0)
-            files = disk.needed_inodes(out["rows"], rows_total, started,
-                                       progress.get("chunks_total") if progress else None)
-            disks.append(
-                disk.headroom(
-                    "output",
-                    self.cfg.out_dir,
-                    disk.usage(self.cfg.out_dir),
-                    needed,
-                    self._out_bytes_rate.rate(),
-                    eta,
-                    files,
-                )
-            )
-        if self.dump is not None:
-            shm_path = self.cfg.dump_dir if self.cfg.dump_dir.startswith("/dev/shm") else self.cfg.shm_dir
-            self._shm_bytes_rate.add(now, max(0, dump.bytes if dump is not None else 0))
-            rate = self._shm_bytes_rate.rate()
-            disks.append(
-                disk.headroom(
-                    "shm", shm_path, disk.usage(shm_path), None, rate if rate and rate > 0 else None, eta
-                )
-            )
-
-        return disks
-
     def _snapshot(
         self,
         now: float,
         procs: list[ProcessEntry],
         dump: DumpSection | None,
-        out: dict[str, Any] | None,
+        out: OutputSection | None,
         disks: list[DiskEntry],
     ) -> Snapshot:
         """The plain facts ``decide`` needs, gathered from the trackers."""
@@ -306,7 +273,7 @@ class JobRuntime:
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
             evidence_of_job=bool(
-                (pr and pr.last_event_ts) or (out and out["rows"]) or (dump and dump.files)
+                (pr and pr.last_event_ts) or (out and out.rows) or (dump and dump.files)
             ),
             bad_event_lines=pr.reader.bad_lines if pr else 0,
             disk_fits=out_disk.fits if out_disk else None,
@@ -318,41 +285,39 @@ class JobRuntime:
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
             events_start_ts=pr.start_ts if pr else None,
-            output_ending=out.get("ending") if out else None,
-            output_ending_ts=out.get("ending_ts") if out else None,
-            output_run_seconds=out.get("run_seconds") if out else None,
-            data=self.output.data_summary() if out and out.get("layout") == "hsmon" else None,
+            output_ending=out.ending if out else None,
+            output_ending_ts=out.ending_ts if out else None,
+            output_run_seconds=out.run_seconds if out else None,
+            data=self.output.data_summary() if out and out.layout == "hsmon" else None,
             verify=self.verify.result if self.verify is not None else None,
         )
 
-    def _poll_verify(self, now: float, out: dict[str, Any] | None) -> None:
-        """Run the engine check when its chunks are due; its section goes in ``output.data``."""
-        if self.verify is None or out is None or out.get("layout") != "hsmon":
-            return
-        data = out.get("data")
-        self.verify.poll(out.get("chunks_complete"), data.get("newest_chunk") if data else None, now)
-        if data is not None:
-            out["data"] = {**data, "verify": self.verify.result.as_dict()}
+    def _poll_verify(self, now: float, out: OutputSection | None) -> OutputSection | None:
+        """Run the engine check when its chunks are due; ``out`` with its section in ``output.data``."""
+        if self.verify is None or out is None or out.layout != "hsmon":
+            return out
+        data = out.data if out.data is not UNSET else None
+        self.verify.poll(out.chunks_complete, data.newest_chunk if data else None, now)
+        if data is None:
+            return out
+        return replace(out, data=replace(data, verify=self.verify.result.section()))
 
     def _publish_reading(self, now: float) -> None:
         """The job's status while its output's manifest is read: the state it had (starting at
         first), the reading's progress as the reason, the output section saying how far."""
-        import msgspec
-
         from hsmon.contracts.units import format_bytes
 
         assert self.output is not None
         out = self.output.snapshot()
-        reading = out.get("reading") or {}
-        done, total = reading.get("bytes_done") or 0, reading.get("bytes_total") or 0
+        done, total = (out.reading.bytes_done, out.reading.bytes_total) if out.reading else (0, 0)
         pct = f" ({100.0 * done / total:.0f} %)" if total else ""
         self.decision = None
         base = self.doc if self.doc is not None else not_measured(self.cfg, self.machine.since_ts)
-        self.doc = msgspec.structs.replace(
+        self.doc = replace(
             base,
             state=self.machine.state or "starting",
             state_since_ts=self.machine.since_ts,
             reason=f"reading the manifest of {self.output.path}: {format_bytes(done)} of "
                    f"{format_bytes(total)}{pct}",
-            output=msgspec.convert(out, OutputSection),
+            output=out,
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.status_doc import ProcessEntry
+from hsmon.status_doc import DiskEntry, DumpSection, OutputSection, ProcessEntry, Progress, ServerEntry
 from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
 from hsmon.trackers.base import MetricsHook, Tracker
 
@@ -31,9 +31,12 @@ class TickPlan:
 
 
 class JobTracker:
-    """Base of the adapters: due every tick; ``rt`` is the job's runtime."""
+    """Base of the adapters: due every tick; ``rt`` is the job's runtime. A tracker whose section
+    is computed from the others' sections of the same tick (``reads_sections``) answers after the
+    runtime has gathered them (``rt.tick``)."""
 
     name = "tracker"
+    reads_sections = False
 
     def __init__(self, rt: JobRuntime) -> None:
         self.rt = rt
@@ -57,7 +60,7 @@ class ProgressJob(JobTracker):
         assert self.rt.progress is not None
         self.rt.progress.poll()
 
-    def section(self, now: float) -> dict[str, Any]:
+    def section(self, now: float) -> progress.ProgressSections:
         assert self.rt.progress is not None
         return self.rt.progress.snapshot(now)
 
@@ -74,7 +77,7 @@ class ServersJob(JobTracker):
     def poll(self, now: float) -> None:
         self.rt.poll_servers(now)
 
-    def section(self, now: float) -> list[dict[str, Any]]:
+    def section(self, now: float) -> list[ServerEntry]:
         return [t.snapshot(now) for t in self.rt.servers]
 
 
@@ -126,7 +129,7 @@ class OutputDirJob(JobTracker):
         assert self.rt.output is not None
         self.rt.output.scan(self.rt.plan.background)
 
-    def section(self, now: float) -> dict[str, Any]:
+    def section(self, now: float) -> OutputSection:
         assert self.rt.output is not None
         return self.rt.output.snapshot()
 
@@ -135,20 +138,50 @@ class OutputDirJob(JobTracker):
         return cls(rt) if rt.output is not None else None
 
 
+class DiskJob(JobTracker):
+    """The output's and the dump directory's filesystems (hsmon/trackers/disk.py): read each tick;
+    the headroom is figured from this tick's output and dump sections and the job's progress."""
+
+    name = "disk"
+    reads_sections = True
+
+    def poll(self, now: float) -> None:
+        self.rt.disk.poll()
+
+    def section(self, now: float) -> list[DiskEntry]:
+        tick: TickFigures = self.rt.tick
+        return self.rt.disk.entries(now, tick.dump, tick.out, tick.rows_total, tick.progress)
+
+    @classmethod
+    def of(cls, rt: JobRuntime) -> Tracker | None:
+        return cls(rt) if rt.disk is not None else None
+
+
+@dataclass
+class TickFigures:
+    """This tick's sections that the ``reads_sections`` trackers read: the dump and output
+    sections, the job's expected rows and its progress merged with the output's."""
+
+    dump: DumpSection | None = None
+    out: OutputSection | None = None
+    rows_total: int | None = None
+    progress: Progress | None = None
+
+
 # The job's trackers, in polling order (progress first: the processes follow its PID, the servers
-# its start event's URLs). The disk figures are computed from the output and dump sections.
+# its start event's URLs; the disk last: it reads the output and dump sections).
 JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
     ProgressJob.of,
     ServersJob,
     ProcessesJob,
     DumpDirJob.of,
     OutputDirJob.of,
+    DiskJob.of,
 ]
 
 
 # Each tracker's Prometheus families (a ``metrics(jobs, monitor)`` function beside the tracker),
-# in the order /metrics lists them. The disk figures are the runtime's, from the output and dump
-# sections; their families live beside the arithmetic in hsmon/trackers/disk.py.
+# in the order /metrics lists them.
 TRACKER_METRICS: list[MetricsHook] = [
     progress.metrics,
     dump_dir.metrics,

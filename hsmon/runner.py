@@ -140,21 +140,29 @@ def _ending(rc: int, stop_signal: int | None, tail: list[str]) -> tuple[str, dic
     return ev.ERROR, fields
 
 
+def _bad_args(args: argparse.Namespace, argv: list[str], job: str) -> str | None:
+    """What is wrong with ``hsmon run``'s arguments (one line naming the flag and the fix), or None."""
+    if not argv:
+        return "no command given; put it after --, e.g. `hsmon run -- python extract.py`"
+    if args.rows_total is not None and args.rows_total <= 0:
+        return f"--rows-total {args.rows_total} must be a positive number of rows"
+    if args.heartbeat <= 0:
+        return f"--heartbeat {args.heartbeat} must be a positive number of seconds"
+    if args.log_max_bytes <= 0 or args.log_backups < 1:
+        return "--log-max-bytes must be positive and --log-backups at least 1"
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", job):
+        return f"--job {job!r} is not valid: use 1-64 letters, digits, _ . : -"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        return _fail("no command given; put it after --, e.g. `hsmon run -- python extract.py`")
-    if args.rows_total is not None and args.rows_total <= 0:
-        return _fail(f"--rows-total {args.rows_total} must be a positive number of rows")
-    if args.heartbeat <= 0:
-        return _fail(f"--heartbeat {args.heartbeat} must be a positive number of seconds")
-    if args.log_max_bytes <= 0 or args.log_backups < 1:
-        return _fail("--log-max-bytes must be positive and --log-backups at least 1")
-    job = args.job or job_name(argv)
-    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", job):
-        return _fail(f"--job {job!r} is not valid: use 1-64 letters, digits, _ . : -")
+    job = args.job or (job_name(argv) if argv else "")
+    bad = _bad_args(args, argv, job)
+    if bad is not None:
+        return _fail(bad)
     events_path = os.path.abspath(args.events or f"{job}.events.jsonl")
     log_path = os.path.abspath(args.log or os.path.join(os.path.dirname(events_path), f"{job}.log"))
     try:

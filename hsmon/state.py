@@ -27,21 +27,8 @@ from hsmon import logtail
 from hsmon.contracts.units import format_duration
 from hsmon.state_data import data_hints
 from hsmon.state_engine import engine_hints, server_blame
-from hsmon.state_facts import (
-    ALERT_STATES,
-    STATES,
-    Decision,
-    Hint,
-    ProcessFacts,
-    ServerFacts,
-    Snapshot,
-    age,
-    fmt_seconds,
-)
+from hsmon.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
 
-# The facts' types are defined in hsmon/state_facts.py; importers of this module may name them here.
-__all__ = ["ALERT_STATES", "STATES", "Decision", "Hint", "ProcessFacts", "ServerFacts", "Snapshot", "decide",
-           "hints_for"]
 
 def hints_for(snap: Snapshot) -> list[Hint]:
     """Advice that holds whatever the state."""

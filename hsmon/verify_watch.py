@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from hsmon.status_doc import VerifySection
+
 VERDICTS = ("agree", "disagree", "error", "timeout", "running")
 DEFAULT_SAMPLE = 3
 DEFAULT_BUDGET = 600.0
@@ -93,6 +95,10 @@ class VerifyResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "checks_by_verdict": dict(self.checks_by_verdict)}
+
+    def section(self) -> VerifySection:
+        """The status document's ``output.data.verify``."""
+        return VerifySection(**self.as_dict())
 
 
 @dataclass

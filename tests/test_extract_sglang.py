@@ -277,11 +277,11 @@ def test_the_status_capture_section_is_null_without_the_plugin(workdir, server, 
         tracker.look()
         tracker.check_forward()
         entries[name] = tracker.snapshot(time.time())
-    assert entries["plain"]["health"]["ok"] is True and entries["plain"]["info"]["version"], entries["plain"]
-    assert entries["plain"]["capture"] is None
-    capture = entries["plugin"]["capture"]
-    assert capture is not None and capture["plugin_version"] == "1" and capture["schedulers"] == 1, capture
-    assert capture["pool_bytes_max"] > 0 and capture["write_errors"] == 0
+    assert entries["plain"].health.ok is True and entries["plain"].info.version, entries["plain"]
+    assert entries["plain"].capture is None
+    capture = entries["plugin"].capture
+    assert capture is not None and capture.plugin_version == "1" and capture.schedulers == 1, capture
+    assert capture.pool_bytes_max > 0 and capture.write_errors == 0
 
 
 def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, server, hf_short, perturbed):

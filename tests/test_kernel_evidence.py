@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import Daemon, Procs, child_env, wait_until
 
-from hsmon.state import ProcessFacts, Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import ProcessFacts, Snapshot
 from hsmon.trackers.kernel import (
     CgroupWatch,
     kmsg_message,

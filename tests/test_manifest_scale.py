@@ -29,7 +29,7 @@ FIGURES = ("rows", "tokens", "bytes", "rejects", "chunks_complete")
 def assert_matches_scratch(tracker: OutputDirTracker, out: Path) -> None:
     tracker.scan()
     snap, want = tracker.snapshot(), scratch_totals(out)
-    assert {k: snap[k] for k in FIGURES} == {k: want[k] for k in FIGURES}
+    assert {k: getattr(snap, k) for k in FIGURES} == {k: want[k] for k in FIGURES}
     assert set(tracker.manifest.rows) == want["row_ids"]
 
 
@@ -62,7 +62,7 @@ def test_running_totals_equal_a_scratch_sum_through_appends_torn_line_resume_and
                         + [{"type": "reject", "row": 6, "reason": "listed twice"}])
     assert_matches_scratch(tracker, out)
     assert {3101, 3102, 3299} <= set(tracker.manifest.rows)
-    assert len(tracker.manifest.runs) == 2 and tracker.snapshot()["ending"] is None
+    assert len(tracker.manifest.runs) == 2 and tracker.snapshot().ending is None
     # a row recorded twice counts once
     layout.append_jsonl(manifest, [row_record(3101, 1000, rng, tokens=3)])
     assert_matches_scratch(tracker, out)
@@ -83,13 +83,13 @@ def test_running_totals_over_shards_and_a_replaced_manifest(tmp_path):
                             + [row_record(i, 10, rng) for i in range(100) if i // 10 % 2 == index])
     tracker = OutputDirTracker(str(out))
     assert_matches_scratch(tracker, out)
-    assert tracker.snapshot()["rows_total"] == 200
+    assert tracker.snapshot().rows_total == 200
     replaced = out / layout.manifest_name((1, 2))
     tmp = out / "new.tmp"
     layout.append_jsonl(tmp, [run_record(100, {"shard": [1, 2]}), row_record(10, 10, rng)])
     tmp.replace(replaced)
     assert_matches_scratch(tracker, out)
-    assert tracker.snapshot()["rows"] == 51
+    assert tracker.snapshot().rows == 51
 
 
 def test_resume_skips_exactly_the_handled_rows_at_100k_rows(tmp_path):
@@ -185,4 +185,4 @@ def test_one_shot_and_background_reads_agree(tmp_path, monkeypatch, background):
         time.sleep(0.02)
     tracker.scan(background=background)
     snap, want = tracker.snapshot(), scratch_totals(out)
-    assert {k: snap[k] for k in FIGURES} == {k: want[k] for k in FIGURES}
+    assert {k: getattr(snap, k) for k in FIGURES} == {k: want[k] for k in FIGURES}

@@ -148,7 +148,7 @@ def test_replay_a_long_prefill_past_sglangs_own_timeout_reads_busy_never_hung():
     r.tracker.health_done(23.5, True, 1.5, None)
     states.append(r.state(24.0)[0])
     assert states == ["up", "busy", "busy", "busy", "busy", "busy", "up"], states
-    assert r.tracker.snapshot(24.0)["health"]["sglang_timeout_s"] == 20.0  # measured from the 503
+    assert r.tracker.snapshot(24.0).health.sglang_timeout_s == 20.0  # measured from the 503
 
 
 def test_replay_the_same_prefill_with_a_health_timeout_shorter_than_it_reads_hung():
@@ -213,7 +213,7 @@ def test_replay_success_after_503_is_up_again_and_forgets_the_failures():
     assert r.state(12.5)[0] == "busy"
     r.check(13.0, 13.2, 200)
     assert r.state(13.5) == ("up", "/health_generate answered in 0.2 s")
-    assert r.tracker.snapshot(13.5)["health"]["failures_in_row"] == 0
+    assert r.tracker.snapshot(13.5).health.failures_in_row == 0
     r.tracker.health_started(14.0)
     assert r.state(20.0)[0] == "busy" and r.state(26.5)[0] == "hung"  # counted afresh from 14 s
 

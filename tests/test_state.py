@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hsmon.state import STATES, ProcessFacts, Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import STATES, ProcessFacts, Snapshot
 
 NOW = 10_000.0
 

@@ -13,7 +13,8 @@ from hsmon import logtail
 from hsmon.contracts import events as ev
 from hsmon.rotating_log import RotatingLog
 from hsmon.runner import _ending, job_name
-from hsmon.state import ALERT_STATES, STATES, ProcessFacts, Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import ALERT_STATES, STATES, ProcessFacts, Snapshot
 
 NOW = 10_000.0
 TRACEBACK = [

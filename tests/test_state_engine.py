@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hsmon.state import ProcessFacts, ServerFacts, Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import ProcessFacts, ServerFacts, Snapshot
 
 NOW = 10_000.0
 URL = "http://10.0.0.5:30000"

@@ -69,10 +69,10 @@ def test_the_training_sections_optional_fields_round_trip_from_the_progress_trac
         writer.emit(ev.EVAL, acceptance_length={"eagle3": {"1": 1.5}})
     tracker = ProgressTracker(str(path))
     tracker.poll()
-    snap = tracker.snapshot(now=2e9)
-    training = sd.from_builtins(snap["training"], sd.TrainingSection)
+    snap = sd.to_builtins(tracker.snapshot(now=2e9).training)
+    training = sd.from_builtins(snap, sd.TrainingSection)
     assert training.lr == 1e-4 and training.eval == {"acceptance_length": {"eagle3": {"1": 1.5}}}
-    assert sd.to_builtins(training) == snap["training"]
+    assert sd.to_builtins(training) == snap
     # a training that sends none of them: the keys stay absent, as today
     bare = {"step": 1, "epoch": None, "loss": None, "acc": None, "tokens_per_s": None,
             "last_checkpoint": None, "eta_s": None}

@@ -152,9 +152,9 @@ def test_output_hsmon_layout_from_a_real_story_run(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert s["layout"] == "hsmon"
-    assert (s["rows"], s["chunks_complete"], s["chunks_in_progress"], s["temp_files"]) == (25, 2, 1, 1)
-    assert s["bytes"] == 25 * 4096 and s["tokens"] == 25 * 256
+    assert s.layout == "hsmon"
+    assert (s.rows, s.chunks_complete, s.chunks_in_progress, s.temp_files) == (25, 2, 1, 1)
+    assert s.bytes == 25 * 4096 and s.tokens == 25 * 256
 
 
 def test_output_specforge_layout_and_mtime_cache(tmp_path):
@@ -166,18 +166,18 @@ def test_output_specforge_layout_and_mtime_cache(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert (s["layout"], s["rows"], s["bytes"], s["chunks_complete"], s["chunks_in_progress"]) == (
+    assert (s.layout, s.rows, s.bytes, s.chunks_complete, s.chunks_in_progress) == (
         "specforge",
         7,
         7000,
         1,
         1,
     )
-    assert s["tokens"] is None
+    assert s.tokens is None
     touch(out / "rows_4-8" / "data_7.ckpt", 10)
     t.scan()
     s = t.snapshot()
-    assert (s["rows"], s["bytes"], s["chunks_complete"], s["chunks_in_progress"]) == (8, 7010, 2, 0)
+    assert (s.rows, s.bytes, s.chunks_complete, s.chunks_in_progress) == (8, 7010, 2, 0)
 
 
 def write_safetensors(path: Path, seq: int) -> None:
@@ -198,23 +198,23 @@ def test_output_speculators_layout_reads_tokens_from_headers(tmp_path):
     t = OutputDirTracker(str(out))
     t.scan()
     s = t.snapshot()
-    assert (s["layout"], s["rows"], s["tokens"]) == ("speculators", 2, 16)
+    assert (s.layout, s.rows, s.tokens) == ("speculators", 2, 16)
 
 
 def test_output_missing_then_appears(tmp_path):
     t = OutputDirTracker(str(tmp_path / "nope"))
     t.scan()
-    assert t.snapshot()["exists"] is False
+    assert t.snapshot().exists is False
     (tmp_path / "nope").mkdir()
     t.scan()
-    assert t.snapshot()["exists"] is True and t.snapshot()["layout"] == "empty"
+    assert t.snapshot().exists is True and t.snapshot().layout == "empty"
 
 
 # -- events file ------------------------------------------------------------------------------
 def test_events_missing_garbage_partial_truncated_rotated(tmp_path):
     path = tmp_path / "events.jsonl"
     t = ProgressTracker(str(path))
-    assert t.poll() == 0 and t.snapshot(time.time())["events"]["exists"] is False
+    assert t.poll() == 0 and t.snapshot(time.time()).events.exists is False
     w = ev.EventWriter("j", path)
     w.emit(ev.START, rows_total=100, pid=1)
     w.emit(ev.ROWS, rows_done=10, tokens_done=1000)
@@ -223,17 +223,17 @@ def test_events_missing_garbage_partial_truncated_rotated(tmp_path):
         fh.write('{"v":1,"ts":1,"job":"j","kind":"rows","rows_do')  # partial last line
     assert t.poll() == 2
     snap = t.snapshot(time.time())
-    assert snap["progress"]["rows_done"] == 10 and snap["progress"]["rows_total"] == 100
-    assert snap["events"]["bad_lines"] == 2
+    assert snap.progress.rows_done == 10 and snap.progress.rows_total == 100
+    assert snap.events.bad_lines == 2
     with open(path, "a") as fh:
         fh.write('ne":20,"tokens_done":2000}\n')
-    assert t.poll() == 1 and t.snapshot(time.time())["progress"]["rows_done"] == 20
+    assert t.poll() == 1 and t.snapshot(time.time()).progress.rows_done == 20
     # truncation: the writer starts the file over
     path.write_text("")
     w2 = ev.EventWriter("j", path)
     w2.emit(ev.ROWS, rows_done=30, tokens_done=3000)
     assert t.poll() == 1
-    assert t.snapshot(time.time())["progress"]["rows_done"] == 30
+    assert t.snapshot(time.time()).progress.rows_done == 30
     assert t.reader.rotations == 1
     # rotation: renamed away, a new file in its place
     os.rename(path, tmp_path / "events.jsonl.1")
@@ -242,7 +242,7 @@ def test_events_missing_garbage_partial_truncated_rotated(tmp_path):
     w3.emit(ev.DONE)
     assert t.poll() == 2
     snap = t.snapshot(time.time())
-    assert snap["progress"]["rows_done"] == 40 and t.terminal_kind == "done"
+    assert snap.progress.rows_done == 40 and t.terminal_kind == "done"
     assert t.reader.rotations == 2
     for writer in (w, w2, w3):
         writer.close()
@@ -284,11 +284,11 @@ def test_events_pause_resume_and_training_fields(tmp_path):
     t.poll()
     snap = t.snapshot(time.time())
     assert t.paused_reason is None and t.pid == 5
-    assert snap["training"]["step"] == 3 and snap["training"]["loss"] == [1.5, 2.0]
-    assert snap["training"]["last_checkpoint"] == "/x/ckpt-3"
-    assert snap["training"]["acc"] == [0.5, 0.4] and snap["training"]["tokens_per_s"] == 900.0
-    assert snap["progress"]["tokens_done"] == 3000
-    assert 5 < snap["training"]["eta_s"] < 9  # 7 steps left at about one step per second
+    assert snap.training.step == 3 and snap.training.loss == [1.5, 2.0]
+    assert snap.training.last_checkpoint == "/x/ckpt-3"
+    assert snap.training.acc == [0.5, 0.4] and snap.training.tokens_per_s == 900.0
+    assert snap.progress.tokens_done == 3000
+    assert 5 < snap.training.eta_s < 9  # 7 steps left at about one step per second
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -443,12 +443,12 @@ def test_a_done_training_has_no_time_left_even_when_its_schedule_had(tmp_path: P
         writer.emit(ev.STEP, step=step, total_steps=1000, losses=[2.0], accs=[0.5])
         time.sleep(0.05)
     tracker.poll()
-    assert tracker.snapshot(time.time())["progress"]["eta_s"] > 0
+    assert tracker.snapshot(time.time()).progress.eta_s > 0
     writer.emit(ev.DONE, step=3)  # a --time-limit stops it at step 3 of 1000
     tracker.poll()
-    done = tracker.snapshot(time.time())["progress"]
-    assert done["eta_s"] == 0
+    done = tracker.snapshot(time.time()).progress
+    assert done.eta_s == 0
     # elapsed stops at the done event: a finished job does not keep ageing
-    assert done["elapsed_s"] > 0
-    assert tracker.snapshot(time.time() + 60)["progress"]["elapsed_s"] == done["elapsed_s"]
+    assert done.elapsed_s > 0
+    assert tracker.snapshot(time.time() + 60).progress.elapsed_s == done.elapsed_s
     writer.close()

@@ -12,7 +12,8 @@ import pytest
 
 from hsmon import daemon
 from hsmon.config import ConfigError, load_toml
-from hsmon.state import Snapshot, decide
+from hsmon.state import decide
+from hsmon.state_facts import Snapshot
 from hsmon.verify_watch import VerifyResult, judge
 
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from hsmon import __version__
 from hsmon.job_trackers import TRACKER_METRICS
 from hsmon.metrics.engine_metrics import EngineExposition
-from hsmon.state import STATES
+from hsmon.state_facts import STATES
 from hsmon.trackers.families import add_sample as _add
 from hsmon.trackers.families import counter as _c
 from hsmon.trackers.families import gauge as _g

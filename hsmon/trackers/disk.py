@@ -2,6 +2,8 @@
 
 ``usage()`` is the only I/O (statvfs of the path, or of its nearest existing parent); the
 arithmetic is ``headroom()``, a pure function returning the status document's typed entry.
+``DiskTracker`` is a job's: it polls ``usage()`` of its filesystems and answers its ``disk``
+entries from the output and dump sections of the same tick (hsmon/job_trackers.py ``DiskJob``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
-from hsmon.status_doc import DiskEntry, JobStatus
+from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, Progress
 from hsmon.trackers.families import add_sample as _add
 from hsmon.trackers.families import gauge as _g
+from hsmon.trackers.rates import RateWindow
 
 
 class FsUsage(NamedTuple):
@@ -107,6 +110,44 @@ def headroom(
     if entry.short_of_inodes():
         entry.fits = False  # out of inodes before bytes: a file per row
     return entry
+
+
+class DiskTracker:
+    """One job's filesystems: the output's (``out_dir``) and the dump directory's (``shm_path``);
+    each None when the job has none. ``poll`` reads them (statvfs); ``entries`` is arithmetic."""
+
+    def __init__(self, out_dir: str | None, shm_path: str | None, needed_estimate: float | None) -> None:
+        self.out_dir, self.shm_path, self.needed_estimate = out_dir, shm_path, needed_estimate
+        self.out_bytes_rate = RateWindow(60.0)  # the output's write rate (also progress.bytes_per_s)
+        self._shm_bytes_rate = RateWindow(30.0)
+        self._out_fs: FsUsage | None = None
+        self._shm_fs: FsUsage | None = None
+
+    def poll(self) -> None:
+        """Read the filesystems' free and total bytes and inodes."""
+        self._out_fs = usage(self.out_dir) if self.out_dir is not None else None
+        self._shm_fs = usage(self.shm_path) if self.shm_path is not None else None
+
+    def entries(self, now: float, dump: DumpSection | None, out: OutputSection | None,
+                rows_total: int | None, progress: Progress | None) -> list[DiskEntry]:
+        """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm)
+        one, from this tick's output and dump sections and the job's merged progress."""
+        disks: list[DiskEntry] = []
+        eta = progress.eta_s if progress else None
+        if out is not None and self.out_dir is not None:
+            self.out_bytes_rate.add(now, out.bytes or 0)
+            needed = needed_bytes(out.bytes, out.rows, rows_total, self.needed_estimate)
+            started = (out.chunks_complete or 0) + (out.chunks_in_progress or 0)
+            files = needed_inodes(out.rows, rows_total, started,
+                                  progress.chunks_total if progress else None)
+            disks.append(headroom("output", self.out_dir, self._out_fs, needed,
+                                  self.out_bytes_rate.rate(), eta, files))
+        if self.shm_path is not None:
+            self._shm_bytes_rate.add(now, max(0, dump.bytes if dump is not None else 0))
+            rate = self._shm_bytes_rate.rate()
+            disks.append(headroom("shm", self.shm_path, self._shm_fs, None,
+                                  rate if rate and rate > 0 else None, eta))
+        return disks
 
 
 def shortfall_message(entry: DiskEntry | None) -> str | None:

@@ -139,45 +139,14 @@ class DumpDirTracker:
         the last listing: no entry was added, removed or renamed since. (Sizes of files rewritten
         in place are then known from close events; an inotify overflow forces a full scan.)
         """
-        if not full:
-            try:
-                st = os.stat(self.path)
-            except OSError:
-                st = None
-            if st is not None and self.error is None and (st.st_ino, st.st_mtime_ns) == self._listed_identity:
-                with self._lock:
-                    self.scans_skipped_total += 1
-                return False
+        if not full and self._unchanged_since_listing():
+            with self._lock:
+                self.scans_skipped_total += 1
+            return False
         started = time.perf_counter()
         with self._lock:
             self._touched = set()
-        listed: dict[str, tuple[int, float]] = {}
-        error = None
-        exists = True
-        inode = None
-        identity = None
-        try:
-            dir_stat = os.stat(self.path)  # before listing: a change during the listing is seen next time
-            inode = dir_stat.st_ino
-            identity = (dir_stat.st_ino, dir_stat.st_mtime_ns)
-            with os.scandir(self.path) as it:
-                for entry in it:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue  # consumed while we listed
-                    size = st.st_size
-                    if entry.is_dir(follow_symlinks=False):
-                        size = _dir_bytes(entry.path)
-                    listed[entry.name] = (size, st.st_mtime)
-        except FileNotFoundError:
-            exists = False
-        except NotADirectoryError:
-            error = f"{self.path} is not a directory"
-        except PermissionError:
-            error = f"permission denied reading {self.path}"
-        except OSError as exc:
-            error = f"cannot read {self.path}: {exc.strerror}"
+        listed, exists, error, inode, identity = _list_dir(self.path)
         with self._lock:
             touched, self._touched = self._touched or set(), None
             baseline = self.scans_total == 0  # what is there when watching begins was not seen created
@@ -214,6 +183,14 @@ class DumpDirTracker:
                 heapq.heapify(self._heap)
         return True
 
+    def _unchanged_since_listing(self) -> bool:
+        """The directory's inode and mtime are those of the last listing (and it was readable)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return self.error is None and (st.st_ino, st.st_mtime_ns) == self._listed_identity
+
     def forget_watch_identity(self) -> None:
         """The directory was seen deleted by an event: the next scan starts from a clean table."""
         with self._lock:
@@ -249,6 +226,35 @@ class DumpDirTracker:
                 created_per_s=self._created_rate.rate(),
                 consumed_per_s=self._consumed_rate.rate(),
             )
+
+def _list_dir(path: str) -> tuple[dict[str, tuple[int, float]], bool, str | None, int | None,
+                                  tuple[int, int] | None]:
+    """One listing of ``path``: name -> (bytes, mtime), whether it exists, the error that stopped
+    the listing (None), the directory's inode and its (inode, mtime_ns) identity."""
+    listed: dict[str, tuple[int, float]] = {}
+    exists, error, inode, identity = True, None, None, None
+    try:
+        dir_stat = os.stat(path)  # before listing: a change during the listing is seen next time
+        inode = dir_stat.st_ino
+        identity = (dir_stat.st_ino, dir_stat.st_mtime_ns)
+        with os.scandir(path) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # consumed while we listed
+                size = _dir_bytes(entry.path) if entry.is_dir(follow_symlinks=False) else st.st_size
+                listed[entry.name] = (size, st.st_mtime)
+    except FileNotFoundError:
+        exists = False
+    except NotADirectoryError:
+        error = f"{path} is not a directory"
+    except PermissionError:
+        error = f"permission denied reading {path}"
+    except OSError as exc:
+        error = f"cannot read {path}: {exc.strerror}"
+    return listed, exists, error, inode, identity
+
 
 def _dir_bytes(path: str) -> int:
     total = 0

@@ -22,9 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
+
 from hsmon.contracts import layout
 from hsmon.contracts.data_facts import DataFacts, DataSummary, summarize
 from hsmon.contracts.manifest_reader import JsonlTail, Manifest
+from hsmon.status_doc import DataSection, OutputSection, Reading
 from hsmon.trackers.speculators_files import SpeculatorsFiles
 
 log = logging.getLogger("hsmon.monitor")
@@ -59,7 +63,7 @@ class OutputDirTracker:
         self._manifest = Manifest(accumulators=[self._facts])
         self._dirs: dict[str, _DirInfo] = {}
         self._speculators = SpeculatorsFiles(self.path)
-        self._snap: dict[str, Any] = self._empty(False, None)
+        self._snap: OutputSection = self._empty(False, None)
         self.scans_total = 0
         self.last_growth_ts: float | None = None
         self.rows_total_hint: int | None = None  # the manifests' plan (their 'run' records)
@@ -96,21 +100,21 @@ class OutputDirTracker:
         """Stop a manifest read in progress (a job no longer watched)."""
         self._closing.set()
 
-    def _empty(self, exists: bool, error: str | None) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "exists": exists,
-            "error": error,
-            "layout": "empty",
-            "chunks_complete": 0,
-            "chunks_in_progress": 0,
-            "rows": 0,
-            "tokens": 0,
-            "bytes": 0,
-            "temp_files": 0,
-            "reading": None,
+    def _empty(self, exists: bool, error: str | None) -> OutputSection:
+        return OutputSection(
+            path=self.path,
+            exists=exists,
+            error=error,
+            layout="empty",
+            chunks_complete=0,
+            chunks_in_progress=0,
+            rows=0,
+            tokens=0,
+            bytes=0,
+            temp_files=0,
+            reading=None,
             **layout.summarize_runs(()),
-        }
+        )
 
     def scan(self, background: bool = False) -> None:
         """Bring the figures up to date (cheap when little changed). With ``background``, more than
@@ -237,9 +241,10 @@ class OutputDirTracker:
     def _publish_reading(self) -> None:
         """A snapshot that says the manifest is being read, and how far; no figures yet (a monitor
         must not take the rows read so far for rows written just now)."""
-        snap = self._empty(True, None)
-        snap.update(layout="hsmon", chunks_complete=None, chunks_in_progress=None, rows=None, tokens=None,
-                    bytes=None, temp_files=None, reading=self.reading)
+        reading = self.reading
+        snap = replace(self._empty(True, None), layout="hsmon", chunks_complete=None, chunks_in_progress=None,
+                       rows=None, tokens=None, bytes=None, temp_files=None,
+                       reading=Reading(**reading) if reading is not None else None)
         with self._lock:
             self._snap = snap
 
@@ -288,7 +293,7 @@ class OutputDirTracker:
             return
         self._dirs[name] = _DirInfo(mtime_ns, rows, nbytes, temps, row_ids)
 
-    def _hsmon_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> dict[str, Any]:
+    def _hsmon_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> OutputSection:
         m = self._manifest
         done_chunks = set(m.chunks)
         in_progress = sum(
@@ -296,8 +301,8 @@ class OutputDirTracker:
             for _, n in chunk_dirs
             if n not in done_chunks and self._dirs.get(n) and (self._dirs[n].rows or self._dirs[n].temps)
         )
-        snap = self._empty(True, None)
-        snap.update(
+        return replace(
+            self._empty(True, None),
             layout="hsmon",
             chunks_complete=len(done_chunks),
             chunks_in_progress=in_progress,
@@ -307,12 +312,11 @@ class OutputDirTracker:
             temp_files=sum(d.temps for d in self._dirs.values()),
             rejects=len(m.rejects),
             rejects_by_reason=dict(m.reject_classes),
-            data=self._facts.snapshot(),
+            data=msgspec.convert(self._facts.snapshot(), DataSection),
             **self._plan,
         )
-        return snap
 
-    def _specforge_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> dict[str, Any]:
+    def _specforge_figures(self, chunk_dirs: list[tuple[tuple[int, int], str]]) -> OutputSection:
         complete = in_progress = rows = nbytes = temps = 0
         for (a, b), name in chunk_dirs:
             info = self._dirs.get(name)
@@ -325,8 +329,8 @@ class OutputDirTracker:
                 complete += 1
             elif info.rows or info.temps:
                 in_progress += 1
-        snap = self._empty(True, None)
-        snap.update(
+        return replace(
+            self._empty(True, None),
             layout="specforge",
             chunks_complete=complete,
             chunks_in_progress=in_progress,
@@ -335,30 +339,29 @@ class OutputDirTracker:
             bytes=nbytes,
             temp_files=temps,
         )
-        return snap
 
-    def _speculators_figures(self, names: list[str]) -> dict[str, Any]:
+    def _speculators_figures(self, names: list[str]) -> OutputSection:
         snap = self._empty(True, None)
         found = self._speculators.count(names)
         if found is not None:
-            snap.update(layout="speculators", chunks_complete=found.rows, rows=found.rows, bytes=found.bytes,
-                        tokens=found.tokens, temp_files=found.temp_files)
+            snap = replace(snap, layout="speculators", chunks_complete=found.rows, rows=found.rows,
+                           bytes=found.bytes, tokens=found.tokens, temp_files=found.temp_files)
         return snap
 
-    def _publish(self, snap: dict[str, Any]) -> None:
+    def _publish(self, snap: OutputSection) -> None:
         with self._lock:
             old = self._snap
             first = self.scans_total == 0  # a baseline, not growth (e.g. a daemon restarted mid-job)
             self.scans_total += 1
             if (
                 not first
-                and (snap.get("rows"), snap.get("bytes"), snap.get("temp_files"))
-                != (old.get("rows"), old.get("bytes"), old.get("temp_files"))
-                and snap["exists"]
+                and (snap.rows, snap.bytes, snap.temp_files) != (old.rows, old.bytes, old.temp_files)
+                and snap.exists
             ):
                 self.last_growth_ts = time.time()
             self._snap = snap
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> OutputSection:
+        """The status document's ``output`` section (published whole, never changed after)."""
         with self._lock:
-            return dict(self._snap)
+            return self._snap

@@ -11,11 +11,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from hsmon.contracts import events as ev
 from hsmon.contracts.rejects import classify, clean_counts
-from hsmon.status_doc import JobStatus
+from hsmon.status_doc import EventsSection, JobStatus, Progress, TrainingSection
 from hsmon.trackers.families import add_sample as _add
 from hsmon.trackers.families import counter as _c
 from hsmon.trackers.families import gauge as _g
@@ -214,7 +217,7 @@ class ProgressTracker:
             total, per_s = ev.event_number(e, "total_steps"), self._steps_rate.rate()
             training["eta_s"] = (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float) -> ProgressSections:
         """The ``events`` and ``progress`` sections, and ``training`` (None when not a training)."""
         with self._lock:
             rows_per_s = self._rows_rate.rate()
@@ -226,42 +229,54 @@ class ProgressTracker:
                 eta = max(0, self.rows_total - self.rows_done) / rows_per_s
             elif self.training and self.training.get("eta_s") is not None:
                 eta = self.training["eta_s"]
-            progress = {
-                "rows_done": self.rows_done,
-                "rows_total": self.rows_total,
-                "tokens_done": self.tokens_done,
-                "tokens_total": self.tokens_total,
-                "chunks_done": self.chunks_done,
-                "chunks_total": self.chunks_total,
-                "rejects": self.rejects,
-                "rejects_by_reason": dict(self.rejects_by_reason),
-                "rows_per_s": rows_per_s,
-                "tokens_per_s": tokens_per_s,
-                "bytes_per_s": self._bytes_rate.rate(),
-                "elapsed_s": ((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
-                "eta_s": eta,
-                "last_progress_ts": self.last_progress_ts,
-            }
-            events = {
-                "path": self.path,
-                "exists": self.exists,
-                "lines": self.reader.lines,
-                "bad_lines": self.reader.bad_lines,
-                "rotations": self.reader.rotations,
-                "last_event_ts": self.last_event_ts,
-                "last_kind": self.last_kind,
-                "log": self.log_path,
-                "log_lines": self.log_lines if self.log_path else None,
-            }
+            progress = Progress(
+                rows_done=self.rows_done,
+                rows_total=self.rows_total,
+                tokens_done=self.tokens_done,
+                tokens_total=self.tokens_total,
+                chunks_done=self.chunks_done,
+                chunks_total=self.chunks_total,
+                rejects=self.rejects,
+                rejects_by_reason=dict(self.rejects_by_reason),
+                rows_per_s=rows_per_s,
+                tokens_per_s=tokens_per_s,
+                bytes_per_s=self._bytes_rate.rate(),
+                elapsed_s=((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
+                eta_s=eta,
+                last_progress_ts=self.last_progress_ts,
+            )
+            events = EventsSection(
+                path=self.path,
+                exists=self.exists,
+                lines=self.reader.lines,
+                bad_lines=self.reader.bad_lines,
+                rotations=self.reader.rotations,
+                last_event_ts=self.last_event_ts,
+                last_kind=self.last_kind,
+                log=self.log_path,
+                log_lines=self.log_lines if self.log_path else None,
+            )
             training = dict(self.training) if self.training else None
             if training is not None and training.get("tokens_per_s") is None:
                 training["tokens_per_s"] = tokens_per_s
-            return {
-                "progress": progress,
-                "events": events,
-                "training": training,
-                "recent_events": list(self.recent)[-20:],
-            }
+            return ProgressSections(
+                progress=progress,
+                events=events,
+                # the trainer's values as it wrote them (status_doc.TrainingSection)
+                training=msgspec.convert(training, TrainingSection) if training is not None else None,
+                recent_events=list(self.recent)[-20:],
+            )
+
+
+@dataclass
+class ProgressSections:
+    """What the events file gives the job's status: its ``progress``, ``events`` and ``training``
+    sections and its recent events (oldest first)."""
+
+    progress: Progress
+    events: EventsSection
+    training: TrainingSection | None
+    recent_events: list[dict[str, Any]]
 
 
 # -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------

@@ -23,18 +23,18 @@ from typing import Any
 
 from hsmon.config import ServerSpec
 from hsmon.state_facts import ServerFacts
-from hsmon.status_doc import Capture, to_builtins
+from hsmon.status_doc import Capture, ServerEntry
 from hsmon.trackers.rates import RateWindow
 from hsmon.trackers.server_capture import parse_capture
 from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
 from hsmon.trackers.server_rules import (
     COUNTERS,
     SERVER_STATES,
-    ServerLook,
     decide_server,
     info_of,
     parse_load,
 )
+from hsmon.trackers.server_section import entry_of, look_of
 
 __all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
 
@@ -72,8 +72,8 @@ class ServerTracker:
         self._need_info = False
         self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
-        self._gen_rate = RateWindow(30.0)
-        self._prompt_rate = RateWindow(30.0)
+        self.gen_rate = RateWindow(30.0)
+        self.prompt_rate = RateWindow(30.0)
         self._counters: tuple[float | None, ...] | None = None
         self.last_counters_moved_ts: float | None = None
         self.counters_moved: str | None = None  # which counter moved last (words for a reason)
@@ -224,9 +224,9 @@ class ServerTracker:
         self.load = load
         gen, prompt = load.get("generation_tokens_total"), load.get("prompt_tokens_total")
         if gen is not None:
-            self._gen_rate.add(now, gen)
+            self.gen_rate.add(now, gen)
         if prompt is not None:
-            self._prompt_rate.add(now, prompt)
+            self.prompt_rate.add(now, prompt)
         counters = tuple(load.get(field) for field, _ in COUNTERS)
         if self._counters is not None:
             pairs = zip(COUNTERS, self._counters, counters, strict=True)
@@ -321,36 +321,13 @@ class ServerTracker:
             self._log_state(now)
 
     # -- reading --------------------------------------------------------------------------------
-    def look_at(self, now: float) -> ServerLook:
-        """The measurements the state rule reads (call with the lock held)."""
-        return ServerLook(
-            now=now,
-            health_timeout=self.spec.health_timeout,
-            busy_after=self.spec.busy_after,
-            looked=self.looked,
-            reachable=self.reachable,
-            not_sglang=self.not_sglang,
-            front_error=self.front_error,
-            front_unanswered_since=self.front_unanswered_since,
-            front_timeouts=self.front_timeouts,
-            health_in_flight_since=self.health_in_flight_since,
-            health_ok=self.health_ok,
-            health_latency_s=self.health_latency_s,
-            health_error=self.health_error,
-            unanswered_since=self.health_unanswered_since,
-            failures_in_row=self.health_failures_in_row,
-            last_ok_ts=self.health_last_ok_ts,
-            counters_moved_ts=self.last_counters_moved_ts,
-            counters_moved=self.counters_moved,
-            counters_read=any(v is not None for v in self._counters or ()),
-            job_progress_ts=self.job_progress_ts,
-            sglang_timeout_s=self.sglang_timeout[0] if self.sglang_timeout else None,
-            running=self.load.get("running"),
-            queued=self.load.get("queued"),
-        )
+    @property
+    def counters_read(self) -> bool:
+        """Whether /metrics gave any of the forward counters (server_rules.COUNTERS)."""
+        return any(v is not None for v in self._counters or ())
 
     def _state(self, now: float) -> tuple[str, str]:
-        return decide_server(self.look_at(now))
+        return decide_server(look_of(self, now))
 
     def note_job_progress(self, ts: float | None) -> None:
         """The job's rows last arrived at ``ts``: a sign of forward progress (a job of one server)."""
@@ -379,49 +356,8 @@ class ServerTracker:
             state, detail = self._state(now)
             return ServerFacts(self.url, state, detail, self.last_forward_ts, self.watch_start_ts)
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float) -> ServerEntry:
         """The ``servers[]`` entry of the status document."""
         with self._lock:
             state, detail = self._state(now)
-            load = self.load
-            gauge = load.get("gen_throughput")
-            return {
-                "url": self.url,
-                "state": state,
-                "detail": detail,
-                "model": self.model or (self.info or {}).get("model"),
-                "info": dict(self.info) if self.info else None,
-                "reachable": self.reachable,
-                "liveness_endpoint": self.liveness_endpoint,
-                "last_seen_ts": self.last_seen_ts,
-                "connects_total": self.connects_total,
-                "metrics_enabled": self.metrics_enabled,
-                "metrics_error": self.metrics_error,
-                "health": {
-                    "ok": self.health_ok,
-                    "latency_s": self.health_latency_s,
-                    "error": self.health_error,
-                    "last_ts": self.health_last_ts,
-                    "last_ok_ts": self.health_last_ok_ts,
-                    "in_flight_s": _age(now, self.health_in_flight_since),
-                    "checks_total": self.health_checks_total,
-                    "failures_total": self.health_failures_total,
-                    "failures_in_row": self.health_failures_in_row,
-                    "unanswered_s": _age(now, self.health_unanswered_since),
-                    "sglang_timeout_s": self.sglang_timeout[0] if self.sglang_timeout else None,
-                    "sglang_timeout_source": self.sglang_timeout[1] if self.sglang_timeout else None,
-                },
-                "last_forward_ts": self.last_forward_ts,
-                "capture": to_builtins(self.capture) if self.capture is not None else None,
-                "load": {
-                    "running": load.get("running"),
-                    "queued": load.get("queued"),
-                    "token_usage": load.get("token_usage"),
-                    "gen_tokens_per_s": gauge if gauge else self._gen_rate.rate() if load else None,
-                    "prompt_tokens_per_s": self._prompt_rate.rate() if load else None,
-                },
-            }
-
-
-def _age(now: float, since: float | None) -> float | None:
-    return None if since is None else max(0.0, now - since)
+            return entry_of(self, now, state, detail)
