@@ -82,6 +82,7 @@ class EventLines(ScrollView, can_focus=True):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._count = 0
+        self._pass: tuple[int, int, Style] | None = None
         self._make: Callable[[int], tuple[str, str]] = lambda index: ("", "")
 
     def set_lines(self, count: int, make: Callable[[int], tuple[str, str]], follow: bool) -> None:
@@ -101,10 +102,19 @@ class EventLines(ScrollView, can_focus=True):
     def line_text(self, index: int) -> str:
         return self._make(index)[0]
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The offset, width and base style once per pass, not per line: each walks the DOM (the
+        # base style every ancestor's styles), which was two thirds of the log's render cost.
+        self._pass = (self.scroll_offset.y, self.scrollable_content_region.width, self.rich_style)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass = None
+
     def render_line(self, y: int) -> Strip:
-        index = self.scroll_offset.y + y
-        width = self.scrollable_content_region.width
-        style = self.rich_style
+        offset, width, style = self._pass or (
+            self.scroll_offset.y, self.scrollable_content_region.width, self.rich_style)
+        index = offset + y
         if index >= self._count:
             return Strip.blank(width, style)
         plain, line_style = self._make(index)

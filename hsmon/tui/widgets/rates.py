@@ -6,10 +6,10 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline
 
 from hsmon.tui.view import FINISHED_STATES, JobHistory, final_averages, fmt_byte_rate, fmt_rate
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
+from hsmon.tui.widgets.spark import QuietSparkline
 
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
 
@@ -29,7 +29,7 @@ class RatesPanel(Vertical):
         for key, _ in RATES:
             with Horizontal():
                 yield QuietStatic("", id=f"rate-{key}")
-                yield Sparkline([], id=f"spark-{key}")
+                yield QuietSparkline([], id=f"spark-{key}")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         progress = job.get("progress") or {}
@@ -47,4 +47,4 @@ class RatesPanel(Vertical):
             text, series = values[key]
             text = f"avg {text}" if finished else text
             self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>13}")
-            self.query_one(f"#spark-{key}", Sparkline).data = list(series)
+            self.query_one(f"#spark-{key}", QuietSparkline).data = list(series)
