@@ -1,13 +1,18 @@
-"""The sparkline drawn straight into a strip looks exactly like Textual's own."""
+"""Widgets drawn straight into a strip (sparklines, progress meters) look exactly like Textual's own
+rendering of the same thing."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from rich.style import Style
 from textual.app import App, ComposeResult
-from textual.widgets import Sparkline
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Sparkline, Static
 
+from hsmon.tui.widgets.meter import Meter, meter_text
 from hsmon.tui.widgets.spark import QuietSparkline
 
 pytestmark = pytest.mark.asyncio
@@ -25,13 +30,16 @@ class Pair(App[None]):
         yield QuietSparkline([], id="quiet")
 
 
-def cells(app: App[None], widget: Sparkline) -> list[tuple[str, str]]:
-    """(character, style) of every cell of the widget's line as composited on screen."""
+def cells(app: App[None], widget: Widget) -> list[tuple[str, str]]:
+    """(character, style) of every cell of the widget's line as composited on screen; of a blank,
+    its background only (Textual drops the foreground and boldness of blanks, which show nothing)."""
     y = widget.region.y
     strip = app.screen._compositor.render_strips()[y]
     out = []
     for segment in strip.crop(widget.region.x, widget.region.right):
-        out.extend((char, str(segment.style)) for char in segment.text)
+        style = segment.style or Style()
+        for char in segment.text:
+            out.append((char, str(Style(bgcolor=style.bgcolor) if char == " " else style)))
     return out
 
 
@@ -46,3 +54,44 @@ async def test_same_cells_as_textuals_sparkline(width: int) -> None:
             want, got = cells(app, textual), cells(app, quiet)
             assert len(want) == width
             assert got == want, series
+
+
+class MeterPair(App[None]):
+    CSS = ".panel { border: round $primary 50%; padding: 0 1; height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="panel"):
+            yield Static("", id="textual")
+        with Vertical(classes="panel"):
+            yield Meter("rows", id="quiet")
+
+
+METER_VALUES = [(None, None), (0, 100), (1, 3), (37, 100), (100, 100), (150, 100), (12_345_678, None),
+                (5, 0), (2_000_000, 1_000_000_000_000)]
+
+
+@pytest.mark.parametrize("width", [30, 78, 150])
+async def test_meter_same_cells_as_a_static_of_its_text(width: int) -> None:
+    app = MeterPair()
+    async with app.run_test(size=(width, 8)) as pilot:
+        static, meter = app.query_one("#textual", Static), app.query_one(Meter)
+        for done, total in METER_VALUES:
+            meter.set_value(done, total)
+            static.update(meter_text("rows", done, total, meter.size.width))
+            await pilot.pause()
+            want = cells(app, static)
+            got = cells(app, meter)
+            assert "".join(c for c, _ in got).strip(), (done, total)
+            assert got == want, (done, total)
+
+
+async def test_meter_repaints_only_when_its_text_changes() -> None:
+    app = MeterPair()
+    async with app.run_test(size=(80, 8)) as pilot:
+        meter = app.query_one(Meter)
+        meter.set_value(19_100, 1_000_000_000)
+        await pilot.pause()
+        meter.set_value(19_120, 1_000_000_000)  # still "19.1k / 1.00G (0.0%)"
+        assert not meter._repaint_required
+        meter.set_value(20_100, 1_000_000_000)
+        assert meter._repaint_required

@@ -90,7 +90,14 @@ class EventLines(ScrollView, can_focus=True):
         visible ones); ``follow`` keeps the newest (last) in view."""
         self._count, self._make = count, make
         if self.virtual_size.height != count:
-            self.virtual_size = Size(0, count)
+            rows = self.scrollable_content_region.height
+            if rows and self.show_vertical_scrollbar and self.virtual_size.height > rows and count > rows:
+                # The scrollbar stays: only its thumb changes, not the layout (a layout pass repaints
+                # the whole screen; it ran at every document while the log filled up).
+                self.set_reactive(EventLines.virtual_size, Size(0, count))
+                self._scroll_update(self.virtual_size)
+            else:
+                self.virtual_size = Size(0, count)
         if follow:  # once the new height is known
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
         self.refresh()

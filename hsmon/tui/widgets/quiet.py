@@ -8,15 +8,24 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual import active_app
 from textual.scrollbar import ScrollBarRender
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
 
+def _plain(text: Text | str) -> str:
+    return text.plain if isinstance(text, Text) else text
+
+
 def _shape(text: Text | str) -> tuple[int, int | None]:
     """(newlines, length or None when it cannot wrap): equal shapes take the same room."""
-    plain = text.plain if isinstance(text, Text) else text
+    plain = _plain(text)
     no_wrap = isinstance(text, Text) and bool(text.no_wrap)
     return plain.count("\n"), None if no_wrap else len(plain)
 
@@ -31,7 +40,30 @@ class QuietStatic(Static):
             return
         before = self._shown
         self._shown = text
-        self.update(text, layout=before is None or _shape(before) != _shape(text))
+        self.update(text, layout=before is None or self._may_resize(before, text))
+
+    def _may_resize(self, before: Text | str, after: Text | str) -> bool:
+        """Whether ``after`` may take other room than ``before``: another number of lines, or a
+        line that may wrap (longer than the width) and another length; a width that follows the
+        content (width: auto) always may."""
+        if _shape(before) == _shape(after):
+            return False
+        if _shape(before)[0] != _shape(after)[0]:
+            return True
+        width, rule = self.content_size.width, self.styles.width
+        if not width or (rule is not None and rule.is_auto):
+            return True
+        lines = [*_plain(before).split("\n"), *_plain(after).split("\n")]
+        return any(cell_len(line) > width for line in lines)
+
+
+def text_strip(text: Text, width: int, base: Style) -> Strip:
+    """A one-line Text as a Static draws it on ``base`` (the widget's style), cut to ``width``: for
+    a line that changes every second, without the console, wrapping and visual layers."""
+    segments = [Segment(part, base + style if style else base)
+                for part, style, _ in text.render(active_app.get().console) if part]
+    strip = Strip(segments)
+    return strip.crop(0, width) if strip.cell_length > width else strip
 
 
 def set_border_title(widget: Widget, title: str) -> None:
