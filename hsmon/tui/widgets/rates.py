@@ -25,6 +25,8 @@ class RatesPanel(Vertical):
     RatesPanel Sparkline { width: 1fr; }
     """
 
+    _parts: dict[str, tuple[QuietStatic, QuietSparkline]] | None = None
+
     def compose(self) -> ComposeResult:
         for key, _ in RATES:
             with Horizontal():
@@ -43,8 +45,12 @@ class RatesPanel(Vertical):
             "bytes": (fmt_byte_rate(figures["bytes"]), history.bytes_per_s),
         }
         set_border_subtitle(self, "averages of the run" if finished else "")
+        if not self._parts:  # found once: this runs at every document
+            self._parts = {key: (self.query_one(f"#rate-{key}", QuietStatic),
+                                 self.query_one(f"#spark-{key}", QuietSparkline)) for key, _ in RATES}
         for key, unit in RATES:
             text, series = values[key]
             text = f"avg {text}" if finished else text
-            self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>13}")
-            self.query_one(f"#spark-{key}", QuietSparkline).data = list(series)
+            label, spark = self._parts[key]
+            label.show_text(f"{unit:<8}{text:>13}")
+            spark.data = list(series)
