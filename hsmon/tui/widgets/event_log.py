@@ -177,8 +177,12 @@ def line_strip(plain: str, name: str, highlighted: bool, width: int, base: Style
     else:
         if cell_len(plain) > width:
             plain = set_cell_size(plain, width - 1) + "…"
-        style = _style(name, highlighted)
-        strip = Strip([Segment(plain, style) if style else Segment(plain)], cell_len(plain))
+        # What Strip([...]).extend_cell_length(width, base).apply_style(base) gives, in one strip.
+        style, length = _style(name, highlighted), cell_len(plain)
+        segments = [Segment(plain, base + style if style else base)] if plain else []
+        if width > length:
+            segments.append(Segment(" " * (width - length), base))
+        return Strip(segments, max(width, length))
     return strip.extend_cell_length(width, base).apply_style(base)
 
 

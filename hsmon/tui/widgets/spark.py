@@ -69,7 +69,12 @@ class QuietSparkline(Sparkline):
         if key != self._line_key or self._line is None:
             if min_color is None or max_color is None:
                 return super().render_line(y)
-            bars = spark_bars(data, width, min_color, max_color, self.summary_function)
-            self._line = Strip([Segment(bar, base + style) for bar, style in bars], width)
+            segments: list[Segment] = []
+            for bar, style in spark_bars(data, width, min_color, max_color, self.summary_function):
+                if segments and segments[-1].style is style:  # a run of equal bars: one segment
+                    segments[-1] = Segment(segments[-1].text + bar, style)
+                else:
+                    segments.append(Segment(bar, style))
+            self._line = Strip([Segment(text, base + style) for text, style, _ in segments], width)
             self._line_key = key
         return self._line
