@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
-from textual.renderables._blend_colors import blend_colors
 from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.strip import Strip
 from textual.widgets import Sparkline
@@ -38,16 +38,32 @@ def spark_bars(data: Sequence[float], width: int, min_color: Color, max_color: C
     buckets = [part for i in range(width) if (part := data[count * i // width:count * (i + 1) // width])]
     step = len(buckets) / width
     index = 0.0
-    styles: dict[float, Style] = {}
     bars = []
+    if min_color.triplet is None or max_color.triplet is None:
+        blend = None  # blend_colors gives max_color then
+    else:
+        (r1, g1, b1), (r2, g2, b2) = min_color.triplet, max_color.triplet
+        blend = (r1, r2 - r1, g1, g2 - g1, b1, b2 - b1)
     for _ in range(width):
         ratio = (summary(buckets[int(index)]) - low) / extent
-        style = styles.get(ratio)
-        if style is None:
-            style = styles[ratio] = Style.from_color(blend_colors(min_color, max_color, ratio))
+        if blend is None:
+            style = _color_style(max_color)
+        else:  # blend_colors' arithmetic; Color.from_rgb truncates to whole numbers: one style each
+            r, dr, g, dg, b, db = blend
+            style = _rgb_style(int(r + dr * ratio), int(g + dg * ratio), int(b + db * ratio))
         bars.append((BARS[int(ratio * (len(BARS) - 1)) % len(BARS)], style))
         index += step
     return bars
+
+
+@lru_cache(maxsize=1024)
+def _rgb_style(red: int, green: int, blue: int) -> Style:
+    return Style.from_color(Color.from_rgb(red, green, blue))
+
+
+@lru_cache(maxsize=64)
+def _color_style(color: Color) -> Style:
+    return Style.from_color(color)
 
 
 class QuietSparkline(Sparkline):
