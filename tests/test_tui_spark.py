@@ -1,5 +1,5 @@
-"""Widgets drawn straight into a strip (sparklines, progress meters) look exactly like Textual's own
-rendering of the same thing."""
+"""Widgets drawn straight into a strip (sparklines, progress meters, a job's header) look exactly
+like Textual's own rendering of the same thing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
+from hsmon.tui.widgets.job_header import JobHeader
 from hsmon.tui.widgets.meter import Meter, meter_text
 from hsmon.tui.widgets.spark import QuietSparkline
 
@@ -30,11 +31,10 @@ class Pair(App[None]):
         yield QuietSparkline([], id="quiet")
 
 
-def cells(app: App[None], widget: Widget) -> list[tuple[str, str]]:
+def cells(app: App[None], widget: Widget, line: int = 0) -> list[tuple[str, str]]:
     """(character, style) of every cell of the widget's line as composited on screen; of a blank,
     its background only (Textual drops the foreground and boldness of blanks, which show nothing)."""
-    y = widget.region.y
-    strip = app.screen._compositor.render_strips()[y]
+    strip = app.screen._compositor.render_strips()[widget.region.y + line]
     out = []
     for segment in strip.crop(widget.region.x, widget.region.right):
         style = segment.style or Style()
@@ -95,3 +95,26 @@ async def test_meter_repaints_only_when_its_text_changes() -> None:
         assert not meter._repaint_required
         meter.set_value(20_100, 1_000_000_000)
         assert meter._repaint_required
+
+
+class HeaderPair(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Static("", id="textual")
+        yield JobHeader(id="quiet")
+
+
+async def test_a_job_header_drawn_into_strips_has_the_cells_of_a_static() -> None:
+    job = {"job": "extract", "kind": "extract", "state": "stalled", "reason": "no progress for 4m",
+           "progress": {"elapsed_s": 65.0, "eta_s": 300.0}}
+    app = HeaderPair()
+    async with app.run_test(size=(70, 8)) as pilot:
+        static, header = app.query_one("#textual", Static), app.query_one(JobHeader)
+        header.show(job, stale="fixture disconnected: figures are 5s old")
+        await pilot.pause()
+        static.update(header._shown)
+        await pilot.pause()
+        assert header._lines is not None and len(header._lines) == 3  # drawn directly
+        for line in range(3):
+            got = cells(app, header, line)
+            assert got == cells(app, static, line), line
+            assert "".join(c for c, _ in got).strip()

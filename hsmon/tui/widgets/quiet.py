@@ -33,7 +33,12 @@ def _shape(text: Text | str) -> tuple[int, int | None]:
 class QuietStatic(Static):
     """A Static whose ``show_text`` skips unchanged text and needless layout passes."""
 
+    # Figures that change every second (a job's header, its rates) draw their lines straight into
+    # strips; only where no CSS colours the text (an alpha colour blends otherwise).
+    DRAW_DIRECT: ClassVar[bool] = False
     _shown: Text | str | None = None
+    _lines_key: tuple[object, ...] | None = None
+    _lines: list[Strip] | None = None
 
     def show_text(self, text: Text | str) -> None:
         if text == self._shown:
@@ -41,6 +46,29 @@ class QuietStatic(Static):
         before = self._shown
         self._shown = text
         self.update(text, layout=before is None or self._may_resize(before, text))
+
+    def render_line(self, y: int) -> Strip:
+        """A line of a text that fits (no line wider than the content, left-aligned) drawn straight
+        into a strip (the figures that change every second); anything else as a Static draws it."""
+        text = self._shown
+        if not self.DRAW_DIRECT:
+            return super().render_line(y)
+        if isinstance(text, str) and "[" not in text:
+            text = Text(text)
+        width = self.size.width
+        if (not isinstance(text, Text) or "\t" in text.plain or text.justify not in (None, "default", "left")
+                or self.styles.content_align != ("left", "top") or self.styles.text_align != "start"):
+            return super().render_line(y)
+        base = self.visual_style.rich_style
+        key = (text.plain, tuple(text.spans), text.style, width, base)
+        if key != self._lines_key:
+            lines = text.split("\n", allow_blank=True)
+            self._lines = None if any(line.cell_len > width for line in lines) else [
+                text_strip(line, width, base) for line in lines]
+            self._lines_key = key
+        if self._lines is None:
+            return super().render_line(y)
+        return self._lines[y] if y < len(self._lines) else Strip.blank(width, base)
 
     def _may_resize(self, before: Text | str, after: Text | str) -> bool:
         """Whether ``after`` may take other room than ``before``: another number of lines, or a

@@ -14,6 +14,12 @@ from hsmon.tui.widgets.spark import QuietSparkline
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
 
 
+class RateLabel(QuietStatic):
+    """A rate as text, drawn straight into a strip (it changes every second)."""
+
+    DRAW_DIRECT = True
+
+
 class RatesPanel(Vertical):
     """The current rate beside a sparkline of its recent history; for a finished job, the averages
     over the whole run beside the history it had when it ended."""
@@ -30,7 +36,7 @@ class RatesPanel(Vertical):
     def compose(self) -> ComposeResult:
         for key, _ in RATES:
             with Horizontal():
-                yield QuietStatic("", id=f"rate-{key}")
+                yield RateLabel("", id=f"rate-{key}")
                 yield QuietSparkline([], id=f"spark-{key}")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
