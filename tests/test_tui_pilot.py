@@ -391,5 +391,39 @@ async def test_the_process_table_fits_what_it_shows_now_not_what_it_showed() -> 
             for job in history:
                 table.show(job)
                 await pilot.pause()
-            screens.append([c.get_render_width(table) for c in table.columns.values()])
+            screens.append((table.widths, [table.render_line(y).text for y in range(table.size.height)]))
     assert screens[0] == screens[1], screens
+
+
+async def test_the_process_table_repaints_a_changed_figure_on_screen() -> None:
+    """A document that changes one figure of one process (its CPU %) repaints that line only, and the
+    screen shows the new figure in the row of that process, the other rows as they were."""
+    from textual.app import App, ComposeResult
+
+    from hsmon.tui.widgets.processes import ProcessTable
+
+    def job(cpu: float) -> dict:
+        return {"processes": [
+            {"role": "extractor", "pid": 4242, "alive": True, "status": "sleeping", "cpu_percent": cpu,
+             "rss_bytes": 15_300_000, "uptime_s": 130, "restarts": 0},
+            {"role": "server", "pid": 4243, "alive": True, "status": "running", "cpu_percent": 50.0,
+             "rss_bytes": 1_300_000, "uptime_s": 30, "restarts": 1}]}
+
+    class OneTable(App):
+        def compose(self) -> ComposeResult:
+            yield ProcessTable()
+
+    app = OneTable()
+    async with app.run_test(size=(80, 8)) as pilot:
+        table = app.query_one(ProcessTable)
+        table.show(job(5.0))
+        await pilot.pause()
+        before = [strip.text for strip in app.screen._compositor.render_strips()]
+        table.show(job(7.0))
+        assert table._repaint_regions and not table._layout_required  # a line, not the table
+        await pilot.pause()
+        after = [strip.text for strip in app.screen._compositor.render_strips()]
+    changed = [i for i, (old, new) in enumerate(zip(before, after, strict=True)) if old != new]
+    assert len(changed) == 1, (before, after)
+    assert "extractor" in after[changed[0]] and "7%" in after[changed[0]] and "5%" in before[changed[0]]
+    assert any("server" in line and "50%" in line for line in after)

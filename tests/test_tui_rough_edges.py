@@ -41,8 +41,8 @@ async def test_a_gone_process_without_pid_shows_a_dash() -> None:
     sources = [FixedSource(gone_process_documents(), label="fixture")]
     async with running(sources, size=(160, 48)) as (app, pilot):
         table = app.screen.query_one(ProcessTable)
-        await wait_for(pilot, lambda: table.row_count and "gone" in table.get_row_at(0))
-        assert table.get_row_at(0)[1] == "-"
+        await wait_for(pilot, lambda: table.rows and "gone" in table.rows[0])
+        assert table.rows[0][1] == "-"
         assert "None" not in screen_text(app)
 
 

@@ -30,6 +30,8 @@ class OverviewScreen(Screen[None]):
         Binding("p", "previous_tab", "prev job", show=False),
     ]
 
+    _ensured: list[str] | None = None
+
     def compose(self) -> ComposeResult:
         yield Header(icon="◉")
         yield ConnectionBar(id="connections")
@@ -50,9 +52,11 @@ class OverviewScreen(Screen[None]):
         return self.app
 
     async def _ensure_panes(self) -> None:
+        ordered = [pane_id(key) for key, _job, _doc in self._app.jobs()]
+        if ordered == self._ensured:  # the same jobs as at the last document: nothing to add
+            return
         tabs = self.query_one("#jobs", TabbedContent)
         existing = {pane.id for pane in tabs.query(TabPane)}
-        ordered = [pane_id(key) for key, _job, _doc in self._app.jobs()]
         for index, (key, _job, _doc) in enumerate(self._app.jobs()):
             pid = ordered[index]
             if pid not in existing:
@@ -63,6 +67,7 @@ class OverviewScreen(Screen[None]):
         if existing:
             tabs.display = True
             self.query_one("#empty", Static).display = False
+        self._ensured = ordered
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""

@@ -6,11 +6,11 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline
 
 from hsmon.contracts.units import format_bytes
 from hsmon.tui.view import JobHistory, fmt_clock, fmt_count, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
+from hsmon.tui.widgets.spark import QuietSparkline
 
 
 class DumpPanel(Vertical):
@@ -23,7 +23,7 @@ class DumpPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield QuietStatic("", id="dump-figures")
-        yield Sparkline([], id="dump-spark")
+        yield QuietSparkline([], id="dump-spark")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         dump = job.get("dump")
@@ -41,4 +41,4 @@ class DumpPanel(Vertical):
                 f"{fmt_count(dump.get('files'))} files  {format_bytes(dump.get('bytes'))}  "
                 f"oldest {fmt_clock(dump.get('oldest_age_s'))}  "
                 f"in {fmt_rate(dump.get('created_per_s'))} out {fmt_rate(dump.get('consumed_per_s'))}")
-        self.query_one("#dump-spark", Sparkline).data = list(history.dump_files)
+        self.query_one("#dump-spark", QuietSparkline).data = list(history.dump_files)

@@ -82,6 +82,7 @@ class EventLines(ScrollView, can_focus=True):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._count = 0
+        self._pass: tuple[int, int, Style] | None = None
         self._make: Callable[[int], tuple[str, str]] = lambda index: ("", "")
 
     def set_lines(self, count: int, make: Callable[[int], tuple[str, str]], follow: bool) -> None:
@@ -89,7 +90,14 @@ class EventLines(ScrollView, can_focus=True):
         visible ones); ``follow`` keeps the newest (last) in view."""
         self._count, self._make = count, make
         if self.virtual_size.height != count:
-            self.virtual_size = Size(0, count)
+            rows = self.scrollable_content_region.height
+            if rows and self.show_vertical_scrollbar and self.virtual_size.height > rows and count > rows:
+                # The scrollbar stays: only its thumb changes, not the layout (a layout pass repaints
+                # the whole screen; it ran at every document while the log filled up).
+                self.set_reactive(EventLines.virtual_size, Size(0, count))
+                self._scroll_update(self.virtual_size)
+            else:
+                self.virtual_size = Size(0, count)
         if follow:  # once the new height is known
             self.call_after_refresh(self.scroll_end, animate=False, immediate=True)
         self.refresh()
@@ -101,10 +109,19 @@ class EventLines(ScrollView, can_focus=True):
     def line_text(self, index: int) -> str:
         return self._make(index)[0]
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The offset, width and base style once per pass, not per line: each walks the DOM (the
+        # base style every ancestor's styles), which was two thirds of the log's render cost.
+        self._pass = (self.scroll_offset.y, self.scrollable_content_region.width, self.rich_style)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass = None
+
     def render_line(self, y: int) -> Strip:
-        index = self.scroll_offset.y + y
-        width = self.scrollable_content_region.width
-        style = self.rich_style
+        offset, width, style = self._pass or (
+            self.scroll_offset.y, self.scrollable_content_region.width, self.rich_style)
+        index = offset + y
         if index >= self._count:
             return Strip.blank(width, style)
         plain, line_style = self._make(index)
@@ -160,8 +177,12 @@ def line_strip(plain: str, name: str, highlighted: bool, width: int, base: Style
     else:
         if cell_len(plain) > width:
             plain = set_cell_size(plain, width - 1) + "…"
-        style = _style(name, highlighted)
-        strip = Strip([Segment(plain, style) if style else Segment(plain)], cell_len(plain))
+        # What Strip([...]).extend_cell_length(width, base).apply_style(base) gives, in one strip.
+        style, length = _style(name, highlighted), cell_len(plain)
+        segments = [Segment(plain, base + style if style else base)] if plain else []
+        if width > length:
+            segments.append(Segment(" " * (width - length), base))
+        return Strip(segments, max(width, length))
     return strip.extend_cell_length(width, base).apply_style(base)
 
 

@@ -33,6 +33,7 @@ class JobHeader(QuietStatic):
     """State badge, job name and kind, elapsed, ETA and the state's reason."""
 
     DEFAULT_CSS = "JobHeader { height: auto; }"
+    DRAW_DIRECT = True
 
     def show(self, job: dict[str, Any], stale: str | None = None) -> None:
         elapsed, eta = job_elapsed_eta(job)

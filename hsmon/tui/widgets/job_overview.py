@@ -28,6 +28,7 @@ class JobOverview(VerticalScroll):
     def __init__(self, key: tuple[int, str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.key = key
+        self._parts: tuple[Any, ...] | None = None
 
     def compose(self) -> ComposeResult:
         yield JobHeader(classes="job-header")
@@ -65,13 +66,18 @@ class JobOverview(VerticalScroll):
              stale: str | None = None, gpus: dict[str, Any] | None = None) -> None:
         """Render one job's status (``stale``: why these figures may be old; ``gpus``: the
         document's machine-wide GPU section)."""
-        self.query_one(JobHeader).show(job, stale)
-        self.query_one(AlertsPanel).show(job)
-        self.query_one(ProgressPanel).show(job)
-        self.query_one(RatesPanel).show(job, history)
-        self.query_one(DumpPanel).show(job, history)
-        self.query_one(DiskPanel).show(job)
-        self.query_one(DataPanel).show(job)
-        self.query_one(EnginePanel).show(job, history, gpus, now_ts)
-        self.query_one(ProcessTable).show(job)
-        self.query_one(EventLog).show(job, now_ts, history.events)
+        if self._parts is None:  # found once: a query walks the page, and this runs at every document
+            self._parts = tuple(self.query_one(part) for part in (
+                JobHeader, AlertsPanel, ProgressPanel, RatesPanel, DumpPanel, DiskPanel, DataPanel,
+                EnginePanel, ProcessTable, EventLog))
+        header, alerts, progress, rates, dump, disk, data, engine, processes, log = self._parts
+        header.show(job, stale)
+        alerts.show(job)
+        progress.show(job)
+        rates.show(job, history)
+        dump.show(job, history)
+        disk.show(job)
+        data.show(job)
+        engine.show(job, history, gpus, now_ts)
+        processes.show(job)
+        log.show(job, now_ts, history.events)

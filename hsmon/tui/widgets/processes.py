@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from rich.cells import cell_len
-from textual.widgets import DataTable
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from hsmon.tui.view import process_rows
 
-MAX_HEIGHT = 9
+MAX_HEIGHT = 9  # rows shown at most, with the header and the border; more scroll
 COLUMNS = ("role", "PID", "state", "CPU", "RSS", "uptime", "restarts")
 NO_PROCESS = ("-", "-", "no process found", "", "", "", "")
 
@@ -19,35 +23,70 @@ def column_widths(rows: list[tuple[str, ...]]) -> tuple[int, ...]:
     return tuple(max([cell_len(name)] + [cell_len(row[i]) for row in rows]) for i, name in enumerate(COLUMNS))
 
 
-class ProcessTable(DataTable):
-    """Changed cells are updated in place (a ticking uptime repaints one cell); the table is rebuilt
-    only when its rows or its column widths change."""
+def table_line(cells: tuple[str, ...], widths: tuple[int, ...]) -> str:
+    """One line of the table: each cell padded to its column, a space either side."""
+    return "".join(f" {cell}{' ' * (width - cell_len(cell))} "
+                   for cell, width in zip(cells, widths, strict=True))
+
+
+class ProcessTable(ScrollView):
+    """A header and a line per process, drawn line by line: a document that changes one figure (a
+    ticking CPU %) repaints that line alone, and the table is laid out again only when its number
+    of rows changes. The columns fit the rows shown now, not the widest ever shown."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"processes--header"}
+    DEFAULT_CSS = """
+    ProcessTable { height: auto; scrollbar-size-horizontal: 0; }
+    ProcessTable > .processes--header { text-style: bold; }
+    """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self._rows: list[tuple[str, ...]] | None = None
-        self._widths: tuple[int, ...] = ()
+        super().__init__(**kwargs)
+        self._rows: list[tuple[str, ...]] = []
+        self._widths: tuple[int, ...] = column_widths([])
+        self._lines: list[str] = [table_line(COLUMNS, self._widths)]
+        self._header_style: Style | None = None
 
-    def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+    @property
+    def rows(self) -> list[tuple[str, ...]]:
+        """The rows shown (the cells as text)."""
+        return list(self._rows)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Each column's width as shown."""
+        return self._widths
 
     def show(self, job: dict[str, Any]) -> None:
         rows = process_rows(job.get("processes")) or [NO_PROCESS]
         if rows == self._rows:
             return
         widths = column_widths(rows)
-        if self._rows is not None and len(rows) == len(self._rows) and widths == self._widths:
-            for y, (old, new) in enumerate(zip(self._rows, rows, strict=True)):
-                for x, (before, after) in enumerate(zip(old, new, strict=True)):
-                    if before != after:
-                        self.update_cell_at((y, x), after)
-            self._rows = rows
-            return
-        self._rows, self._widths = rows, widths
-        # Columns too: their widths then fit the rows shown now, not the widest ever shown (a
-        # process that was alive with figures and is now gone shows as the same table either way).
-        self.clear(columns=True)
-        self.add_columns(*COLUMNS)
-        self.add_rows(rows)
-        # Auto height is measured once, while the table is empty: size it to its rows (header, border).
-        self.styles.height = min(len(rows) + 3, MAX_HEIGHT)
+        lines = [table_line(COLUMNS, widths)] + [table_line(row, widths) for row in rows]
+        if len(lines) != len(self._lines):
+            self.virtual_size = Size(0, len(lines))
+            self.styles.height = min(len(lines) + 2, MAX_HEIGHT)
+            self.refresh()
+        elif widths != self._widths:
+            self.refresh()
+        else:  # the same shape: only the lines that changed (in content coordinates)
+            width = self.scrollable_content_region.width
+            for y, (before, after) in enumerate(zip(self._lines, lines, strict=True)):
+                if before != after and y:
+                    self.refresh(Region(0, y - self.scroll_offset.y, width, 1))
+        self._rows, self._widths, self._lines = rows, widths, lines
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        index = y if y == 0 else y + self.scroll_offset.y
+        if index >= len(self._lines):
+            return Strip.blank(width, base)
+        text = self._lines[index]
+        if cell_len(text) > width:
+            text = set_cell_size(text, width)
+        if index == 0:
+            segment = Segment(text, self.get_component_rich_style("processes--header", partial=True))
+        else:
+            segment = Segment(text)
+        return Strip([segment], cell_len(text)).extend_cell_length(width, base).apply_style(base)

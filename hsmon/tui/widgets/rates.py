@@ -6,12 +6,18 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline
 
 from hsmon.tui.view import FINISHED_STATES, JobHistory, final_averages, fmt_byte_rate, fmt_rate
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
+from hsmon.tui.widgets.spark import QuietSparkline
 
 RATES = (("rows", "rows/s"), ("tokens", "tok/s"), ("bytes", "written"))
+
+
+class RateLabel(QuietStatic):
+    """A rate as text, drawn straight into a strip (it changes every second)."""
+
+    DRAW_DIRECT = True
 
 
 class RatesPanel(Vertical):
@@ -25,11 +31,13 @@ class RatesPanel(Vertical):
     RatesPanel Sparkline { width: 1fr; }
     """
 
+    _parts: dict[str, tuple[QuietStatic, QuietSparkline]] | None = None
+
     def compose(self) -> ComposeResult:
         for key, _ in RATES:
             with Horizontal():
-                yield QuietStatic("", id=f"rate-{key}")
-                yield Sparkline([], id=f"spark-{key}")
+                yield RateLabel("", id=f"rate-{key}")
+                yield QuietSparkline([], id=f"spark-{key}")
 
     def show(self, job: dict[str, Any], history: JobHistory) -> None:
         progress = job.get("progress") or {}
@@ -43,8 +51,12 @@ class RatesPanel(Vertical):
             "bytes": (fmt_byte_rate(figures["bytes"]), history.bytes_per_s),
         }
         set_border_subtitle(self, "averages of the run" if finished else "")
+        if not self._parts:  # found once: this runs at every document
+            self._parts = {key: (self.query_one(f"#rate-{key}", QuietStatic),
+                                 self.query_one(f"#spark-{key}", QuietSparkline)) for key, _ in RATES}
         for key, unit in RATES:
             text, series = values[key]
             text = f"avg {text}" if finished else text
-            self.query_one(f"#rate-{key}", QuietStatic).show_text(f"{unit:<8}{text:>13}")
-            self.query_one(f"#spark-{key}", Sparkline).data = list(series)
+            label, spark = self._parts[key]
+            label.show_text(f"{unit:<8}{text:>13}")
+            spark.data = list(series)
