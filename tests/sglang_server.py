@@ -102,6 +102,11 @@ class SGLangServer:
 
     def start(self, timeout: float = READY_TIMEOUT) -> SGLangServer:
         """Start (again, on the same port) and wait until `hsmon sglang-serve` says ready."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> SGLangServer:
+        """Start the process and return at once (`wait_ready` waits for it): a fixture can let the
+        server start while other work runs."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("server already running")
         self.port = self.port or free_port()
@@ -112,6 +117,11 @@ class SGLangServer:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                          cwd=self.workdir, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> SGLangServer:
+        """Wait until the launched server says ready; stop it and fail after ``timeout`` s."""
+        assert self.proc is not None and self.log is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

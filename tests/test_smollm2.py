@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from extract_helpers import (
     wait_for_event,
 )
 from sglang_helpers import assert_sglang_loads_export
-from sglang_server import SGLangServer, start_sglang_server
+from sglang_server import SGLangServer, sglang_python, start_sglang_server
 from smollm2_helpers import REFERENCE_PROMPTS, gguf_reference, outputs, smollm2_dir  # noqa: F401
 
 from hsmon.contracts import layout
@@ -288,11 +289,38 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
 # -- SGLang serves the converted model ------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def smollm2_server_launched(request, work) -> Iterator[SGLangServer | None]:
+    """`hsmon sglang-serve` of the converted directory, launched (not yet ready) before the module's
+    first test when a selected test needs it: its ~30 s start (mostly imports, one core) then runs
+    beside the transformers work of the tests before it (one thread) instead of after it. None
+    when no selected test needs it, or SGLang is not installed (`sglang_smollm2` then skips)."""
+    wanted = any(getattr(item, "module", None) is request.module and "sglang_smollm2" in item.fixturenames
+                 for item in request.session.items)  # fmt: skip
+    try:
+        sglang_python()
+    except (pytest.skip.Exception, AssertionError):  # sglang_smollm2 skips or fails as it always did
+        wanted = False
+    if not wanted:
+        yield None
+        return
+    server = SGLangServer(request.getfixturevalue("smollm2_dir"), work, dump_root=work / "dump",
+                          extra_args=("--enable-metrics",),
+                          env={"SGLANG_HEALTH_CHECK_TIMEOUT": str(SGLANG_TIMEOUT)})  # fmt: skip
+    try:
+        yield server.launch()
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
-def sglang_smollm2(work, smollm2_dir) -> SGLangServer:  # noqa: F811
+def sglang_smollm2(work, smollm2_dir, smollm2_server_launched) -> Iterator[SGLangServer]:  # noqa: F811
     """`hsmon sglang-serve` of the converted directory: fp32, the default capture points [2, 15, 27],
     --enable-metrics for the daemon's load figures, and SGLang's own /health_generate timeout cut
     from 20 s to SGLANG_TIMEOUT, so that a long prefill crosses it on any machine."""
+    if smollm2_server_launched is not None:
+        yield smollm2_server_launched.wait_ready()
+        return
     server = start_sglang_server(smollm2_dir, work, dump_root=work / "dump", extra_args=("--enable-metrics",),
                                  env={"SGLANG_HEALTH_CHECK_TIMEOUT": str(SGLANG_TIMEOUT)})
     try:

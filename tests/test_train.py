@@ -36,6 +36,29 @@ def hsmon(*args: str, timeout: float = 300, check: bool = True) -> subprocess.Co
     return proc
 
 
+def hsmon_together(*commands: list[str], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Run independent ``hsmon`` commands at the same time (each with ``--threads 1`` or no torch
+    work to share: on 2 cores the second one costs little) and check each exits 0, as `hsmon` does."""
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "hsmon", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for args in commands
+    ]
+    results = []
+    try:
+        for args, proc in zip(commands, procs, strict=True):
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise AssertionError(f"hsmon {' '.join(args)} failed ({proc.returncode}):\n{err[-3000:]}")
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """(target dir, data dir, prompts file): a tiny trained Llama and 64 extracted rows."""
@@ -217,19 +240,6 @@ def test_training_emits_events_and_learns(setup, tmp_path):
 def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
     steps = "24"
     whole = tmp_path / "whole"
-    hsmon(
-        *train_args(
-            setup,
-            whole,
-            "--max-steps",
-            steps,
-            "--checkpoint-every",
-            "10",
-            "--events",
-            str(tmp_path / "whole.jsonl"),
-        )
-    )
-
     cut = tmp_path / "cut"
     events = tmp_path / "cut.jsonl"
     proc = subprocess.Popen(
@@ -266,11 +276,13 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
     assert evs[-2]["kind"] == "checkpoint" and evs[-2]["step"] == stopped[0]["step"]
     assert not any(e["kind"] == "done" for e in evs)
 
-    hsmon(
-        *train_args(
-            setup, cut, "--max-steps", steps, "--checkpoint-every", "10", "--events", str(events), "--resume"
-        )
-    )
+    # the uninterrupted run and the resume are independent: side by side
+    hsmon_together(
+        train_args(setup, whole, "--max-steps", steps, "--checkpoint-every", "10",
+                   "--events", str(tmp_path / "whole.jsonl")),
+        train_args(setup, cut, "--max-steps", steps, "--checkpoint-every", "10", "--events", str(events),
+                   "--resume"),
+    )  # fmt: skip
     evs = list(iter_events(events))
     assert evs[-1]["kind"] == "done" and evs[-1]["step"] == int(steps)
     starts = [e for e in evs if e["kind"] == "start"]
@@ -319,12 +331,16 @@ def test_ddp_two_cpu_processes_on_gloo(setup, tmp_path):
 def trained(setup, tmp_path_factory):
     """A drafter trained for 80 steps and one trained for a single step, both exported."""
     base = tmp_path_factory.mktemp("trained")
-    result = {}
-    for name, steps in (("trained", "80"), ("untrained", "1")):
-        hsmon(*train_args(setup, base / name, "--max-steps", steps, "--events", str(base / f"{name}.jsonl")))
-        hsmon("export-drafter", str(base / name), "--out", str(base / f"{name}-export"))
-        result[name] = base / f"{name}-export"
-    return result
+    runs = {"trained": "80", "untrained": "1"}
+    # the two trainings are independent: run side by side, then both exports
+    hsmon_together(*(
+        train_args(setup, base / name, "--max-steps", steps, "--events", str(base / f"{name}.jsonl"))
+        for name, steps in runs.items()
+    ))
+    hsmon_together(*(
+        ["export-drafter", str(base / name), "--out", str(base / f"{name}-export")] for name in runs
+    ))
+    return {name: base / f"{name}-export" for name in runs}
 
 
 @pytest.mark.slow
@@ -354,26 +370,15 @@ def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
 def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
     target, _, prompts = setup
     results = {}
-    for name, export in trained.items():
+    names = list(trained)
+    procs = hsmon_together(*(
+        ["eval-drafter", "--drafter", str(trained[name]), "--target-model", str(target), "--prompts",
+         str(prompts), "--depth", "3", "--max-new-tokens", "24", "--json", "--threads", "1",
+         "--events", str(tmp_path / f"{name}.events.jsonl")]
+        for name in names
+    ))
+    for name, proc in zip(names, procs, strict=True):
         events = tmp_path / f"{name}.events.jsonl"
-        proc = hsmon(
-            "eval-drafter",
-            "--drafter",
-            str(export),
-            "--target-model",
-            str(target),
-            "--prompts",
-            str(prompts),
-            "--depth",
-            "3",
-            "--max-new-tokens",
-            "24",
-            "--json",
-            "--threads",
-            "1",
-            "--events",
-            str(events),
-        )
         results[name] = json.loads(proc.stdout)
         # the measurement as a job: start, one rows event per decode, then eval and done with the result
         seen = [json.loads(line) for line in events.read_text().splitlines()]
