@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from test_tui_engine import _shown, engine_documents
+from tui_complete import fixed_source
 
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.engine_view import capture_line, server_lines
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.engine_panel import EnginePanel
 
@@ -59,7 +59,7 @@ def test_server_lines_carry_the_capture_line_of_a_server_with_the_plugin_only() 
 @pytest.mark.asyncio
 async def test_the_overview_shows_the_counters() -> None:
     docs = with_capture(CAPTURE | {"sync_fallbacks": 4})
-    app = HsmonApp([FixedSource(docs, label="fixture")])
+    app = HsmonApp([fixed_source(docs, label="fixture")])
     async with app.run_test(size=(160, 48)) as pilot:
         await _shown(pilot, docs)
         assert app.screen.query_one(EnginePanel).display

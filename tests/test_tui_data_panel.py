@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import tui_data_documents as data_docs
 from textual.pilot import Pilot
+from tui_complete import fixed_source
 from tui_screen_text import screen_lines
 
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.data_view import data_alarm, data_text
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.widgets.data_panel import DataPanel
 
 
@@ -49,7 +49,7 @@ def test_a_clean_run_shows_no_alarm_and_verify_off_when_not_checked() -> None:
 
 
 def run_app(bad: bool, verify: dict | None) -> HsmonApp:
-    return HsmonApp([FixedSource(data_docs.documents(bad, verify), label="127.0.0.1:9108")])
+    return HsmonApp([fixed_source(data_docs.documents(bad, verify), label="127.0.0.1:9108")])
 
 
 async def shown(pilot: Pilot) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from tui_complete import fixed_source, shown_ts
 from tui_documents import documents
 
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.engine_view import gpu_lines, server_lines, spark
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.engine_panel import EnginePanel
 
@@ -83,7 +83,7 @@ def test_server_and_gpu_lines_fit_the_width_and_say_what_matters():
 async def _shown(pilot: Pilot, docs: list[dict[str, Any]]) -> None:
     app = pilot.app
     for _ in range(200):
-        if app.documents.get(0) is docs[-1] and app.query("JobOverview"):
+        if shown_ts(app) == docs[-1]["generated_ts"] and app.query("JobOverview"):
             break
         await pilot.pause(0.05)
     await pilot.pause(0.3)
@@ -95,7 +95,7 @@ async def _shown(pilot: Pilot, docs: list[dict[str, Any]]) -> None:
 @pytest.mark.asyncio
 async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -> None:
     docs = engine_documents()
-    app = HsmonApp([FixedSource(docs, label="fixture")])
+    app = HsmonApp([fixed_source(docs, label="fixture")])
     async with app.run_test(size=(80, 24)) as pilot:
         await _shown(pilot, docs)
         panel = app.screen.query_one(EnginePanel)
@@ -105,10 +105,10 @@ async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -
         assert "queue" in text and "tok/s" in text
         assert len(panel.history.server_queued["http://127.0.0.1:30000"]) == len(docs)
     plain = documents(3)
-    app = HsmonApp([FixedSource(plain, label="fixture")])
+    app = HsmonApp([fixed_source(plain, label="fixture")])
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(200):
-            if app.documents.get(0) is plain[-1] and app.query("JobOverview"):
+            if shown_ts(app) == plain[-1]["generated_ts"] and app.query("JobOverview"):
                 break
             await pilot.pause(0.05)
         await asyncio.sleep(0.2)
@@ -123,4 +123,4 @@ def test_engine_panel_snapshot(snap_compare, size: tuple[int, int]) -> None:
     async def shown(pilot: Pilot) -> None:
         await _shown(pilot, docs)
 
-    assert snap_compare(HsmonApp([FixedSource(docs, label="fixture")]), terminal_size=size, run_before=shown)
+    assert snap_compare(HsmonApp([fixed_source(docs, label="fixture")]), terminal_size=size, run_before=shown)

@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.reactive import var
 
 from hsmon import __version__
+from hsmon.status_doc import JobStatus, StatusDocument, to_builtins
 from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.clocks import has_short_clocks, next_minute
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -54,6 +55,9 @@ class HsmonApp(App[None]):
     def __init__(self, sources: Sequence[StatusSource], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sources = list(sources)
+        # The newest document of each source as it came (typed), and as the screens read it today
+        # (its dict form: hsmon/status_doc.to_builtins) until every reader takes the types.
+        self.typed: dict[int, StatusDocument] = {}
         self.documents: dict[int, dict[str, Any]] = {}
         self.errors: dict[int, str | None] = {}
         self.last_update: dict[int, float] = {}
@@ -88,7 +92,8 @@ class HsmonApp(App[None]):
 
     # -- messages from the sources ----------------------------------------------------------
     def on_status_update(self, message: StatusUpdate) -> None:
-        document = message.document
+        self.typed[message.source_id] = message.document
+        document = to_builtins(message.document)
         self.documents[message.source_id] = document
         self.errors[message.source_id] = None
         self.last_update[message.source_id] = time.monotonic()
@@ -117,18 +122,16 @@ class HsmonApp(App[None]):
         self.revision += 1
         if self.first_paint_ts is None:
             self.first_paint_ts = time.time()
-        for source_id, document in self.documents.items():
+        for source_id, document in self.typed.items():
             self.sources[source_id].due_ts = self._clock_due(source_id, document)
 
-    def _clock_due(self, source_id: int, document: dict[str, Any]) -> float:
+    def _clock_due(self, source_id: int, document: StatusDocument) -> float:
         """The document time from which what this source's jobs show changes with the clock alone:
         the next document while a figure below a minute grows or a sparkline still moves, else the
         next minute (hsmon/tui/clocks.py)."""
-        now = document.get("generated_ts")
-        if not isinstance(now, (int, float)):
-            return 0.0
-        for job in document.get("jobs") or []:
-            history = self.history((source_id, str(job.get("job"))))
+        now = document.generated_ts
+        for job in document.jobs:
+            history = self.history((source_id, job.job))
             newest = max((e.get("ts") for e in history.events if isinstance(e.get("ts"), (int, float))),
                          default=None)
             if not history.settled() or has_short_clocks(job, newest, now):
@@ -265,14 +268,15 @@ class HsmonApp(App[None]):
         self.revision += 1
 
     def stop_job(self, key: JobKey) -> None:
-        job = self.job(key)
+        document = self.typed.get(key[0])
+        job = next((job for job in document.jobs if job.job == key[1]), None) if document else None
         if job is None:
             self.notify(f"{key[1]} is not known any more", severity="error")
             return
         self._stop_worker(self.sources[key[0]], job)
 
     @work(thread=True, group="stop")
-    def _stop_worker(self, source: StatusSource, job: dict[str, Any]) -> None:
+    def _stop_worker(self, source: StatusSource, job: JobStatus) -> None:
         result = source.stop_job(job)
         self.call_from_thread(self.notify, result.message, title="stop" if result.ok else "stop failed",
                               severity="information" if result.ok else "error")
