@@ -33,8 +33,8 @@ def test_durations_change_once_a_minute_past_a_minute() -> None:
 
 def test_a_finished_job_keeps_its_elapsed_time_to_the_second() -> None:
     running = {"state": "running", "progress": {"elapsed_s": 62.0, "eta_s": 289.0}}
-    assert job_elapsed_eta(running) == ("1m", "4m")
-    assert job_elapsed_eta(running | {"state": "done"}) == ("1m02s", "-")
+    assert job_elapsed_eta(typed_job(running)) == ("1m", "4m")
+    assert job_elapsed_eta(typed_job(running | {"state": "done"})) == ("1m02s", "-")
 
 
 def frozen(doc: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -107,14 +107,14 @@ def test_a_source_sends_changes_and_the_minute_and_counts_what_it_skipped() -> N
 def test_skipped_documents_still_count_in_the_sparklines() -> None:
     doc = documents(3)
     history = JobHistory()
-    history.add(doc[0]["jobs"][0], doc[0]["generated_ts"])
-    history.add(doc[1]["jobs"][0], doc[1]["generated_ts"], skipped=3)
+    history.add(typed(doc[0]).jobs[0], doc[0]["generated_ts"])
+    history.add(typed(doc[1]).jobs[0], doc[1]["generated_ts"], skipped=3)
     first = doc[0]["jobs"][0]["progress"]["rows_per_s"]
     assert list(history.rows_per_s) == [first] * 4 + [doc[1]["jobs"][0]["progress"]["rows_per_s"]]
     assert not history.settled()
-    history.add(doc[2]["jobs"][0], doc[2]["generated_ts"], skipped=HISTORY_POINTS)
+    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"], skipped=HISTORY_POINTS)
     assert not history.settled()  # the newest reading differs
-    history.add(doc[2]["jobs"][0], doc[2]["generated_ts"] + 1, skipped=HISTORY_POINTS)
+    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"] + 1, skipped=HISTORY_POINTS)
     assert history.settled()
 
 

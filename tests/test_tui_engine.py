@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from tui_complete import fixed_source, shown_ts
+from tui_complete import fixed_source, shown_ts, typed, typed_as
 from tui_documents import documents
 
+from hsmon.status_doc import GpuSection
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.engine_view import gpu_lines, server_lines, spark
 from hsmon.tui.view import JobHistory
@@ -66,17 +67,18 @@ def test_server_and_gpu_lines_fit_the_width_and_say_what_matters():
     history = JobHistory()
     docs = engine_documents(4)
     for doc in docs:
-        history.add(doc["jobs"][0], doc["generated_ts"])
-    lines = [t.plain for t in server_lines(docs[-1]["jobs"][0], history, 70)]
+        history.add(typed(doc).jobs[0], doc["generated_ts"])
+    lines = [t.plain for t in server_lines(typed(docs[-1]).jobs[0], history, 70)]
     assert lines[0].startswith(" UP    127.0.0.1:30000  run 2 queue 2  70.0 tok/s  fwd 1.0s")
     assert lines[1].startswith("   queue ▁▅█▃") and lines[1].endswith(" tok/s ▅▆▇█")
     assert lines[2].startswith(" HUNG  10.0.0.7:30000  the HTTP front answers but /health_generate")
     assert all(len(line) <= 70 for line in lines)
-    gpus = [t.plain for t in gpu_lines(GPUS, 70)]
+    gpus = [t.plain for t in gpu_lines(typed_as(GPUS, GpuSection), 70)]
     assert gpus[0].startswith("GPU0 ━━━━") and gpus[0].endswith(" 97%  66.6/80G  612W 66C")
     assert gpus[1].startswith("GPU1 ────") and gpus[1].endswith("   0%  66.6/80G 41C")
     assert all(len(line) == 70 for line in gpus)
-    absent = gpu_lines({"available": False, "reason": "NVML is not usable here (no driver)"}, 30)
+    absent = gpu_lines(typed_as({"available": False, "reason": "NVML is not usable here (no driver)"},
+                                GpuSection), 30)
     assert [t.plain for t in absent] == ["GPUs: NVML is not usable here…"]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
-from tui_complete import fixed_source
+from tui_complete import fixed_source, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
 
@@ -390,7 +390,7 @@ async def test_the_process_table_fits_what_it_shows_now_not_what_it_showed() -> 
         async with app.run_test(size=(80, 8)) as pilot:
             table = app.query_one(ProcessTable)
             for job in history:
-                table.show(job)
+                table.show(typed_job(job))
                 await pilot.pause()
             screens.append((table.widths, [table.render_line(y).text for y in range(table.size.height)]))
     assert screens[0] == screens[1], screens
@@ -417,10 +417,10 @@ async def test_the_process_table_repaints_a_changed_figure_on_screen() -> None:
     app = OneTable()
     async with app.run_test(size=(80, 8)) as pilot:
         table = app.query_one(ProcessTable)
-        table.show(job(5.0))
+        table.show(typed_job(job(5.0)))
         await pilot.pause()
         before = [strip.text for strip in app.screen._compositor.render_strips()]
-        table.show(job(7.0))
+        table.show(typed_job(job(7.0)))
         assert table._repaint_regions and not table._layout_required  # a line, not the table
         await pilot.pause()
         after = [strip.text for strip in app.screen._compositor.render_strips()]

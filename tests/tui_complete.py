@@ -85,5 +85,10 @@ def typed_job(job: dict[str, Any]) -> JobStatus:
 
 def shown_ts(app: Any, source_id: int = 0) -> float | None:
     """The ``generated_ts`` of the newest document the app received from a source."""
-    document = app.typed.get(source_id)
+    document = app.documents.get(source_id)
     return None if document is None else document.generated_ts
+
+
+def typed_as(value: dict[str, Any], type_: type) -> Any:
+    """A section of a test's document (``type_``: e.g. ``GpuSection``), completed, as that type."""
+    return from_builtins(_fill(copy.deepcopy(value), _I.type_info(type_)), type_)
