@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc import DiskEntry, JobStatus, ProcessEntry, Progress, TrainingSection
+from hsmon.status_text import disk_verdict, verdict_alarming
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
     acceptance_summary,
@@ -83,27 +84,17 @@ def disk_lines(disks: Iterable[DiskEntry]) -> list[DiskLine]:
     """One line per watched filesystem, with a verdict a person can act on."""
     lines = []
     for disk in disks:
-        fits = disk.fits
-        ttf, ttd = disk.time_to_full_s, disk.time_to_done_s
-        if fits is False:
-            verdict = "WILL NOT FIT"
-        elif ttf is not None and ttd is not None and ttf < ttd:
-            verdict = "fills before done"
-        elif fits:
-            verdict = "fits"
-        else:
-            verdict = "unknown"
         lines.append(DiskLine(
             role=disk.role, path=disk.path,
             free=format_bytes(disk.free_bytes), needed=format_bytes(disk.needed_bytes),
-            fits=fits, time_to_full=fmt_clock(ttf), time_to_done=fmt_clock(ttd),
-            verdict=verdict,
+            fits=disk.fits, time_to_full=fmt_clock(disk.time_to_full_s),
+            time_to_done=fmt_clock(disk.time_to_done_s), verdict=disk_verdict(disk),
         ))
     return lines
 
 
 def disk_alarming(line: DiskLine) -> bool:
-    return line.verdict in ("WILL NOT FIT", "fills before done")
+    return verdict_alarming(line.verdict)
 
 
 def process_rows(processes: Iterable[ProcessEntry]) -> list[tuple[str, ...]]:
