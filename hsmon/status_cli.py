@@ -26,6 +26,7 @@ from hsmon.status_doc import (
     StatusDocument,
     decode,
 )
+from hsmon.status_text import disk_verdict
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -200,7 +201,8 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
     if job.output:
         rows.append(("output", f"{job.output.path}: {_directory_state(job.output, _output_summary)}"))
     for d in job.disk:
-        fits = {True: "fits", False: "WILL NOT FIT", None: "fit unknown"}[d.fits]
+        verdict = disk_verdict(d)  # the dashboard's verdict: it says when the disk fills before done
+        fits = "fit unknown" if verdict == "unknown" else verdict
         # the inodes only when they are the limit (a file per row can run out before the bytes)
         inodes = f"; needs {d.needed_inodes:,} files, {d.free_inodes:,} inodes free" \
             if d.short_of_inodes() else ""

@@ -113,3 +113,23 @@ def test_hsmon_status_renders_every_section_of_the_typed_document() -> None:
         assert expected in text, (expected, text)
     table = render_many([("http://a:1", doc, None), ("http://b:2", None, "down")])
     assert "step 21/10000" in table and "245/300 (82 %)" in table and "UNREACHABLE" in table
+
+
+def test_hsmon_status_and_the_dashboard_give_a_disk_the_same_verdict() -> None:
+    """One verdict function (hsmon/status_text.py) for both: a disk that holds what is left but fills
+    at the current write rate before the job is done says so in `hsmon status` too."""
+    from hsmon.status_cli import render
+    from hsmon.tui.view import disk_lines
+
+    doc = sd.decode(RECORDED.read_bytes())
+    disk = doc.jobs[0].disk[0]
+    for ttf, expected in ((60.0, "fills before done"), (1e9, "fits")):
+        filled = msgspec.structs.replace(disk, time_to_full_s=ttf, time_to_done_s=600.0)
+        job = msgspec.structs.replace(doc.jobs[0], disk=[filled])
+        line = next(ln for ln in render(msgspec.structs.replace(doc, jobs=[job])).splitlines()
+                    if "disk output" in ln)
+        assert f", {expected}; full in" in line, line
+        assert disk_lines([filled])[0].verdict == expected
+    unknown = msgspec.structs.replace(disk, fits=None, time_to_full_s=None)
+    job = msgspec.structs.replace(doc.jobs[0], disk=[unknown])
+    assert ", fit unknown; full in" in render(msgspec.structs.replace(doc, jobs=[job]))

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from test_tui_engine import _shown, engine_documents
+from tui_complete import fixed_source, typed, typed_as
 
+from hsmon.status_doc import Capture
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.engine_view import capture_line, server_lines
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.engine_panel import EnginePanel
 
@@ -31,26 +32,28 @@ def with_capture(capture: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def test_the_counters_fit_one_line_and_trouble_is_coloured() -> None:
-    line = capture_line(CAPTURE, 100)
+    line = capture_line(typed_as(CAPTURE, Capture), 100)
     assert line is not None
     assert line.plain == ("   capture q 2  pool 120.0 MB of 512.0 MB  files 1,234  sync 0  err 0  "
                           "hook p99 2.1 ms")
     assert not any("red" in str(span.style) or "yellow" in str(span.style) for span in line.spans)
-    bad = capture_line(CAPTURE | {"write_errors": 3, "sync_fallbacks": 7, "buffer_reuses": 1}, 100)
+    trouble = CAPTURE | {"write_errors": 3, "sync_fallbacks": 7, "buffer_reuses": 1}
+    bad = capture_line(typed_as(trouble, Capture), 100)
     assert bad is not None
     assert "sync 7  err 3  buffer reuses 1" in bad.plain
     styles = {bad.plain[span.start:span.end].strip(): str(span.style) for span in bad.spans}
     assert styles["err 3"] == "bold red" and styles["sync 7"] == "bold yellow"
     assert styles["buffer reuses 1"] == "bold red"
-    assert len(capture_line(CAPTURE, 40).plain) == 40  # cut, never wrapped
+    assert len(capture_line(typed_as(CAPTURE, Capture), 40).plain) == 40  # cut, never wrapped
     assert capture_line(None, 100) is None
 
 
 def test_server_lines_carry_the_capture_line_of_a_server_with_the_plugin_only() -> None:
     docs = with_capture(CAPTURE)
     history = JobHistory()
-    history.add(docs[-1]["jobs"][0], docs[-1]["generated_ts"])
-    lines = [t.plain for t in server_lines(docs[-1]["jobs"][0], history, 100)]
+    job = typed(docs[-1]).jobs[0]
+    history.add(job, docs[-1]["generated_ts"])
+    lines = [t.plain for t in server_lines(job, history, 100)]
     assert lines[0].startswith(" UP ") and lines[1].startswith("   capture q 2")
     assert lines[2].startswith("   queue ") and lines[3].startswith(" HUNG ")
     assert not any("capture" in line for line in lines[3:])
@@ -59,7 +62,7 @@ def test_server_lines_carry_the_capture_line_of_a_server_with_the_plugin_only() 
 @pytest.mark.asyncio
 async def test_the_overview_shows_the_counters() -> None:
     docs = with_capture(CAPTURE | {"sync_fallbacks": 4})
-    app = HsmonApp([FixedSource(docs, label="fixture")])
+    app = HsmonApp([fixed_source(docs, label="fixture")])
     async with app.run_test(size=(160, 48)) as pilot:
         await _shown(pilot, docs)
         assert app.screen.query_one(EnginePanel).display

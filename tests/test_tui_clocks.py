@@ -8,12 +8,13 @@ import json
 import re
 from typing import Any
 
-import orjson
 from textual.message import Message
+from tui_complete import complete, typed, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
 
 from hsmon.status_client import KeptGet
+from hsmon.tui import sources
 from hsmon.tui.clocks import has_short_clocks, next_minute, quiet_signature
 from hsmon.tui.messages import StatusUpdate
 from hsmon.tui.numbers import coarse_clocks, fmt_clock
@@ -32,8 +33,8 @@ def test_durations_change_once_a_minute_past_a_minute() -> None:
 
 def test_a_finished_job_keeps_its_elapsed_time_to_the_second() -> None:
     running = {"state": "running", "progress": {"elapsed_s": 62.0, "eta_s": 289.0}}
-    assert job_elapsed_eta(running) == ("1m", "4m")
-    assert job_elapsed_eta(running | {"state": "done"}) == ("1m02s", "-")
+    assert job_elapsed_eta(typed_job(running)) == ("1m", "4m")
+    assert job_elapsed_eta(typed_job(running | {"state": "done"})) == ("1m02s", "-")
 
 
 def frozen(doc: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -61,16 +62,16 @@ def quiet_documents() -> list[dict[str, Any]]:
 
 def test_the_signature_ignores_clocks_only() -> None:
     doc = quiet_documents()[0]
-    assert quiet_signature(frozen(doc, 1)) == quiet_signature(doc)
+    assert quiet_signature(typed(frozen(doc, 1))) == quiet_signature(typed(doc))
     moved = frozen(doc, 1)
     moved["jobs"][0]["progress"]["rows_done"] += 1
-    assert quiet_signature(moved) != quiet_signature(doc)
+    assert quiet_signature(typed(moved)) != quiet_signature(typed(doc))
     state = frozen(doc, 1)
     state["jobs"][0]["state"] = "stalled"
-    assert quiet_signature(state) != quiet_signature(doc)
+    assert quiet_signature(typed(state)) != quiet_signature(typed(doc))
     soon = copy.deepcopy(doc)
     soon["jobs"][0]["reason"] = "progress events 5s ago"  # below a minute: shown to the second
-    assert quiet_signature(frozen(soon, 1)) != quiet_signature(soon)
+    assert quiet_signature(typed(frozen(soon, 1))) != quiet_signature(typed(soon))
 
 
 class Recorder(StatusSource):
@@ -83,37 +84,37 @@ class Recorder(StatusSource):
 def test_a_source_sends_changes_and_the_minute_and_counts_what_it_skipped() -> None:
     doc = quiet_documents()[0]
     source = Recorder()
-    source._deliver(doc)
+    source._deliver(typed(doc))
     assert len(source.sent) == 1  # the first document, always
     source.due_ts = next_minute(doc["generated_ts"])
     for seconds in range(1, 5):
-        source._deliver(frozen(doc, seconds))
+        source._deliver(typed(frozen(doc, seconds)))
     assert len(source.sent) == 1  # clocks only: nothing sent, nothing repainted
     moved = frozen(doc, 5)
     moved["jobs"][0]["progress"]["rows_done"] += 7
-    source._deliver(moved)
+    source._deliver(typed(moved))
     assert len(source.sent) == 2
     update = source.sent[-1]
     assert isinstance(update, StatusUpdate) and update.skipped == 4
-    source._deliver(frozen(moved, source.due_ts - moved["generated_ts"]))  # the next minute
+    source._deliver(typed(frozen(moved, source.due_ts - moved["generated_ts"])))  # the next minute
     assert len(source.sent) == 3
     source.due_ts = next_minute(source.due_ts)
     source.poll_now()  # the user's `r`: sent whatever it is
-    source._deliver(frozen(moved, 61))
+    source._deliver(typed(frozen(moved, 61)))
     assert len(source.sent) == 4
 
 
 def test_skipped_documents_still_count_in_the_sparklines() -> None:
     doc = documents(3)
     history = JobHistory()
-    history.add(doc[0]["jobs"][0], doc[0]["generated_ts"])
-    history.add(doc[1]["jobs"][0], doc[1]["generated_ts"], skipped=3)
+    history.add(typed(doc[0]).jobs[0], doc[0]["generated_ts"])
+    history.add(typed(doc[1]).jobs[0], doc[1]["generated_ts"], skipped=3)
     first = doc[0]["jobs"][0]["progress"]["rows_per_s"]
     assert list(history.rows_per_s) == [first] * 4 + [doc[1]["jobs"][0]["progress"]["rows_per_s"]]
     assert not history.settled()
-    history.add(doc[2]["jobs"][0], doc[2]["generated_ts"], skipped=HISTORY_POINTS)
+    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"], skipped=HISTORY_POINTS)
     assert not history.settled()  # the newest reading differs
-    history.add(doc[2]["jobs"][0], doc[2]["generated_ts"] + 1, skipped=HISTORY_POINTS)
+    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"] + 1, skipped=HISTORY_POINTS)
     assert history.settled()
 
 
@@ -124,12 +125,12 @@ def test_short_clocks_are_the_ones_below_a_minute() -> None:
     for proc in job["processes"]:
         proc["uptime_s"] = 600.0
     job["dump"]["oldest_age_s"] = 75.0
-    assert not has_short_clocks(job, now - 61, now)
-    assert has_short_clocks(job, now - 59, now)  # an event 59 s old is shown to the second
-    assert has_short_clocks(dict(job, reason="progress events 7s ago"), now - 61, now)
+    assert not has_short_clocks(typed_job(job), now - 61, now)
+    assert has_short_clocks(typed_job(job), now - 59, now)  # an event 59 s old is shown to the second
+    assert has_short_clocks(typed_job(dict(job, reason="progress events 7s ago")), now - 61, now)
     young = copy.deepcopy(job)
     young["processes"][0]["uptime_s"] = 12.0
-    assert has_short_clocks(young, now - 61, now)
+    assert has_short_clocks(typed_job(young), now - 61, now)
 
 
 def test_the_kept_socket_reads_the_status_and_leaves_errors_to_http_client() -> None:
@@ -137,11 +138,11 @@ def test_the_kept_socket_reads_the_status_and_leaves_errors_to_http_client() -> 
     server = StatusServer(docs)  # HTTP/1.0: it closes each connection, so each read reconnects
     try:
         kept = KeptGet("127.0.0.1", server.port, "/api/v1/status", 3.0)
-        assert json.loads(kept.get() or b"") == docs[0]
-        assert json.loads(kept.get() or b"") == docs[1]
+        assert json.loads(kept.get() or b"") == complete(docs[0])
+        assert json.loads(kept.get() or b"") == complete(docs[1])
         assert KeptGet("127.0.0.1", server.port, "/nowhere", 3.0).get() is None  # a 404: not ours to word
         source = HttpStatusSource(f"http://127.0.0.1:{server.port}")
-        assert source.fetch() == docs[2]
+        assert source.fetch() == typed(docs[2])
     finally:
         server.close()
 
@@ -153,8 +154,8 @@ def test_a_daemon_document_whose_clocks_alone_moved_is_not_even_parsed(monkeypat
     moved["jobs"][0]["progress"]["rows_done"] += 3
     server = StatusServer([docs[0], later, moved])
     parsed = []
-    loads = orjson.loads
-    monkeypatch.setattr(orjson, "loads", lambda body: parsed.append(1) or loads(body))
+    decode = sources.decode
+    monkeypatch.setattr(sources, "decode", lambda body: parsed.append(1) or decode(body))
     try:
         source = HttpStatusSource(f"http://127.0.0.1:{server.port}")
         sent: list[Message] = []

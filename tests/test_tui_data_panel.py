@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 import tui_data_documents as data_docs
 from textual.pilot import Pilot
+from tui_complete import fixed_source, typed_as
 from tui_screen_text import screen_lines
 
+from hsmon.status_doc import DataSection
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.data_view import data_alarm, data_text
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.widgets.data_panel import DataPanel
 
 
-def section(bad: bool, verify: dict | None) -> dict:
-    return data_docs.data_section(bad, verify)
+def section(bad: bool, verify: dict | None) -> DataSection:
+    return typed_as(data_docs.data_section(bad, verify), DataSection)
 
 
 def test_a_bad_run_names_its_nan_rows_and_the_disagreement() -> None:
@@ -43,13 +44,13 @@ def test_a_clean_run_shows_no_alarm_and_verify_off_when_not_checked() -> None:
     assert "NaN/Inf 0" in text and "NaN/Inf in" not in text
     assert "verify:  AGREE  rows_270-300, 4 rows, cos 1.0000" in text
     assert "verify: off" in data_text(section(False, None), 76).plain
-    running = data_docs.AGREE | {"verdict": "running", "rows_checked": None, "worst_cosine": None,
+    running = data_docs.AGREE | {"verdict": "running", "rows_checked": 0, "worst_cosine": None,
                                  "max_abs_diff": None, "checks_total": 0}
     assert "verify:  RUNNING  rows_270-300" in data_text(section(False, running), 76).plain
 
 
 def run_app(bad: bool, verify: dict | None) -> HsmonApp:
-    return HsmonApp([FixedSource(data_docs.documents(bad, verify), label="127.0.0.1:9108")])
+    return HsmonApp([fixed_source(data_docs.documents(bad, verify), label="127.0.0.1:9108")])
 
 
 async def shown(pilot: Pilot) -> None:

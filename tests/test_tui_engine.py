@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from tui_complete import fixed_source, shown_ts, typed, typed_as
 from tui_documents import documents
 
+from hsmon.status_doc import GpuSection
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.engine_view import gpu_lines, server_lines, spark
-from hsmon.tui.sources import FixedSource
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.engine_panel import EnginePanel
 
@@ -66,24 +67,25 @@ def test_server_and_gpu_lines_fit_the_width_and_say_what_matters():
     history = JobHistory()
     docs = engine_documents(4)
     for doc in docs:
-        history.add(doc["jobs"][0], doc["generated_ts"])
-    lines = [t.plain for t in server_lines(docs[-1]["jobs"][0], history, 70)]
+        history.add(typed(doc).jobs[0], doc["generated_ts"])
+    lines = [t.plain for t in server_lines(typed(docs[-1]).jobs[0], history, 70)]
     assert lines[0].startswith(" UP    127.0.0.1:30000  run 2 queue 2  70.0 tok/s  fwd 1.0s")
     assert lines[1].startswith("   queue ▁▅█▃") and lines[1].endswith(" tok/s ▅▆▇█")
     assert lines[2].startswith(" HUNG  10.0.0.7:30000  the HTTP front answers but /health_generate")
     assert all(len(line) <= 70 for line in lines)
-    gpus = [t.plain for t in gpu_lines(GPUS, 70)]
+    gpus = [t.plain for t in gpu_lines(typed_as(GPUS, GpuSection), 70)]
     assert gpus[0].startswith("GPU0 ━━━━") and gpus[0].endswith(" 97%  66.6/80G  612W 66C")
     assert gpus[1].startswith("GPU1 ────") and gpus[1].endswith("   0%  66.6/80G 41C")
     assert all(len(line) == 70 for line in gpus)
-    absent = gpu_lines({"available": False, "reason": "NVML is not usable here (no driver)"}, 30)
+    absent = gpu_lines(typed_as({"available": False, "reason": "NVML is not usable here (no driver)"},
+                                GpuSection), 30)
     assert [t.plain for t in absent] == ["GPUs: NVML is not usable here…"]
 
 
 async def _shown(pilot: Pilot, docs: list[dict[str, Any]]) -> None:
     app = pilot.app
     for _ in range(200):
-        if app.documents.get(0) is docs[-1] and app.query("JobOverview"):
+        if shown_ts(app) == docs[-1]["generated_ts"] and app.query("JobOverview"):
             break
         await pilot.pause(0.05)
     await pilot.pause(0.3)
@@ -95,7 +97,7 @@ async def _shown(pilot: Pilot, docs: list[dict[str, Any]]) -> None:
 @pytest.mark.asyncio
 async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -> None:
     docs = engine_documents()
-    app = HsmonApp([FixedSource(docs, label="fixture")])
+    app = HsmonApp([fixed_source(docs, label="fixture")])
     async with app.run_test(size=(80, 24)) as pilot:
         await _shown(pilot, docs)
         panel = app.screen.query_one(EnginePanel)
@@ -105,10 +107,10 @@ async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -
         assert "queue" in text and "tok/s" in text
         assert len(panel.history.server_queued["http://127.0.0.1:30000"]) == len(docs)
     plain = documents(3)
-    app = HsmonApp([FixedSource(plain, label="fixture")])
+    app = HsmonApp([fixed_source(plain, label="fixture")])
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(200):
-            if app.documents.get(0) is plain[-1] and app.query("JobOverview"):
+            if shown_ts(app) == plain[-1]["generated_ts"] and app.query("JobOverview"):
                 break
             await pilot.pause(0.05)
         await asyncio.sleep(0.2)
@@ -123,4 +125,4 @@ def test_engine_panel_snapshot(snap_compare, size: tuple[int, int]) -> None:
     async def shown(pilot: Pilot) -> None:
         await _shown(pilot, docs)
 
-    assert snap_compare(HsmonApp([FixedSource(docs, label="fixture")]), terminal_size=size, run_before=shown)
+    assert snap_compare(HsmonApp([fixed_source(docs, label="fixture")]), terminal_size=size, run_before=shown)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import tui_run_documents as run
+from tui_complete import typed, typed_job
 from tui_screen_text import long_floats
 
 from hsmon.tui import view
@@ -196,25 +197,26 @@ def test_a_finished_job_has_no_eta_and_keeps_its_history() -> None:
     docs = run.finished_extraction()
     history = view.JobHistory()
     for doc in docs:
-        history.add(doc["jobs"][0], doc["generated_ts"])
+        history.add(typed(doc).jobs[0], doc["generated_ts"])
     done = docs[-1]["jobs"][0]
+    typed_done = typed_job(done)
     assert done["state"] == "done" and done["progress"]["eta_s"] == 0.0
-    assert view.job_elapsed_eta(done) == ("12s", "-") and view.job_eta_s(done) is None
-    assert "ETA" not in view.status_line(done)
-    training = run.training()
-    assert training["training"]["eta_s"] > 1 and view.job_eta_s(training) is None  # the stale estimate
+    assert view.job_elapsed_eta(typed_done) == ("12s", "-") and view.job_eta_s(typed_done) is None
+    assert "ETA" not in view.status_line(typed_done)
+    training = run.training()  # its training section keeps a stale estimate
+    assert training["training"]["eta_s"] > 1 and view.job_eta_s(typed_job(training)) is None
     # rates fell to 0 once done; the history still holds the run, not a flat line of zeros
     assert len(history.rows_per_s) == run.RUN_SECONDS and min(history.rows_per_s) > 20
     assert history.finished
-    averages = view.final_averages(done)
+    averages = view.final_averages(typed_done)
     assert averages["rows"] == pytest.approx(300 / 12.123456) and averages["bytes"] == pytest.approx(
         72_000_000 / 12.123456
     )
     # the log keeps every event it saw, beyond the 20 a document carries
     assert len(history.events) > 20 and history.events == sorted(history.events, key=lambda e: e["ts"])
     running = view.JobHistory()
-    running.add(docs[3]["jobs"][0], docs[3]["generated_ts"])
-    assert not running.finished and view.job_eta_s(docs[3]["jobs"][0]) is not None
+    running.add(typed(docs[3]).jobs[0], docs[3]["generated_ts"])
+    assert not running.finished and view.job_eta_s(typed(docs[3]).jobs[0]) is not None
 
 
 def test_long_paths_are_cut_in_the_middle() -> None:
@@ -236,11 +238,11 @@ def test_eval_and_acceptance_read_as_tables() -> None:
     assert lines[1].split() == ["acc", "26.5%", "22.1%", "20.3%", "19.4%", "20.1%", "19.2%", "19.0%"]
     assert lines[2].split()[:3] == ["loss", "5.444", "5.486"]
     assert "est. acceptance length 1.337" in lines[3]
-    job = run.acceptance(24)
-    assert view.is_acceptance_job(job) and not view.is_acceptance_job(run.training())
+    job = typed_job(run.acceptance(24))
+    assert view.is_acceptance_job(job) and not view.is_acceptance_job(typed_job(run.training()))
     table = view.acceptance_lines(view.acceptance_result(job))
     assert table[2].split() == ["depth", "1", "2", "3", "4", "5", "6", "7"]
     assert table[3].split()[:2] == ["drafter", "1.556"] and table[4].split()[-1] == "4.885"
     assert not long_floats(lines + table)
-    running = run.acceptance(10, done=False)
+    running = typed_job(run.acceptance(10, done=False))
     assert view.is_acceptance_job(running) and "decodes 25 / 60" in view.status_line(running)

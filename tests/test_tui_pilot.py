@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
+from tui_complete import fixed_source, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
 
@@ -21,7 +22,7 @@ from hsmon.tui.screens.event_detail import EventDetailScreen
 from hsmon.tui.screens.help import HelpScreen
 from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
-from hsmon.tui.sources import FixedSource, HttpStatusSource
+from hsmon.tui.sources import HttpStatusSource
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLines, EventLog
 from hsmon.tui.widgets.job_header import JobHeader
@@ -62,7 +63,7 @@ async def running(
 
 
 def fixed(count: int = 3) -> list[Any]:
-    return [FixedSource(documents(count), label="fixture")]
+    return [fixed_source(documents(count), label="fixture")]
 
 
 async def test_overview_shows_the_job_with_tabs_per_job() -> None:
@@ -99,7 +100,7 @@ async def test_event_filter_by_key_and_by_mouse() -> None:
     docs[-1]["jobs"][0]["recent_events"].append(
         {"v": 1, "ts": docs[-1]["generated_ts"] - 1, "job": "extract", "kind": "heartbeat", "rows_done": 2520}
     )
-    async with running([FixedSource(docs, label="fixture")]) as (app, pilot):
+    async with running([fixed_source(docs, label="fixture")]) as (app, pilot):
         log = app.screen.query_one(EventLog)
         await wait_for(pilot, lambda: "retry" in log_text(log) and "chunk" in log_text(log))
         assert "heartbeat" not in log_text(log)  # hidden by default
@@ -288,7 +289,7 @@ async def test_stop_asks_first_and_no_keeps_it_running() -> None:
 
 
 async def test_stop_button_disabled_without_a_training() -> None:
-    async with running([FixedSource(documents(2, training=False))]) as (app, pilot):
+    async with running([fixed_source(documents(2, training=False))]) as (app, pilot):
         await pilot.press("t")
         await wait_for(pilot, lambda: isinstance(app.screen, TrainingScreen))
         assert app.screen.query_one("#stop", Button).disabled
@@ -389,7 +390,7 @@ async def test_the_process_table_fits_what_it_shows_now_not_what_it_showed() -> 
         async with app.run_test(size=(80, 8)) as pilot:
             table = app.query_one(ProcessTable)
             for job in history:
-                table.show(job)
+                table.show(typed_job(job))
                 await pilot.pause()
             screens.append((table.widths, [table.render_line(y).text for y in range(table.size.height)]))
     assert screens[0] == screens[1], screens
@@ -416,10 +417,10 @@ async def test_the_process_table_repaints_a_changed_figure_on_screen() -> None:
     app = OneTable()
     async with app.run_test(size=(80, 8)) as pilot:
         table = app.query_one(ProcessTable)
-        table.show(job(5.0))
+        table.show(typed_job(job(5.0)))
         await pilot.pause()
         before = [strip.text for strip in app.screen._compositor.render_strips()]
-        table.show(job(7.0))
+        table.show(typed_job(job(7.0)))
         assert table._repaint_regions and not table._layout_required  # a line, not the table
         await pilot.pause()
         after = [strip.text for strip in app.screen._compositor.render_strips()]

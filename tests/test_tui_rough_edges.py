@@ -17,10 +17,11 @@ import tui_run_documents as run_documents
 from extract_helpers import make_dataset, run_extract, tiny_model  # noqa: F401
 from test_tui_pilot import running, screen_text, wait_for
 from textual.widgets import Sparkline
+from tui_complete import fixed_source
 
 from hsmon.tui import cli
 from hsmon.tui.app import HsmonApp
-from hsmon.tui.sources import FixedSource, InProcessSource
+from hsmon.tui.sources import InProcessSource
 from hsmon.tui.widgets.job_header import JobHeader
 from hsmon.tui.widgets.processes import ProcessTable
 
@@ -38,7 +39,7 @@ def gone_process_documents() -> list[dict]:
 
 
 async def test_a_gone_process_without_pid_shows_a_dash() -> None:
-    sources = [FixedSource(gone_process_documents(), label="fixture")]
+    sources = [fixed_source(gone_process_documents(), label="fixture")]
     async with running(sources, size=(160, 48)) as (app, pilot):
         table = app.screen.query_one(ProcessTable)
         await wait_for(pilot, lambda: table.rows and "gone" in table.rows[0])
@@ -54,7 +55,7 @@ def right_edge(app: HsmonApp, columns: int = 3) -> str:
 @pytest.mark.parametrize("keys", [(), ("t",)], ids=["overview", "training"])
 async def test_no_stray_scrollbar_glyph_at_the_right_edge_at_80x24(keys: tuple[str, ...]) -> None:
     docs = run_documents.finished_training() if keys else run_documents.finished_extraction()
-    async with running([FixedSource(docs, label="fixture")], size=(80, 24)) as (app, pilot):
+    async with running([fixed_source(docs, label="fixture")], size=(80, 24)) as (app, pilot):
         for key in keys:
             await pilot.press(key)
         await pilot.pause(0.5)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import tui_run_documents as run_documents
 from textual.pilot import Pilot
+from tui_complete import fixed_source, shown_ts
 from tui_documents import documents
 from tui_screen_text import empty_rows_above_footer, long_floats, screen_lines
 
 from hsmon.contracts.layout import MANIFEST_NAME
 from hsmon.tui.app import HsmonApp
-from hsmon.tui.sources import FixedSource
 
 # A fixed path (not tmp_path): it is printed in the form, and the form checks that it exists.
 DATA_DIR = Path("/tmp/hsmon-tui-snapshot/out")
@@ -31,7 +31,7 @@ def data_dir() -> Path:
 
 
 def make_app() -> HsmonApp:
-    return HsmonApp([FixedSource(documents(12, out=str(DATA_DIR), model="embedded"), label="fixture")])
+    return HsmonApp([fixed_source(documents(12, out=str(DATA_DIR), model="embedded"), label="fixture")])
 
 
 async def all_documents_shown(pilot: Pilot) -> None:
@@ -101,7 +101,7 @@ def test_run(snap_compare, run: str, size: tuple[int, int]) -> None:
     async def shown(pilot: Pilot) -> None:
         app = pilot.app
         for _ in range(200):
-            if app.documents.get(0) is docs[-1] and app.query("JobOverview"):
+            if shown_ts(app) == docs[-1]["generated_ts"] and app.query("JobOverview"):
                 break
             await pilot.pause(0.05)
         await pilot.pause(0.2)
@@ -111,7 +111,7 @@ def test_run(snap_compare, run: str, size: tuple[int, int]) -> None:
         await pilot.wait_for_scheduled_animations()
         seen.extend(screen_lines(app.export_screenshot()))
 
-    app = HsmonApp([FixedSource(docs, label="127.0.0.1:9108")])
+    app = HsmonApp([fixed_source(docs, label="127.0.0.1:9108")])
     assert snap_compare(app, terminal_size=size, run_before=shown)
     assert len(seen) == size[1] and "quit" in seen[-1], seen
     assert not long_floats(seen), long_floats(seen)

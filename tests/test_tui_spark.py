@@ -11,6 +11,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Sparkline, Static
+from tui_complete import typed_job
 
 from hsmon.tui.widgets.job_header import JobHeader
 from hsmon.tui.widgets.meter import Meter, meter_text
@@ -109,7 +110,7 @@ async def test_a_job_header_drawn_into_strips_has_the_cells_of_a_static() -> Non
     app = HeaderPair()
     async with app.run_test(size=(70, 8)) as pilot:
         static, header = app.query_one("#textual", Static), app.query_one(JobHeader)
-        header.show(job, stale="fixture disconnected: figures are 5s old")
+        header.show(typed_job(job), stale="fixture disconnected: figures are 5s old")
         await pilot.pause()
         static.update(header._shown)
         await pilot.pause()

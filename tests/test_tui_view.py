@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tui_complete import typed, typed_job
 from tui_documents import document, extraction_job, training_job
 
 from hsmon.tui import view
@@ -16,7 +17,7 @@ def test_progress_label_and_fraction() -> None:
 
 
 def test_disk_verdicts() -> None:
-    lines = view.disk_lines(extraction_job()["disk"])
+    lines = view.disk_lines(typed_job(extraction_job()).disk)
     assert [(line.role, line.verdict) for line in lines] == [
         ("output", "fills before done"),
         ("shm", "WILL NOT FIT"),
@@ -31,16 +32,16 @@ def test_disk_verdicts() -> None:
         "time_to_full_s": 9e4,
         "time_to_done_s": 10.0,
     }
-    assert view.disk_lines([ok])[0].verdict == "fits"
+    assert view.disk_lines(typed_job(dict(extraction_job(), disk=[ok])).disk)[0].verdict == "fits"
 
 
 def test_alerts_carry_hints_disk_and_bad_states() -> None:
     job = extraction_job()
-    messages = [message for _, message in view.alerts(job)]
+    messages = [message for _, message in view.alerts(typed_job(job))]
     assert any("PYTHONUNBUFFERED" in m for m in messages)
     assert any("WILL NOT FIT" in m for m in messages)
     job["state"], job["reason"] = "stalled", "nothing moved for 300s"
-    assert view.alerts(job)[0] == ("critical", "stalled: nothing moved for 300s")
+    assert view.alerts(typed_job(job))[0] == ("critical", "stalled: nothing moved for 300s")
 
 
 def test_event_filters() -> None:
@@ -56,7 +57,7 @@ def test_event_filters() -> None:
 
 
 def test_training_defaults_from_the_extraction() -> None:
-    defaults = view.training_defaults(extraction_job())
+    defaults = view.training_defaults(typed_job(extraction_job()))
     assert defaults["data_dir"] == "/data/out"
     assert defaults["out_dir"] == "/data/out-drafter"
     assert defaults["target_model"] == "/models/target"
@@ -65,17 +66,17 @@ def test_training_defaults_from_the_extraction() -> None:
 
 def test_extraction_unfinished() -> None:
     job = extraction_job()
-    assert view.extraction_unfinished(job)
+    assert view.extraction_unfinished(typed_job(job))
     job["progress"]["chunks_done"] = 5
-    assert not view.extraction_unfinished(job)
-    assert not view.extraction_unfinished(training_job())
+    assert not view.extraction_unfinished(typed_job(job))
+    assert not view.extraction_unfinished(typed_job(training_job()))
 
 
 def test_history_ignores_repeated_documents_and_tracks_unroll_steps() -> None:
     history = view.JobHistory()
     for step in (0, 0, 1, 2):
         doc = document(step)
-        history.add(doc["jobs"][1], doc["generated_ts"])
+        history.add(typed(doc).jobs[1], doc["generated_ts"])
     assert len(history.rows_per_s) == 3
     series = view.unroll_series(history.training, "loss")
     assert len(series) == 7 and len(series[0]) == 3
@@ -105,13 +106,13 @@ def test_the_tui_never_imports_torch_or_transformers() -> None:
 def test_alerts_do_not_repeat_what_the_monitors_hints_say() -> None:
     job = extraction_job()
     job["hints"].append({"id": "shm-full-soon", "severity": "critical", "message": "/dev/shm fills in 23m"})
-    messages = [message for _, message in view.alerts(job)]
+    messages = [message for _, message in view.alerts(typed_job(job))]
     assert "/dev/shm fills in 23m" in messages
     assert not any(m.startswith("disk shm") for m in messages)  # said once, by the hint
     assert any(m.startswith("disk output") for m in messages)  # no hint for the output: ours stays
     job["state"] = "stalled"
     job["hints"].append({"id": "stalled", "severity": "critical", "message": "nothing moved for 300s"})
-    assert not any(m.startswith("stalled:") for m in (message for _, message in view.alerts(job)))
+    assert not any(m.startswith("stalled:") for m in (message for _, message in view.alerts(typed_job(job))))
 
 
 def test_cli_bad_input_gives_one_clear_line() -> None:
@@ -140,12 +141,12 @@ def test_cli_bad_input_gives_one_clear_line() -> None:
 
 
 def test_status_line_shows_rows_for_an_extraction_and_steps_for_a_training() -> None:
-    extraction = view.status_line(extraction_job())
+    extraction = view.status_line(typed_job(extraction_job()))
     assert "rows " in extraction and "step " not in extraction
     job = training_job(2)
     job["progress"].update(rows_done=0, rows_total=284)  # the data a training was started on
     job["training"]["total_steps"] = 200
-    line = view.status_line(job)
+    line = view.status_line(typed_job(job))
     assert "rows " not in line
     assert "step 60 / 200 (30.0%)" in line and "loss 1.900" in line
 

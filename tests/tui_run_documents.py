@@ -173,7 +173,7 @@ def extraction(t: float) -> dict[str, Any]:
             {
                 "role": "output",
                 "path": OUT,
-                "free_bytes": 75_412_345_678.9,
+                "free_bytes": 75_412_345_679,
                 "total_bytes": 2e11,
                 "needed_bytes": 0.0 if done else (ROWS - rows) * 240_000.0,
                 "fits": True,

@@ -12,10 +12,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tui_complete import complete
+
 
 class StatusServer:
     def __init__(self, documents: list[dict[str, Any]], token: str = "s3cret", port: int = 0) -> None:
-        self.documents = documents
+        self.documents = [complete(document) for document in documents]  # as a daemon sends them
         self.token = token
         self.requests: list[tuple[str, dict[str, Any], str | None]] = []
         self.launch_reply: tuple[int, dict[str, Any]] = (201, {"job": "train-1", "pid": 999})

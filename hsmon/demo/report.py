@@ -71,7 +71,6 @@ def summary(pipeline: Pipeline) -> list[str]:
 
 def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> None:
     """Status lines (each job's, and the eval's) until the pipeline ends; stamps count from ``started``."""
-    from hsmon.status_doc import to_builtins
     from hsmon.tui.view import status_line
 
     printed_done: set[str] = set()
@@ -87,7 +86,7 @@ def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> N
                     continue  # a finished job's line once is enough while the next step runs
                 if job.state == "done":
                     printed_done.add(job.job)
-                print(f"{stamp} {status_line(to_builtins(job))}", flush=True)  # the TUI's view reads JSON
+                print(f"{stamp} {status_line(job)}", flush=True)
         if pipeline.phase == "evaluating":
             print(f"{stamp} {eval_line(pipeline)}", flush=True)
         if finished:

@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.reactive import var
 
 from hsmon import __version__
+from hsmon.status_doc import JobStatus, StatusDocument
 from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.clocks import has_short_clocks, next_minute
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -54,7 +55,7 @@ class HsmonApp(App[None]):
     def __init__(self, sources: Sequence[StatusSource], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sources = list(sources)
-        self.documents: dict[int, dict[str, Any]] = {}
+        self.documents: dict[int, StatusDocument] = {}  # the newest document of each source
         self.errors: dict[int, str | None] = {}
         self.last_update: dict[int, float] = {}
         self.histories: dict[JobKey, JobHistory] = {}
@@ -92,11 +93,11 @@ class HsmonApp(App[None]):
         self.documents[message.source_id] = document
         self.errors[message.source_id] = None
         self.last_update[message.source_id] = time.monotonic()
-        for job in document.get("jobs") or []:
-            key = (message.source_id, str(job.get("job")))
+        for job in document.jobs:
+            key = (message.source_id, job.job)
             if key not in self.histories:
                 self._backfill_from_events(key, job)
-            self.history(key).add(job, document.get("generated_ts"), message.skipped)
+            self.history(key).add(job, document.generated_ts, message.skipped)
         self._schedule_render()
 
     def _schedule_render(self) -> None:
@@ -120,15 +121,13 @@ class HsmonApp(App[None]):
         for source_id, document in self.documents.items():
             self.sources[source_id].due_ts = self._clock_due(source_id, document)
 
-    def _clock_due(self, source_id: int, document: dict[str, Any]) -> float:
+    def _clock_due(self, source_id: int, document: StatusDocument) -> float:
         """The document time from which what this source's jobs show changes with the clock alone:
         the next document while a figure below a minute grows or a sparkline still moves, else the
         next minute (hsmon/tui/clocks.py)."""
-        now = document.get("generated_ts")
-        if not isinstance(now, (int, float)):
-            return 0.0
-        for job in document.get("jobs") or []:
-            history = self.history((source_id, str(job.get("job"))))
+        now = document.generated_ts
+        for job in document.jobs:
+            history = self.history((source_id, job.job))
             newest = max((e.get("ts") for e in history.events if isinstance(e.get("ts"), (int, float))),
                          default=None)
             if not history.settled() or has_short_clocks(job, newest, now):
@@ -140,10 +139,10 @@ class HsmonApp(App[None]):
                                           f"({message.error})")
         self.revision += 1
 
-    def _backfill_from_events(self, key: JobKey, job: dict[str, Any]) -> None:
+    def _backfill_from_events(self, key: JobKey, job: JobStatus) -> None:
         """A job seen for the first time: rebuild its rate history from its events file (when this
         machine can read it), so that a job that ran before the dashboard started has sparklines."""
-        path = (job.get("events") or {}).get("path")
+        path = job.events.path if job.events is not None else None
         if path and self.sources[key[0]].is_local:
             self._backfill_worker(key, str(path))
 
@@ -163,16 +162,16 @@ class HsmonApp(App[None]):
             self.histories[key] = JobHistory()
         return self.histories[key]
 
-    def jobs(self) -> list[tuple[JobKey, dict[str, Any], dict[str, Any]]]:
+    def jobs(self) -> list[tuple[JobKey, JobStatus, StatusDocument]]:
         """(key, job, document) for every job of every source, in source then document order."""
         out = []
         for source_id in sorted(self.documents):
             document = self.documents[source_id]
-            for job in document.get("jobs") or []:
-                out.append(((source_id, str(job.get("job"))), job, document))
+            for job in document.jobs:
+                out.append(((source_id, job.job), job, document))
         return out
 
-    def job(self, key: JobKey | None) -> dict[str, Any] | None:
+    def job(self, key: JobKey | None) -> JobStatus | None:
         for job_key, job, _ in self.jobs():
             if job_key == key:
                 return job
@@ -193,29 +192,29 @@ class HsmonApp(App[None]):
         age = time.monotonic() - self.last_update[source_id]
         return f"{self.sources[source_id].label} {error.split(' (')[0]}: figures are {age:.0f}s old"
 
-    def extraction_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+    def extraction_job(self) -> tuple[JobKey, JobStatus] | None:
         """The job a training would train on: the selected one unless it is a training itself."""
         selected = self.job(self.selected)
-        if (selected is not None and selected.get("kind") != "train" and self.selected is not None
+        if (selected is not None and selected.kind != "train" and self.selected is not None
                 and not is_acceptance_job(selected)):
             return self.selected, selected
         for key, job, _ in self.jobs():
-            if job.get("kind") != "train" and job.get("training") is None and not is_acceptance_job(job):
+            if job.kind != "train" and job.training is None and not is_acceptance_job(job):
                 return key, job
         return None
 
-    def training_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+    def training_job(self) -> tuple[JobKey, JobStatus] | None:
         """The training to follow: the one launched here, else the last training job seen."""
         launched = self.job(self.launched)
         if launched is not None and self.launched is not None:
             return self.launched, launched
         found = None
         for key, job, _ in self.jobs():
-            if (job.get("kind") == "train" or job.get("training") is not None) and not is_acceptance_job(job):
+            if (job.kind == "train" or job.training is not None) and not is_acceptance_job(job):
                 found = (key, job)
         return found
 
-    def acceptance_job(self) -> tuple[JobKey, dict[str, Any]] | None:
+    def acceptance_job(self) -> tuple[JobKey, JobStatus] | None:
         """The last `hsmon eval-drafter` run seen (its progress, then its acceptance lengths)."""
         found = None
         for key, job, _ in self.jobs():
@@ -272,7 +271,7 @@ class HsmonApp(App[None]):
         self._stop_worker(self.sources[key[0]], job)
 
     @work(thread=True, group="stop")
-    def _stop_worker(self, source: StatusSource, job: dict[str, Any]) -> None:
+    def _stop_worker(self, source: StatusSource, job: JobStatus) -> None:
         result = source.stop_job(job)
         self.call_from_thread(self.notify, result.message, title="stop" if result.ok else "stop failed",
                               severity="information" if result.ok else "error")

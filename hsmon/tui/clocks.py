@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
+from msgspec.structs import replace
+
 from hsmon.contracts.units import format_bytes
+from hsmon.status_doc import JobStatus, StatusDocument
 from hsmon.tui.numbers import fmt_clock, has_short_clock
 
 FINISHED = frozenset({"done", "dead", "exited"})
 # Durations of a minute or more in a reason ("68s", "125 s", "4m", "2h05m"): shown at the minute.
 _LONG_CLOCK = re.compile(r"\b(?:\d+ ?s|\d+m|\d+h\d*m?)\b")
-_JOB_DROP = ("last_busy_ts",)  # the state machine's clock: not shown
-_PROCESS_DROP = ("uptime_s", "cpu_seconds", "read_bytes", "write_bytes", "read_chars", "write_chars")
+_PROCESS_DROP = dict.fromkeys(
+    ("uptime_s", "cpu_seconds", "read_bytes", "write_bytes", "read_chars", "write_chars"))
 
 
 def _reason_key(reason: Any) -> str:
@@ -37,41 +39,27 @@ def _short(clock: str) -> bool:
     return clock.rstrip("s ").isdigit() and int(clock.rstrip("s ")) < 60
 
 
-def _without(section: Any, keys: Iterable[str]) -> Any:
-    if not isinstance(section, dict):
-        return section
-    return {k: v for k, v in section.items() if k not in keys}
-
-
-def _job_key(job: dict[str, Any]) -> dict[str, Any]:
-    out = _without(job, _JOB_DROP)
-    out["reason"] = _reason_key(job.get("reason"))
-    progress = job.get("progress")
-    if isinstance(progress, dict):
-        eta = fmt_clock(progress.get("eta_s"))
-        out["progress"] = _without(progress, ("elapsed_s", "eta_s")) | {"eta": eta}
-    if isinstance(job.get("dump"), dict):
-        out["dump"] = _without(job["dump"], ("oldest_age_s",))
-    out["processes"] = [_without(p, _PROCESS_DROP) for p in job.get("processes") or []]
-    out["disk"] = [
-        _without(d, ("free_bytes", "time_to_full_s", "time_to_done_s"))
-        | {"free": format_bytes(d.get("free_bytes")), "full": fmt_clock(d.get("time_to_full_s")),
-           "done": fmt_clock(d.get("time_to_done_s"))}
-        for d in job.get("disk") or [] if isinstance(d, dict)
+def _job_key(job: JobStatus) -> JobStatus:
+    """The job without its clocks (a Struct compared by value; replaced fields are not checked)."""
+    changes: dict[str, Any] = {"last_busy_ts": None, "reason": _reason_key(job.reason)}
+    if job.progress is not None:
+        changes["progress"] = replace(job.progress, elapsed_s=None, eta_s=fmt_clock(job.progress.eta_s))
+    if job.dump is not None:
+        changes["dump"] = replace(job.dump, oldest_age_s=None)
+    changes["processes"] = [replace(p, **_PROCESS_DROP) for p in job.processes]
+    changes["disk"] = [
+        replace(d, free_bytes=format_bytes(d.free_bytes), time_to_full_s=fmt_clock(d.time_to_full_s),
+                time_to_done_s=fmt_clock(d.time_to_done_s))
+        for d in job.disk
     ]
-    return out
+    return replace(job, **changes)
 
 
-def quiet_signature(document: dict[str, Any]) -> dict[str, Any]:
+def quiet_signature(document: StatusDocument) -> tuple[Any, ...]:
     """The document without what moves with the clock alone (``generated_ts``, the daemon's
     counters, elapsed, uptimes, ages; free bytes and predicted durations as shown): two documents
     with equal signatures look the same once their clocks are shown at the minute."""
-    gpus = document.get("gpus")
-    return {
-        "jobs": [_job_key(job) for job in document.get("jobs") or [] if isinstance(job, dict)],
-        "gpus": _without(gpus, ("last_poll_ts",)),
-        "rest": _without(document, ("jobs", "gpus", "generated_ts", "daemon")),
-    }
+    return (document.v, [_job_key(job) for job in document.jobs], replace(document.gpus, last_poll_ts=None))
 
 
 _CLOCK_FIELDS = re.compile(
@@ -106,19 +94,19 @@ def _below_a_minute(value: Any) -> bool:
     return isinstance(value, (int, float)) and value < 60
 
 
-def has_short_clocks(job: dict[str, Any], newest_event_ts: float | None, now_ts: float) -> bool:
+def has_short_clocks(job: JobStatus, newest_event_ts: float | None, now_ts: float) -> bool:
     """Whether the job shows a duration below a minute that grows with the clock (it then changes
     every second): a young job or process, a recent event, a fresh dump file, such a reason."""
-    if has_short_clock(str(job.get("reason") or "")):
+    if has_short_clock(job.reason):
         return True
     if newest_event_ts is not None and now_ts - newest_event_ts < 60:
         return True
-    if job.get("state") not in FINISHED and _below_a_minute((job.get("progress") or {}).get("elapsed_s")):
+    if job.state not in FINISHED and job.progress is not None and _below_a_minute(job.progress.elapsed_s):
         return True
-    if any(p.get("alive") and _below_a_minute(p.get("uptime_s")) for p in job.get("processes") or []):
+    if any(p.alive and _below_a_minute(p.uptime_s) for p in job.processes):
         return True
-    dump = job.get("dump") or {}
-    return bool(dump.get("files")) and _below_a_minute(dump.get("oldest_age_s"))
+    dump = job.dump
+    return dump is not None and bool(dump.files) and _below_a_minute(dump.oldest_age_s)
 
 
 def next_minute(now_ts: float) -> float:

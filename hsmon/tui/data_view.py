@@ -8,10 +8,10 @@ completes or a check ends, so it adds nothing to an idle dashboard.
 
 from __future__ import annotations
 
-from typing import Any
-
+from msgspec import UNSET
 from rich.text import Text
 
+from hsmon.status_doc import DataSection, JobStatus
 from hsmon.tui.engine_view import SPARKS
 from hsmon.tui.numbers import fmt_count, fmt_num
 
@@ -20,10 +20,10 @@ VERDICT_STYLES = {"agree": "bold green", "disagree": "bold white on red", "error
 LABEL = 6
 
 
-def data_section(job: dict[str, Any]) -> dict[str, Any] | None:
+def data_section(job: JobStatus) -> DataSection | None:
     """``output.data`` when the job's output has one (hsmon layout), else None."""
-    data = (job.get("output") or {}).get("data")
-    return data if isinstance(data, dict) else None
+    data = job.output.data if job.output is not None else None
+    return None if data is UNSET else data
 
 
 def spark_range(values: list[float], width: int) -> str:
@@ -43,15 +43,15 @@ def _layer_order(name: str) -> tuple[int, int | str]:
     return (0, int(name)) if name.isdigit() else (1, name)  # 2, 4, 5 ... then final
 
 
-def layer_lines(data: dict[str, Any], width: int) -> list[Text]:
+def layer_lines(data: DataSection, width: int) -> list[Text]:
     """One line per layer: name, norm sparkline over chunks, newest chunk's norm, NaN/Inf rows."""
-    layers = data.get("layers") or {}
+    layers = data.layers
     lines = []
     for name in sorted(layers, key=_layer_order):
-        layer = layers[name] if isinstance(layers[name], dict) else {}
-        history = [float(v) for v in layer.get("history") or [] if isinstance(v, (int, float))]
-        newest = (layer.get("chunk") or {}).get("mean_l2", layer.get("mean_l2"))
-        bad = int(layer.get("nonfinite_rows") or 0)
+        layer = layers[name]
+        history = [float(v) for v in layer.history]
+        newest = layer.chunk.mean_l2 if layer.chunk is not None else layer.mean_l2
+        bad = layer.nonfinite_rows
         tail = f" {fmt_num(newest):>7}  "
         nan = f"NaN/Inf {fmt_count(bad)}"
         room = max(4, width - LABEL - 1 - len(tail) - len(nan))
@@ -63,77 +63,76 @@ def layer_lines(data: dict[str, Any], width: int) -> list[Text]:
     return lines
 
 
-def nonfinite_line(data: dict[str, Any]) -> Text | None:
+def nonfinite_line(data: DataSection) -> Text | None:
     """'NaN/Inf in 2 rows: 3, 9' in red, or None for a clean run."""
-    rows = int(data.get("nonfinite_rows") or 0)
+    rows = data.nonfinite_rows
     if not rows:
         return None
-    first = ", ".join(str(r) for r in data.get("first_nonfinite_rows") or [])
-    more = ", …" if rows > len(data.get("first_nonfinite_rows") or []) else ""
+    first = ", ".join(str(r) for r in data.first_nonfinite_rows)
+    more = ", …" if rows > len(data.first_nonfinite_rows) else ""
     return Text(f"NaN/Inf in {fmt_count(rows)} row{'s' if rows != 1 else ''}: rows {first}{more}",
                 style="bold red")
 
 
-def drift_line(data: dict[str, Any]) -> Text | None:
+def drift_line(data: DataSection) -> Text | None:
     """'drift: 2 chunks beyond 25 % of the reference (newest rows_12-15, layer 2)', or None."""
-    count = int(data.get("drifted_chunks") or 0)
+    count = data.drifted_chunks
     if not count:
         return None
-    newest = (data.get("drifts") or [{}])[-1]
-    tolerance = float(data.get("drift_tolerance") or 0.0) * 100
+    chunk, layer = (data.drifts[-1].chunk, data.drifts[-1].layer) if data.drifts else ("?", "?")
+    tolerance = float(data.drift_tolerance) * 100
     return Text(f"drift: {count} chunk{'s' if count != 1 else ''} beyond {tolerance:.0f} % of the reference "
-                f"(newest {newest.get('chunk', '?')}, layer {newest.get('layer', '?')})", style="bold yellow")
+                f"(newest {chunk}, layer {layer})", style="bold yellow")
 
 
-def verify_lines(data: dict[str, Any], width: int) -> list[Text]:
+def verify_lines(data: DataSection, width: int) -> list[Text]:
     """The last engine check: 'verify:  AGREE  rows_0-2000, 64 rows, cos 1.0000, max diff 0.00031 (10
     checks, 0 disagreed)', and on a line of its own why it did not agree."""
-    verify = data.get("verify")
-    if not isinstance(verify, dict):
+    verify = data.verify
+    if verify is None:
         return [Text("verify: off", style="grey50")]
-    verdict = verify.get("verdict")
+    verdict = verify.verdict
     line = Text("verify: ")
     if verdict is None:
         line.append("no check yet", style="grey50")
     else:
         line.append(f" {str(verdict).upper()} ", style=VERDICT_STYLES.get(str(verdict), "bold"))
     parts = []
-    if verify.get("chunk"):
-        parts.append(str(verify["chunk"]))
-    if isinstance(verify.get("rows_checked"), (int, float)) and verdict != "running":
-        parts.append(f"{fmt_count(verify['rows_checked'])} rows")
-    if isinstance(verify.get("worst_cosine"), (int, float)):
-        parts.append(f"cos {verify['worst_cosine']:.4f}")
-    if isinstance(verify.get("max_abs_diff"), (int, float)):
-        parts.append(f"max diff {fmt_num(verify['max_abs_diff'], 2)}")
-    if verify.get("running_chunk") and verdict != "running":
-        parts.append(f"checking {verify['running_chunk']}…")
+    if verify.chunk:
+        parts.append(verify.chunk)
+    if verdict != "running":
+        parts.append(f"{fmt_count(verify.rows_checked)} rows")
+    if verify.worst_cosine is not None:
+        parts.append(f"cos {verify.worst_cosine:.4f}")
+    if verify.max_abs_diff is not None:
+        parts.append(f"max diff {fmt_num(verify.max_abs_diff, 2)}")
+    if verify.running_chunk and verdict != "running":
+        parts.append(f"checking {verify.running_chunk}…")
     if parts:
         line.append(" " + ", ".join(parts))
     lines = [line]
-    totals = verify.get("checks_total")
-    if isinstance(totals, int) and totals:
-        bad = int(verify.get("disagreements_total") or 0)
+    totals = verify.checks_total
+    if totals:
+        bad = verify.disagreements_total
         count = f"{totals} check{'s' if totals != 1 else ''}, {bad} disagreed"
         style = "bold red" if bad else "grey50"
         if len(line) + len(count) + 3 <= width:
             line.append(f" ({count})", style=style)
         else:  # narrow: on a line of its own rather than cut
             lines.append(Text(f"  {count}", style=style))
-    if verify.get("reason") and verdict not in ("agree", None):
-        lines.append(Text(f"  {verify['reason']}", style="red" if verdict == "disagree" else "yellow"))
+    if verify.reason and verdict not in ("agree", None):
+        lines.append(Text(f"  {verify.reason}", style="red" if verdict == "disagree" else "yellow"))
     return lines
 
 
-def data_alarm(data: dict[str, Any] | None) -> bool:
+def data_alarm(data: DataSection | None) -> bool:
     """Whether the panel shows an alarm (NaN/Inf, or the engine disagreed)."""
-    if not data:
+    if data is None:
         return False
-    verify = data.get("verify") if isinstance(data.get("verify"), dict) else {}
-    return bool(data.get("nonfinite_rows")) or verify.get("verdict") == "disagree"
+    return bool(data.nonfinite_rows) or (data.verify is not None and data.verify.verdict == "disagree")
 
 
-def data_text(data: dict[str, Any], width: int) -> Text:
+def data_text(data: DataSection, width: int) -> Text:
     """The whole panel."""
     lines = layer_lines(data, width) or [Text("no chunk statistics yet", style="grey50")]
     lines += [line for line in (nonfinite_line(data), drift_line(data)) if line is not None]

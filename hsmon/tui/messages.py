@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.message import Message
+
+from hsmon.status_doc import StatusDocument
 
 
 class StatusUpdate(Message):
     """A fresh status document from one source; ``skipped``: documents read since the previous one
     that differed from it only in their clocks (not sent: hsmon/tui/clocks.py)."""
 
-    def __init__(self, source_id: int, document: dict[str, Any], skipped: int = 0) -> None:
+    def __init__(self, source_id: int, document: StatusDocument, skipped: int = 0) -> None:
         super().__init__()
         self.source_id = source_id
         self.document = document

@@ -8,21 +8,24 @@ that start or stop work: launching a training and stopping a job.
 - ``InProcessSource``: trackers run in this process (``hsmon.monitor.Monitor``); actions use
   ``hsmon.launch`` directly and the launched training is added to the monitor as a job.
 - ``FixedSource``: documents given up front (a saved ``hsmon status --json``; tests).
+
+Every source delivers the typed ``hsmon.status_doc.StatusDocument``; the events inside it
+(``recent_events``) stay the dicts the jobs wrote.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import msgspec
 from textual.message import Message
 
 from hsmon.status_client import StatusClient
+from hsmon.status_doc import JobStatus, StatusDocument, decode, from_builtins
 from hsmon.tui.clocks import generated_ts, quiet_bytes, quiet_signature
 from hsmon.tui.messages import SourceDown, StatusUpdate
 
@@ -58,7 +61,7 @@ class StatusSource:
         # change (0: every document). Until then a document that differs from the last one sent
         # only in its clocks is not sent (hsmon/tui/clocks.py).
         self.due_ts = 0.0
-        self._sent: dict[str, Any] | None = None
+        self._sent: Any = None  # quiet_signature of the last document sent
         self._skipped = 0
         self._force = False
 
@@ -105,12 +108,11 @@ class StatusSource:
             if not self._sleep(self.interval):
                 return
 
-    def _deliver(self, document: dict[str, Any]) -> bool:
+    def _deliver(self, document: StatusDocument) -> bool:
         """Send ``document`` unless it differs from the last one sent only in clocks whose shown
         text has not changed (before ``due_ts``); True when sent."""
         signature = quiet_signature(document)
-        now = document.get("generated_ts")
-        due = not isinstance(now, (int, float)) or now >= self.due_ts
+        due = document.generated_ts >= self.due_ts
         if self._force or due or signature != self._sent:
             self._force = False
             self._emit(StatusUpdate(self.source_id, document, self._skipped))
@@ -124,7 +126,7 @@ class StatusSource:
             self._post(message)
 
     # -- what subclasses provide -------------------------------------------------------------
-    def fetch(self) -> dict[str, Any] | None:
+    def fetch(self) -> StatusDocument | None:
         """One status document (None: nothing new). Raise to report the source as down."""
         raise NotImplementedError
 
@@ -138,7 +140,7 @@ class StatusSource:
         """Start a drafter training (blocking: call from a worker thread)."""
         return ActionResult(False, f"{self.label}: this source cannot launch a training")
 
-    def stop_job(self, job: dict[str, Any]) -> ActionResult:
+    def stop_job(self, job: JobStatus) -> ActionResult:
         """Stop a job gracefully (blocking: call from a worker thread)."""
         return ActionResult(False, f"{self.label}: this source cannot stop a job")
 
@@ -174,7 +176,7 @@ class HttpStatusSource(StatusSource):
             errors = {k: v for k, v in errors.items() if k not in PATH_FIELDS}
         return errors
 
-    def fetch(self) -> dict[str, Any] | None:
+    def fetch(self) -> StatusDocument | None:
         """The daemon's document; None (counted as skipped) when its text, without its clocks, is
         the last sent one's and the app's due time has not come: not even parsed."""
         body = self._client.get()
@@ -184,13 +186,15 @@ class HttpStatusSource(StatusSource):
                 and self._sent is not None):
             self._skipped += 1
             return None
-        document = orjson.loads(body)
-        if not isinstance(document, dict) or "jobs" not in document:
-            raise ValueError(f"{self.base_url}/api/v1/status did not return a status document")
+        try:
+            document = decode(body)
+        except msgspec.DecodeError as exc:  # ValidationError too: it names the bad field
+            raise ValueError(f"{self.base_url}/api/v1/status did not return a status document "
+                             f"this hsmon reads ({exc})") from None
         self._pending_bytes = quiet
         return document
 
-    def _deliver(self, document: dict[str, Any]) -> bool:
+    def _deliver(self, document: StatusDocument) -> bool:
         sent = super()._deliver(document)
         if sent:
             self._sent_bytes = self._pending_bytes
@@ -233,8 +237,8 @@ class HttpStatusSource(StatusSource):
             result.message = f"training {result.job} launched through {self.label}" + result.message[4:]
         return result
 
-    def stop_job(self, job: dict[str, Any]) -> ActionResult:
-        name = str(job.get("job"))
+    def stop_job(self, job: JobStatus) -> ActionResult:
+        name = job.job
         result = self._post_action(f"/api/v1/jobs/{name}/stop", {})
         if result.ok and result.message == "done":
             result.message = f"asked {name} to stop (it writes a checkpoint first)"
@@ -242,21 +246,25 @@ class HttpStatusSource(StatusSource):
 
 
 class FixedSource(StatusSource):
-    """Documents given up front, delivered in order (a saved status; deterministic tests)."""
+    """Documents given up front, delivered in order (a saved status; deterministic tests). A
+    document given as parsed JSON (a dict) is converted to the types here."""
 
-    def __init__(self, documents: Sequence[dict[str, Any]], label: str = "file",
+    def __init__(self, documents: Sequence[StatusDocument | dict[str, Any]], label: str = "file",
                  interval: float = 0.0) -> None:
         super().__init__(interval)
         self.label = label
-        self._documents = list(documents)
+        self._documents = [doc if isinstance(doc, StatusDocument) else from_builtins(doc)
+                           for doc in documents]
         self.is_local = False  # a saved document's paths may be another machine's
 
     @classmethod
     def from_file(cls, path: str) -> FixedSource:
-        with open(path, encoding="utf-8") as fh:
-            document = json.load(fh)
-        if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
-            raise ValueError("no 'jobs' list: not a status document (docs/status-api.md)")
+        with open(path, "rb") as fh:
+            body = fh.read()
+        try:
+            document = decode(body)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"{exc}; give the output of `hsmon status --json`") from None
         return cls([document], label=path)
 
     def _run(self) -> None:
@@ -267,19 +275,18 @@ class FixedSource(StatusSource):
             if self.interval:
                 time.sleep(self.interval)
 
-    def fetch(self) -> dict[str, Any] | None:
+    def fetch(self) -> StatusDocument | None:
         return self._documents[-1] if self._documents else None
 
 
-def trainer_pid(job: dict[str, Any]) -> int | None:
+def trainer_pid(job: JobStatus) -> int | None:
     """PID of a job's trainer (or only) process, from its status."""
-    processes = job.get("processes") or []
-    for proc in processes:
-        if proc.get("role") == "trainer" and proc.get("alive", True):
-            return int(proc["pid"])
-    for proc in processes:
-        if proc.get("alive", True) and proc.get("pid"):
-            return int(proc["pid"])
+    for proc in job.processes:
+        if proc.role == "trainer" and proc.alive and proc.pid is not None:
+            return proc.pid
+    for proc in job.processes:
+        if proc.alive and proc.pid:
+            return proc.pid
     return None
 
 
@@ -306,8 +313,8 @@ class InProcessSource(StatusSource):
             self.monitor.stop()
             self._started = False
 
-    def fetch(self) -> dict[str, Any]:
-        return self.monitor.status_document()
+    def fetch(self) -> StatusDocument:
+        return self.monitor.status()
 
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
         from hsmon.launch_watch import launch_and_watch
@@ -327,17 +334,17 @@ class InProcessSource(StatusSource):
         warning = outcome.warning
         return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
 
-    def stop_job(self, job: dict[str, Any]) -> ActionResult:
+    def stop_job(self, job: JobStatus) -> ActionResult:
         from hsmon import launch
 
         pid = trainer_pid(job)
         if pid is None:
-            return ActionResult(False, f"{job.get('job')}: no live process to stop")
+            return ActionResult(False, f"{job.job}: no live process to stop")
         try:
             stopped = launch.stop_job(pid)
         except OSError as exc:
             return ActionResult(False, f"stop failed: {_one_line(exc)}")
         if not stopped:
-            return ActionResult(False, f"{job.get('job')}: process {pid} is already gone")
+            return ActionResult(False, f"{job.job}: process {pid} is already gone")
         self.poll_now()
-        return ActionResult(True, f"asked {job.get('job')} (pid {pid}) to stop; it writes a checkpoint first")
+        return ActionResult(True, f"asked {job.job} (pid {pid}) to stop; it writes a checkpoint first")

@@ -83,8 +83,8 @@ class OverviewScreen(Screen[None]):
             if pane_id(key) == active:
                 self._app.selected = key
                 overview = tabs.get_pane(active).query_one(JobOverview)
-                overview.show(job, self._app.history(key), doc.get("generated_ts"),
-                              self._app.stale_note(key[0]), doc.get("gpus"))
+                overview.show(job, self._app.history(key), doc.generated_ts,
+                              self._app.stale_note(key[0]), doc.gpus)
                 break
 
     async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header
 
 from hsmon.contracts.layout import MANIFEST_NAME
+from hsmon.status_doc import JobStatus
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel
@@ -94,10 +95,10 @@ class TrainingScreen(Screen[None]):
         if extraction_unfinished(extraction):
             chunks = complete_chunks(extraction)
             if chunks == 0:
-                form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished and no chunk is "
+                form.set_warning(f"▲ extraction {extraction.job} is unfinished and no chunk is "
                                  "complete yet: a training now would find no data")
             else:
-                form.set_warning(f"▲ extraction {extraction.get('job')} is unfinished: a training now uses "
+                form.set_warning(f"▲ extraction {extraction.job} is unfinished: a training now uses "
                                  f"only the {chunks if chunks is not None else '?'} complete chunks")
         else:
             form.set_warning(None)
@@ -106,13 +107,13 @@ class TrainingScreen(Screen[None]):
         acceptance = app.acceptance_job()
         self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
         self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
-        self.query_one("#stop", Button).disabled = training is None or training[1].get("state") in (
+        self.query_one("#stop", Button).disabled = training is None or training[1].state in (
             "done", "dead")
 
     def action_leave_field(self) -> None:
         self.query_one("#launch", Button).focus()
 
-    def _defaults(self, source_job: tuple[tuple[int, str], dict] | None) -> dict[str, str]:
+    def _defaults(self, source_job: tuple[tuple[int, str], JobStatus] | None) -> dict[str, str]:
         defaults = training_defaults(source_job[1] if source_job else None)
         if source_job and not defaults["target_model"] and self.app.sources[source_job[0][0]].is_local:
             # The start event has scrolled out of the status: the manifest says which target it was.
@@ -137,7 +138,7 @@ class TrainingScreen(Screen[None]):
         if training is None:
             self.app.notify("no training to stop", severity="warning")
             return
-        name = training[1].get("job")
+        name = training[1].job
 
         def answered(yes: bool | None) -> None:
             if yes:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
-from hsmon.tui.view import acceptance_lines, acceptance_result, progress_label
+from hsmon.status_doc import JobStatus
+from hsmon.tui.view import NO_PROGRESS, acceptance_lines, acceptance_result, progress_label
 from hsmon.tui.widgets.job_header import badge
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -16,7 +15,7 @@ class AcceptancePanel(QuietStatic):
 
     DEFAULT_CSS = "AcceptancePanel { height: auto; margin-top: 1; }"
 
-    def show(self, job: dict[str, Any] | None) -> None:
+    def show(self, job: JobStatus | None) -> None:
         if self.display != (job is not None):
             self.display = job is not None
         if job is None:
@@ -28,10 +27,10 @@ class AcceptancePanel(QuietStatic):
             for line in lines[1:]:
                 text.append(f"\n{line}")
         else:
-            progress = job.get("progress") or {}
-            text = Text.assemble(badge(job.get("state")), " ", (str(job.get("job")), "bold"),
+            progress = job.progress or NO_PROGRESS
+            text = Text.assemble(badge(job.state), " ", (job.job, "bold"),
                                  "\nmeasuring acceptance: decodes ",
-                                 progress_label(progress.get("rows_done"), progress.get("rows_total")))
-            if job.get("state") in ("dead", "stalled") and job.get("reason"):
-                text.append(f"\n{job['reason']}", style="italic")
+                                 progress_label(progress.rows_done, progress.rows_total))
+            if job.state in ("dead", "stalled") and job.reason:
+                text.append(f"\n{job.reason}", style="italic")
         self.show_text(text)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
+from hsmon.status_doc import JobStatus
 from hsmon.tui.view import alerts
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -16,7 +15,7 @@ SEVERITY_MARKS = {"critical": "✖", "warning": "▲", "info": "ℹ"}
 class AlertsPanel(QuietStatic):
     """Every hint of the job (e.g. the stdout-buffering hint) and every disk or state alarm."""
 
-    def show(self, job: dict[str, Any]) -> None:
+    def show(self, job: JobStatus) -> None:
         items = alerts(job)
         if self.display != bool(items):
             self.display = bool(items)

@@ -3,8 +3,7 @@ engine-verify verdict (lines from hsmon/tui/data_view.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from hsmon.status_doc import DataSection, JobStatus
 from hsmon.tui.data_view import data_alarm, data_section, data_text
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
@@ -13,9 +12,9 @@ class DataPanel(QuietStatic):
     """Hidden when the output has no data facts (not the hsmon layout); red-bordered on NaN/Inf rows
     or an engine disagreement. Repainted only when its text changed (a chunk completed)."""
 
-    _data: dict[str, Any] | None = None
+    _data: DataSection | None = None
 
-    def show(self, job: dict[str, Any]) -> None:
+    def show(self, job: JobStatus) -> None:
         self._data = data_section(job)
         set_display(self, self._data is not None)
         if self._data is None:

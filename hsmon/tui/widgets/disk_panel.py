@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
+from hsmon.status_doc import JobStatus
 from hsmon.tui.view import disk_alarming, disk_lines, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -19,11 +18,11 @@ class DiskPanel(QuietStatic):
 
     DEFAULT_CSS = "DiskPanel { text-wrap: nowrap; text-overflow: ellipsis; }"
 
-    _job: dict[str, Any] | None = None
+    _job: JobStatus | None = None
 
-    def show(self, job: dict[str, Any]) -> None:
+    def show(self, job: JobStatus) -> None:
         self._job = job
-        lines = disk_lines(job.get("disk"))
+        lines = disk_lines(job.disk)
         if self.display != bool(lines):
             self.display = bool(lines)
         self.set_class(any(disk_alarming(line) for line in lines), "-alarm")

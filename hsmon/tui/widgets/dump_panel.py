@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from hsmon.contracts.units import format_bytes
+from hsmon.status_doc import JobStatus
 from hsmon.tui.view import JobHistory, fmt_clock, fmt_count, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
 from hsmon.tui.widgets.spark import QuietSparkline
@@ -25,20 +24,20 @@ class DumpPanel(Vertical):
         yield QuietStatic("", id="dump-figures")
         yield QuietSparkline([], id="dump-spark")
 
-    def show(self, job: dict[str, Any], history: JobHistory) -> None:
-        dump = job.get("dump")
+    def show(self, job: JobStatus, history: JobHistory) -> None:
+        dump = job.dump
         set_display(self, dump is not None)
         if dump is None:
             return
-        path = shorten_path(str(dump.get("path", "")), max(12, self.size.width - 9))
+        path = shorten_path(dump.path, max(12, self.size.width - 9))
         set_border_title(self, f"dump {path}")
-        if dump.get("error"):
-            self.query_one("#dump-figures", QuietStatic).show_text(f"cannot read: {dump['error']}")
-        elif not dump.get("exists", True):
+        if dump.error:
+            self.query_one("#dump-figures", QuietStatic).show_text(f"cannot read: {dump.error}")
+        elif not dump.exists:
             self.query_one("#dump-figures", QuietStatic).show_text("directory does not exist (yet)")
         else:
             self.query_one("#dump-figures", QuietStatic).show_text(
-                f"{fmt_count(dump.get('files'))} files  {format_bytes(dump.get('bytes'))}  "
-                f"oldest {fmt_clock(dump.get('oldest_age_s'))}  "
-                f"in {fmt_rate(dump.get('created_per_s'))} out {fmt_rate(dump.get('consumed_per_s'))}")
+                f"{fmt_count(dump.files)} files  {format_bytes(dump.bytes)}  "
+                f"oldest {fmt_clock(dump.oldest_age_s)}  "
+                f"in {fmt_rate(dump.created_per_s)} out {fmt_rate(dump.consumed_per_s)}")
         self.query_one("#dump-spark", QuietSparkline).data = list(history.dump_files)

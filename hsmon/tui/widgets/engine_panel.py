@@ -7,6 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
+from hsmon.status_doc import GpuSection, JobStatus
 from hsmon.tui.engine_view import gpu_lines, has_engine, server_lines
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.quiet import set_display
@@ -21,12 +22,12 @@ class EnginePanel(Widget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.history = JobHistory()
-        self._job: dict[str, Any] = {}
-        self._gpus: dict[str, Any] | None = None
+        self._job: JobStatus | None = None
+        self._gpus: GpuSection | None = None
         self._text: Text | None = None
 
     def show(
-        self, job: dict[str, Any], history: JobHistory, gpus: dict[str, Any] | None, now_ts: float | None
+        self, job: JobStatus, history: JobHistory, gpus: GpuSection | None, now_ts: float | None
     ) -> None:
         self.history = history
         visible = has_engine(job, gpus)
@@ -41,7 +42,8 @@ class EnginePanel(Widget):
     def _lines(self) -> Text:
         width = max(20, self.content_size.width or self.size.width)
         lines = server_lines(self._job, self.history, width)
-        lines += gpu_lines(self._gpus if (self._gpus or {}).get("available") or lines else None, width)
+        shown = self._gpus is not None and (self._gpus.available or bool(lines))
+        lines += gpu_lines(self._gpus if shown else None, width)
         return Text("\n").join(lines) if lines else Text("")
 
     def _redraw(self) -> None:

@@ -26,6 +26,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from hsmon.status_doc import JobStatus
 from hsmon.tui.event_text import EVENT_FILTERS, event_age, event_summary, filtered_events
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -224,10 +225,10 @@ class EventLog(Vertical):
             self.query_one(FilterBar).show(self.which)
         self._render_lines()
 
-    def show(self, job: dict[str, Any], now_ts: float | None,
+    def show(self, job: JobStatus, now_ts: float | None,
              kept: list[dict[str, Any]] | None = None) -> None:
         """Show ``kept`` (the events kept across documents) or else the document's recent events."""
-        self._events = kept or job.get("recent_events") or []
+        self._events = kept or job.recent_events
         self._now = now_ts
         self._render_lines()
 

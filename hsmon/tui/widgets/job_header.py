@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 
+from hsmon.status_doc import JobStatus
 from hsmon.tui.numbers import coarse_clocks
 from hsmon.tui.view import job_elapsed_eta
 from hsmon.tui.widgets.quiet import QuietStatic
@@ -35,16 +34,15 @@ class JobHeader(QuietStatic):
     DEFAULT_CSS = "JobHeader { height: auto; }"
     DRAW_DIRECT = True
 
-    def show(self, job: dict[str, Any], stale: str | None = None) -> None:
+    def show(self, job: JobStatus, stale: str | None = None) -> None:
         elapsed, eta = job_elapsed_eta(job)
         text = Text.assemble(
-            badge(job.get("state")), " ",
-            (str(job.get("job", "?")), "bold"), f" ({job.get('kind', '?')})",
+            badge(job.state), " ",
+            (job.job, "bold"), f" ({job.kind})",
             "  elapsed ", (elapsed, "bold"), "  ETA ", (eta, "bold"),
         )
-        reason = job.get("reason")
-        if reason:
-            text.append(f"\n{coarse_clocks(str(reason))}", style="italic")
+        if job.reason:
+            text.append(f"\n{coarse_clocks(job.reason)}", style="italic")
         if stale:
             text.append(f"\n{stale}", style="bold red")
         self.show_text(text)

@@ -7,6 +7,7 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 
+from hsmon.status_doc import GpuSection, JobStatus
 from hsmon.tui.view import JobHistory
 from hsmon.tui.widgets.alerts import AlertsPanel
 from hsmon.tui.widgets.data_panel import DataPanel
@@ -62,8 +63,8 @@ class JobOverview(VerticalScroll):
     def on_mount(self) -> None:
         self.vertical_scrollbar.renderer = WholeCellScrollBar
 
-    def show(self, job: dict[str, Any], history: JobHistory, now_ts: float | None,
-             stale: str | None = None, gpus: dict[str, Any] | None = None) -> None:
+    def show(self, job: JobStatus, history: JobHistory, now_ts: float | None,
+             stale: str | None = None, gpus: GpuSection | None = None) -> None:
         """Render one job's status (``stale``: why these figures may be old; ``gpus``: the
         document's machine-wide GPU section)."""
         if self._parts is None:  # found once: a query walks the page, and this runs at every document

@@ -11,6 +11,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from hsmon.status_doc import JobStatus
 from hsmon.tui.view import process_rows
 
 MAX_HEIGHT = 9  # rows shown at most, with the header and the border; more scroll
@@ -57,8 +58,8 @@ class ProcessTable(ScrollView):
         """Each column's width as shown."""
         return self._widths
 
-    def show(self, job: dict[str, Any]) -> None:
-        rows = process_rows(job.get("processes")) or [NO_PROCESS]
+    def show(self, job: JobStatus) -> None:
+        rows = process_rows(job.processes) or [NO_PROCESS]
         if rows == self._rows:
             return
         widths = column_widths(rows)

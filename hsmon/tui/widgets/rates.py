@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 
-from hsmon.tui.view import FINISHED_STATES, JobHistory, final_averages, fmt_byte_rate, fmt_rate
+from hsmon.status_doc import JobStatus
+from hsmon.tui.view import FINISHED_STATES, NO_PROGRESS, JobHistory, final_averages, fmt_byte_rate, fmt_rate
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
 from hsmon.tui.widgets.spark import QuietSparkline
 
@@ -39,12 +38,11 @@ class RatesPanel(Vertical):
                 yield RateLabel("", id=f"rate-{key}")
                 yield QuietSparkline([], id=f"spark-{key}")
 
-    def show(self, job: dict[str, Any], history: JobHistory) -> None:
-        progress = job.get("progress") or {}
-        finished = job.get("state") in FINISHED_STATES
+    def show(self, job: JobStatus, history: JobHistory) -> None:
+        progress = job.progress or NO_PROGRESS
+        finished = job.state in FINISHED_STATES
         figures = final_averages(job) if finished else {
-            "rows": progress.get("rows_per_s"), "tokens": progress.get("tokens_per_s"),
-            "bytes": progress.get("bytes_per_s")}
+            "rows": progress.rows_per_s, "tokens": progress.tokens_per_s, "bytes": progress.bytes_per_s}
         values = {
             "rows": (fmt_rate(figures["rows"]), history.rows_per_s),
             "tokens": (fmt_rate(figures["tokens"]), history.tokens_per_s),

@@ -6,7 +6,17 @@ from typing import Any
 
 from rich.text import Text
 
-from hsmon.tui.view import eval_lines, fmt_num, fmt_pct_of, fmt_rate, job_elapsed_eta, job_eta_s, shorten_path
+from hsmon.status_doc import JobStatus, TrainingSection
+from hsmon.tui.view import (
+    eval_lines,
+    fmt_num,
+    fmt_pct_of,
+    fmt_rate,
+    job_elapsed_eta,
+    job_eta_s,
+    sent,
+    shorten_path,
+)
 from hsmon.tui.widgets.job_header import badge
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -14,37 +24,49 @@ from hsmon.tui.widgets.quiet import QuietStatic
 class TrainingStatus(QuietStatic):
     """What the running (or last) training is doing."""
 
-    _job: dict[str, Any] | None = None
+    _job: JobStatus | None = None
 
     def on_resize(self) -> None:
         self.show(self._job)  # paths are cut to the width
 
-    def show(self, job: dict[str, Any] | None) -> None:
+    def show(self, job: JobStatus | None) -> None:
         self._job = job
         if job is None:
             self.show_text(Text("no training job yet: fill in the form and press Launch (l)", style="dim"))
             return
-        training = job.get("training") or {}
+        training = job.training
         elapsed, eta = job_elapsed_eta(job)
-        text = Text.assemble(badge(job.get("state")), " ", (str(job.get("job")), "bold"),
+        text = Text.assemble(badge(job.state), " ", (job.job, "bold"),
                              f"  elapsed {elapsed}")
         if job_eta_s(job) is not None:  # a finished training has no ETA
             text.append(f"  ETA {eta}")
-        total = training.get("total_steps")
-        step = f"{training.get('step', '-')}" + (f" / {total}" if total else "")
-        text.append(f"\nstep {step}  epoch {training.get('epoch', '-')}  "
-                    f"{fmt_rate(training.get('tokens_per_s'), ' tok/s')}")
-        extras = [f"{name} {fmt(training[key])}" for key, name, fmt in
-                  (("lr", "lr", lambda v: fmt_num(v, trim=True)), ("grad_norm", "grad norm", fmt_num),
-                   ("data_wait_frac", "data wait", fmt_pct_of))
-                  if isinstance(training.get(key), (int, float))]
+        text.append("\n" + _step_line(training))
+        extras = [f"{name} {fmt(value)}" for value, name, fmt in
+                  ((_figure(training, "lr"), "lr", lambda v: fmt_num(v, trim=True)),
+                   (_figure(training, "grad_norm"), "grad norm", fmt_num),
+                   (_figure(training, "data_wait_frac"), "data wait", fmt_pct_of))
+                  if isinstance(value, (int, float))]
         if extras:
             text.append("\n" + "  ".join(extras))
-        checkpoint = training.get("last_checkpoint")
+        checkpoint = training.last_checkpoint if training is not None else None
         width = max(20, (self.content_size.width or 60) - len("checkpoint "))
         text.append(f"\ncheckpoint {shorten_path(str(checkpoint), width) if checkpoint else '-'}")
-        for line in eval_lines(training.get("eval")):
+        for line in eval_lines(_figure(training, "eval")):
             text.append(f"\n{line}")
-        if job.get("reason"):
-            text.append(f"\n{job['reason']}", style="italic")
+        if job.reason:
+            text.append(f"\n{job.reason}", style="italic")
         self.show_text(text)
+
+
+def _figure(training: TrainingSection | None, name: str) -> Any:
+    """A figure of the training section; None without the section or when the trainer did not send it."""
+    return None if training is None else sent(getattr(training, name))
+
+
+def _step_line(training: TrainingSection | None) -> str:
+    """'step 120 / 1,000  epoch 0  3.1k tok/s' ('-' for what is unknown)."""
+    if training is None:
+        return f"step -  epoch -  {fmt_rate(None, ' tok/s')}"
+    total = sent(training.total_steps)
+    step = f"{training.step}" + (f" / {total}" if total else "")
+    return f"step {step}  epoch {training.epoch}  {fmt_rate(training.tokens_per_s, ' tok/s')}"

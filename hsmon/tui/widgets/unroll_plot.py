@@ -12,6 +12,7 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
+from hsmon.status_doc import TrainingSection
 from hsmon.tui.view import fmt_num, fmt_pct_of, unroll_series
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -52,9 +53,9 @@ class UnrollPlot(Widget):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._history: list[dict[str, Any]] = []
+        self._history: list[TrainingSection] = []
 
-    def set_history(self, history: Sequence[dict[str, Any]]) -> None:
+    def set_history(self, history: Sequence[TrainingSection]) -> None:
         history = list(history)
         if history == self._history:
             return
