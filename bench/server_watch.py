@@ -75,11 +75,11 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
     sys.path.insert(0, str(REPO / "tests"))
     from nvml_recording import RecordedNvml
 
-    from hsmon.config import JobConfig
+    from hsmon.core.config import JobConfig
+    from hsmon.core.monitor import Monitor
+    from hsmon.core.trackers.gpu import GpuTracker
     from hsmon.daemon import DaemonServer
     from hsmon.metrics.exporter import MetricsEndpoint
-    from hsmon.monitor import Monitor
-    from hsmon.trackers.gpu import GpuTracker
 
     job = JobConfig(name="extract", events=events, pid=pid, stall_after=300)
     if with_engine:

@@ -23,9 +23,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from hsmon import config as cfgmod
-from hsmon import job_flags, verify_watch
+from hsmon import job_flags
 from hsmon.contracts.layout import atomic_write
+from hsmon.core import config as cfgmod
+from hsmon.core import verify_watch
 
 log = logging.getLogger("hsmon.daemon")
 MAX_BODY = 64 * 1024
@@ -254,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hsmon daemon: {exc}", file=sys.stderr)
         return 2
     from hsmon.contracts import events as ev
+    from hsmon.core.monitor import Monitor
     from hsmon.metrics.exporter import MetricsEndpoint
-    from hsmon.monitor import Monitor
     from hsmon.notify import Notifier
 
     if not cfg.jobs and token is None:

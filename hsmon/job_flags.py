@@ -7,7 +7,7 @@ import argparse
 import os
 import re
 
-from hsmon.config import (
+from hsmon.core.config import (
     DEFAULT_BUSY_AFTER,
     DEFAULT_HEALTH_INTERVAL,
     DEFAULT_HEALTH_TIMEOUT,

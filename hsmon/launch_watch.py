@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hsmon import launch
-from hsmon.config import JobConfig
+from hsmon.core.config import JobConfig
 
 if TYPE_CHECKING:
-    from hsmon.monitor import Monitor
+    from hsmon.core.monitor import Monitor
 
 TRAIN_STALL_AFTER_S = 600.0
 

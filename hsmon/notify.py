@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from hsmon.state_facts import ALERT_STATES
+from hsmon.core.state_facts import ALERT_STATES
 from hsmon.status_doc import JobStatus, to_builtins
 
 log = logging.getLogger("hsmon.notify")

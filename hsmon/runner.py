@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 
-from hsmon import logtail
 from hsmon.contracts import events as ev
+from hsmon.core import logtail
 from hsmon.rotating_log import RotatingLog
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

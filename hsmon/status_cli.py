@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hsmon import __version__, job_flags
-from hsmon import config as cfgmod
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
+from hsmon.core import config as cfgmod
 from hsmon.status_doc import (
     DumpSection,
     GpuSection,
@@ -73,7 +73,7 @@ def fetch(url: str, timeout: float = 5.0) -> StatusDocument:
 
 def measure(jobs: list[cfgmod.JobConfig], sample_s: float) -> StatusDocument:
     """The status document measured in-process (no daemon)."""
-    from hsmon.monitor import Monitor
+    from hsmon.core.monitor import Monitor
 
     monitor = Monitor(jobs, use_watchdog=False, source="inprocess", scan_interval=max(sample_s, 0.01))
     try:

@@ -1,5 +1,5 @@
 """A recording of NVML's answers, replayed through the subset of the pynvml API that
-hsmon/trackers/gpu.py calls. A stand-in for a GPU (there is none here), not for any part of hsmon.
+hsmon/core/trackers/gpu.py calls. A stand-in for a GPU (there is none here), not for any part of hsmon.
 
     python tests/nvml_recording.py --capture OUT.json [--frames 4 --every 5]
 

@@ -79,9 +79,9 @@ def record() -> dict:
     """Run the jobs and the Monitor a few seconds; the status document with every section filled."""
     from nvml_recording import RecordedNvml
 
-    from hsmon.config import JobConfig, ServerSpec
-    from hsmon.monitor import Monitor
-    from hsmon.trackers.gpu import GpuTracker
+    from hsmon.core.config import JobConfig, ServerSpec
+    from hsmon.core.monitor import Monitor
+    from hsmon.core.trackers.gpu import GpuTracker
 
     with tempfile.TemporaryDirectory(prefix="hsmon-record-") as tmp:
         root = Path(tmp)

@@ -30,7 +30,7 @@ def test_a_monitor_module_importing_torch_breaks_the_named_rule(tmp_path: Path) 
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__", "embedded",
                                                                                        "plugin_root", "*.md"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    monitor = tmp_path / "hsmon" / "trackers" / "disk.py"
+    monitor = tmp_path / "hsmon" / "core" / "trackers" / "disk.py"
     monitor.write_text(monitor.read_text() + "\n\ndef _bad() -> None:\n    import torch  # noqa: F401\n")
     cycle = tmp_path / "extractor" / "errors.py"
     cycle.write_text(cycle.read_text() + "\n\ndef _cycle() -> None:\n    import extractor.prepare\n")
@@ -38,6 +38,6 @@ def test_a_monitor_module_importing_torch_breaks_the_named_rule(tmp_path: Path) 
     said = " ".join(proc.stdout.split())
     assert proc.returncode != 0
     assert "never imports torch, transformers or sglang BROKEN" in said
-    assert "hsmon.trackers.disk -> torch" in said
+    assert "hsmon.core.trackers.disk -> torch" in said
     assert "no import cycles between the modules of extractor, trainer and the monitor BROKEN" in said
     assert ".errors -> .prepare" in said

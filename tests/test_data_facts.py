@@ -14,13 +14,13 @@ from extract_helpers import hsmon_status, make_dataset, run_extract
 from nonfinite_helpers import nan_embedding_target, scaled_embedding_target, token_rows
 from prometheus_client.parser import text_string_to_metric_families
 
-from hsmon.config import JobConfig
 from hsmon.contracts.data_facts import DataFacts
 from hsmon.contracts.layout import MANIFEST_NAME, iter_jsonl
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.core.verify_watch import VerifySpec
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
-from hsmon.verify_watch import VerifySpec
 
 CHUNK = ["--chunk-size", "3"]
 

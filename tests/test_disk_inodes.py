@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from synthetic_output import write_synthetic_output
 
-from hsmon.config import JobConfig
 from hsmon.contracts import events as ev
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.core.trackers import disk
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.monitor import Monitor
 from hsmon.status_cli import render
-from hsmon.trackers import disk
 
 
 @contextlib.contextmanager

@@ -8,9 +8,9 @@ import sys
 
 from daemon_helpers import REPO, STORY, child_env
 
-from hsmon.config import JobConfig
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
 
 
@@ -59,9 +59,9 @@ def test_every_exported_metric_is_documented(tmp_path):
 def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
     code = (
         "import sys, io, contextlib\n"
-        "import hsmon.daemon, hsmon.monitor, hsmon.status_cli, hsmon.launch, hsmon.notify\n"
+        "import hsmon.daemon, hsmon.core.monitor, hsmon.status_cli, hsmon.launch, hsmon.notify\n"
         "import hsmon.metrics.exporter\n"
-        "import hsmon.watch, hsmon.trackers.processes\n"
+        "import hsmon.core.watch, hsmon.core.trackers.processes\n"
         "from hsmon.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    main(['status', '--out', {str(tmp_path)!r}, '--sample', '0', '--json'])\n"

@@ -32,9 +32,9 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
-from hsmon.config import JobConfig
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
+from hsmon.core.config import JobConfig
 from hsmon.status_cli import measure
 from hsmon.status_doc import to_builtins
 

@@ -268,8 +268,8 @@ def test_the_status_capture_section_is_null_without_the_plugin(workdir, server, 
     # The server tracker's entry (servers[i] of the status document) of each real server, after
     # one look and one forward check: the plugin's counters where `hsmon sglang-serve` loaded it,
     # null for a plain SGLang launch (its /server_info read all the same).
-    from hsmon.config import ServerSpec
-    from hsmon.trackers.server import ServerTracker
+    from hsmon.core.config import ServerSpec
+    from hsmon.core.trackers.server import ServerTracker
 
     entries = {}
     for name, url in (("plain", wait_plain(workdir, plain_server)), ("plugin", server.url)):

@@ -106,7 +106,7 @@ def test_daemon_on_a_finished_output_stays_done_and_pages_nobody(procs, finished
 async def test_tui_on_a_finished_output_shows_done_and_totals(finished):
     from test_tui_pilot import screen_text, wait_for
 
-    from hsmon.config import JobConfig
+    from hsmon.core.config import JobConfig
     from hsmon.tui.app import HsmonApp
     from hsmon.tui.sources import InProcessSource
 

@@ -12,10 +12,10 @@ import time
 from daemon_helpers import child_env, procs  # noqa: F401
 from nvml_recording import RecordedNvml
 
-from hsmon.config import JobConfig
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.core.trackers.gpu import GpuTracker, gpus_of, idle_since
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.monitor import Monitor
-from hsmon.trackers.gpu import GpuTracker, gpus_of, idle_since
 
 
 def test_no_driver_here_is_said_once_and_the_monitor_works(caplog):

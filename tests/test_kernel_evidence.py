@@ -1,4 +1,4 @@
-"""The kernel's word on a vanished process (hsmon/trackers/kernel.py): the OOM killer's line in the
+"""The kernel's word on a vanished process (hsmon/core/trackers/kernel.py): the OOM killer's line in the
 kernel log and the memory cgroup's OOM count, read once when the process is gone; an OOM kill reads
 `dead` with that line rather than `exited`. The parsers run on records recorded on this machine
 (tests/fixtures/kernel: a real memory-cgroup OOM kill of PID 8999, cgroup v1); the last test makes
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from daemon_helpers import Daemon, Procs, child_env, wait_until
 
-from hsmon.state import decide
-from hsmon.state_facts import ProcessFacts, Snapshot
-from hsmon.trackers.kernel import (
+from hsmon.core.state import decide
+from hsmon.core.state_facts import ProcessFacts, Snapshot
+from hsmon.core.trackers.kernel import (
     CgroupWatch,
     kmsg_message,
     memory_cgroup_file,

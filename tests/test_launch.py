@@ -318,8 +318,8 @@ def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir
     # The TUI's in-process form and the daemon's endpoint share hsmon.launch_watch: the launched
     # training becomes a watched job, a second launch into the same directory is refused while
     # the first runs, and a stop reaches its process.
+    from hsmon.core.monitor import Monitor
     from hsmon.launch_watch import launch_and_watch, stop_watched
-    from hsmon.monitor import Monitor
 
     monkeypatch.setenv("HSMON_TRAIN_COMMAND", STANDIN)
     monitor = Monitor([], source="inprocess")

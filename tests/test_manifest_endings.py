@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hsmon.contracts import layout
-from hsmon.trackers.output_dir import OutputDirTracker
+from hsmon.core.trackers.output_dir import OutputDirTracker
 
 
 def run_record(rows: int, shard: tuple[int, int] = (0, 1), plan: bool = True) -> dict:

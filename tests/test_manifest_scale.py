@@ -16,12 +16,12 @@ from synthetic_output import row_record, run_record, scratch_totals, write_synth
 
 from extractor import dataset as ds
 from extractor.prepare import resume_book
-from hsmon.config import JobConfig
 from hsmon.contracts import layout, manifest_reader
 from hsmon.contracts.manifest_reader import RowSet, read_manifest, read_row_records
-from hsmon.monitor import Monitor
-from hsmon.trackers import output_dir
-from hsmon.trackers.output_dir import OutputDirTracker
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.core.trackers import output_dir
+from hsmon.core.trackers.output_dir import OutputDirTracker
 
 FIGURES = ("rows", "tokens", "bytes", "rejects", "chunks_complete")
 

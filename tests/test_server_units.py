@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hsmon.config import ServerSpec
-from hsmon.state_server import ServerLook, decide_server
-from hsmon.trackers.server import ServerTracker
-from hsmon.trackers.server_rules import parse_load
+from hsmon.core.config import ServerSpec
+from hsmon.core.state_server import ServerLook, decide_server
+from hsmon.core.trackers.server import ServerTracker
+from hsmon.core.trackers.server_rules import parse_load
 
 # SGLang 0.5.23 with --enable-metrics on CPU, captured with curl (tests/fixtures/sglang_recording/README)
 CAPTURE = Path(__file__).parent / "fixtures" / "sglang_recording" / "metrics.txt"
@@ -234,7 +234,7 @@ def test_replay_an_immediate_503_on_an_idle_server_reads_hung_after_the_timeout(
 def test_servers_from_flags_and_toml_and_bad_input_named(tmp_path):
     import argparse
 
-    from hsmon.config import ConfigError, load_toml
+    from hsmon.core.config import ConfigError, load_toml
     from hsmon.job_flags import add_job_arguments, job_from_args
 
     parser = argparse.ArgumentParser()
@@ -280,7 +280,7 @@ def _plugin_snapshot(requests: int, hook_ms: list[float], **counters: float) -> 
 
 
 def test_capture_counters_sum_over_schedulers_and_are_null_without_the_plugin():
-    from hsmon.trackers.server_capture import parse_capture
+    from hsmon.core.trackers.server_capture import parse_capture
 
     info = {"hsmon_plugin": {"version": "1"}, "internal_states": [
         {"hsmon_capture": _plugin_snapshot(3, [0.2, 0.3, 40.0], files_written=2, write_errors=1,
@@ -312,8 +312,8 @@ def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
     import msgspec
 
     from hsmon import status_doc
+    from hsmon.core.trackers.server_capture import parse_capture
     from hsmon.metrics.engine_metrics import render_engine
-    from hsmon.trackers.server_capture import parse_capture
 
     info = {"hsmon_plugin": {"version": "1"},
             "internal_states": [{"hsmon_capture": _plugin_snapshot(7, [0.5], write_errors=2)}]}

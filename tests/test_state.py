@@ -1,9 +1,9 @@
-"""hsmon.state.decide: a pure function, tested without threads, clocks or files."""
+"""hsmon.core.state.decide: a pure function, tested without threads, clocks or files."""
 
 from __future__ import annotations
 
-from hsmon.state import decide
-from hsmon.state_facts import STATES, ProcessFacts, Snapshot
+from hsmon.core.state import decide
+from hsmon.core.state_facts import STATES, ProcessFacts, Snapshot
 
 NOW = 10_000.0
 

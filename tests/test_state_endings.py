@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from hsmon import logtail
 from hsmon.contracts import events as ev
+from hsmon.core import logtail
+from hsmon.core.state import decide
+from hsmon.core.state_facts import ALERT_STATES, STATES, ProcessFacts, Snapshot
 from hsmon.rotating_log import RotatingLog
 from hsmon.runner import _ending, job_name
-from hsmon.state import decide
-from hsmon.state_facts import ALERT_STATES, STATES, ProcessFacts, Snapshot
 
 NOW = 10_000.0
 TRACEBACK = [
@@ -216,8 +216,8 @@ def test_an_ending_written_just_before_the_process_exits_is_never_read_as_dead(t
     import sys
     import time
 
-    from hsmon.config import JobConfig
-    from hsmon.job_runtime import JobRuntime
+    from hsmon.core.config import JobConfig
+    from hsmon.core.job_runtime import JobRuntime
 
     events = tmp_path / "events.jsonl"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -1,9 +1,9 @@
-"""hsmon.state.decide with the engine's facts (servers, GPUs): pure, no threads, no clock."""
+"""hsmon.core.state.decide with the engine's facts (servers, GPUs): pure, no threads, no clock."""
 
 from __future__ import annotations
 
-from hsmon.state import decide
-from hsmon.state_facts import ProcessFacts, ServerFacts, Snapshot
+from hsmon.core.state import decide
+from hsmon.core.state_facts import ProcessFacts, ServerFacts, Snapshot
 
 NOW = 10_000.0
 URL = "http://10.0.0.5:30000"

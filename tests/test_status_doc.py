@@ -46,7 +46,7 @@ def test_a_document_missing_a_field_is_refused_naming_it() -> None:
 
 
 def test_the_engine_check_section_round_trips_from_its_producer() -> None:
-    from hsmon.verify_watch import VerifyResult
+    from hsmon.core.verify_watch import VerifyResult
 
     result = VerifyResult(verdict="disagree", chunk="rows_0-100", rows_checked=4, worst_cosine=0.91,
                           max_abs_diff=3.5, against="hf", checked_ts=1.0, seconds=2.5, reason="cosine",
@@ -58,7 +58,7 @@ def test_the_engine_check_section_round_trips_from_its_producer() -> None:
 
 def test_the_training_sections_optional_fields_round_trip_from_the_progress_tracker(tmp_path) -> None:
     from hsmon.contracts import events as ev
-    from hsmon.trackers.progress import ProgressTracker
+    from hsmon.core.trackers.progress import ProgressTracker
 
     path = tmp_path / "train.jsonl"
     with ev.EventWriter("train", path) as writer:

@@ -1,5 +1,5 @@
 """A tracker that raises is counted, logged once per kind, and leaves every other tracker and job
-running (hsmon/tracker_errors.py). The exception is injected: a bug cannot be made real on demand."""
+running (hsmon/core/tracker_errors.py). The exception is injected: a bug cannot be made real on demand."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hsmon.config import JobConfig
 from hsmon.contracts import events as ev
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.core.trackers.output_dir import OutputDirTracker
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.monitor import Monitor
 from hsmon.notify import Notifier
-from hsmon.trackers.output_dir import OutputDirTracker
 
 
 def test_a_failing_output_tracker_leaves_its_events_and_the_other_job_watched(
@@ -34,7 +34,7 @@ def test_a_failing_output_tracker_leaves_its_events_and_the_other_job_watched(
         raise RuntimeError("injected: the output tracker's bug")
 
     monkeypatch.setattr(OutputDirTracker, "scan", boom)
-    with caplog.at_level(logging.ERROR, logger="hsmon.trackers"):
+    with caplog.at_level(logging.ERROR, logger="hsmon.core.trackers"):
         for _ in range(3):
             monitor.tick(force_scan=True)
     docs = {job["job"]: job for job in monitor.status_document()["jobs"]}
@@ -70,12 +70,12 @@ def test_a_job_whose_update_fails_does_not_stop_the_others(
 def test_a_tracker_registered_in_the_list_that_raises_leaves_the_others_updating(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A tracker added to JOB_TRACKERS (hsmon/job_trackers.py) whose poll and section raise for real
+    """A tracker added to JOB_TRACKERS (hsmon/core/job_trackers.py) whose poll and section raise for real
     (a missing file read; a section fed a bad value): counted, logged once per kind, and the job's
     other sections and the other job still move from tick to tick."""
     import msgspec
 
-    from hsmon import job_trackers
+    from hsmon.core import job_trackers
     from hsmon.status_doc import DumpSection
 
     class Broken(job_trackers.JobTracker):
@@ -100,7 +100,7 @@ def test_a_tracker_registered_in_the_list_that_raises_leaves_the_others_updating
     try:
         for w in writers.values():
             w.emit(ev.START, rows_total=10)
-        with caplog.at_level(logging.ERROR, logger="hsmon.trackers"):
+        with caplog.at_level(logging.ERROR, logger="hsmon.core.trackers"):
             for tick in range(1, 4):
                 for w in writers.values():
                     w.emit(ev.ROWS, rows=1, tokens=10, last_row=tick - 1, rows_done=tick, rows_total=10)
@@ -122,8 +122,8 @@ def test_a_tracker_registered_in_the_list_that_raises_leaves_the_others_updating
 def test_every_registered_tracker_answers_the_one_interface(tmp_path: Path) -> None:
     """The job's trackers (made from JOB_TRACKERS) and the machine's GPU tracker are all Trackers,
     each with a name of its own; each tracker's metrics hook is listed for the exporter."""
-    from hsmon import job_trackers
-    from hsmon.trackers.base import Tracker
+    from hsmon.core import job_trackers
+    from hsmon.core.trackers.base import Tracker
 
     (tmp_path / "out").mkdir()
     (tmp_path / "dump").mkdir()

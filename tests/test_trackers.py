@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from daemon_helpers import STORY, child_env, procs, wait_until  # noqa: F401
 
-from hsmon.config import JobConfig, ProcessSpec
 from hsmon.contracts import events as ev
-from hsmon.monitor import Monitor
-from hsmon.trackers import disk
-from hsmon.trackers.dump_dir import DumpDirTracker
-from hsmon.trackers.output_dir import OutputDirTracker
-from hsmon.trackers.processes import ProcessTracker, python_unbuffered, stdout_block_buffered
-from hsmon.trackers.progress import ProgressTracker
+from hsmon.core.config import JobConfig, ProcessSpec
+from hsmon.core.monitor import Monitor
+from hsmon.core.trackers import disk
+from hsmon.core.trackers.dump_dir import DumpDirTracker
+from hsmon.core.trackers.output_dir import OutputDirTracker
+from hsmon.core.trackers.processes import ProcessTracker, python_unbuffered, stdout_block_buffered
+from hsmon.core.trackers.progress import ProgressTracker
 
 
 def touch(path: Path, size: int = 10) -> None:

@@ -15,7 +15,7 @@ from test_tui_e2e import repo_env
 from test_tui_pilot import screen_text, wait_for
 from textual.widgets import TabbedContent
 
-from hsmon.config import JobConfig
+from hsmon.core.config import JobConfig
 from hsmon.tui.app import HsmonApp
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.screens.training import TrainingScreen

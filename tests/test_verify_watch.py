@@ -11,10 +11,10 @@ import json
 import pytest
 
 from hsmon import daemon
-from hsmon.config import ConfigError, load_toml
-from hsmon.state import decide
-from hsmon.state_facts import Snapshot
-from hsmon.verify_watch import VerifyResult, judge
+from hsmon.core.config import ConfigError, load_toml
+from hsmon.core.state import decide
+from hsmon.core.state_facts import Snapshot
+from hsmon.core.verify_watch import VerifyResult, judge
 
 
 def verify_hints(result: VerifyResult) -> list[dict]:
@@ -101,7 +101,7 @@ def test_toml_and_flags_configure_the_check_with_one_line_errors(tmp_path):
     assert cfg.jobs[0].verify.budget == 30 and cfg.jobs[0].verify.where == "hf:the data's model"
     run = {"type": "run", "settings": {"model": "/m/x"}}
     (tmp_path / "hsmon-manifest.jsonl").write_text(json.dumps(run) + "\n")
-    from hsmon.verify_watch import VerifyWatch
+    from hsmon.core.verify_watch import VerifyWatch
 
     assert VerifyWatch(cfg.jobs[0].verify, str(tmp_path)).result.against == "hf:/m/x"
 

@@ -179,13 +179,13 @@ class DataFacts:
             "drift_tolerance": self.tolerance,
             "drifted_chunks": self.drifted_chunks,
             "drifts": [d.as_dict() for d in self.drifts],
-            "verify": None,  # the engine check's section (hsmon/verify_watch.py), when the job has one
+            "verify": None,  # the engine check's section (hsmon/core/verify_watch.py), when the job has one
         }
 
 
 @dataclass(frozen=True)
 class DataSummary:
-    """What ``decide`` needs from the data facts (hsmon/state_data.py turns it into hints)."""
+    """What ``decide`` needs from the data facts (hsmon/core/state_data.py turns it into hints)."""
 
     nonfinite_rows: int = 0
     first_nonfinite_rows: tuple[int, ...] = ()

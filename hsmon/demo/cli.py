@@ -186,7 +186,7 @@ class TuiHooks:
     def watch_eval(self, pid: int, events: Path) -> None:
         # The measurement is a job of this dashboard (a monitor in this process watches its
         # events and PID): a tab while it runs, its acceptance lengths on the training screen.
-        from hsmon.config import JobConfig
+        from hsmon.core.config import JobConfig
         from hsmon.tui.sources import InProcessSource
 
         job = JobConfig(name="eval-drafter", kind="external", events=str(events), pid=pid, role="trainer")

@@ -17,11 +17,11 @@ from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
+from hsmon.core.trackers.server_rules import SERVER_STATES
 from hsmon.status_doc import GpuSection, JobStatus, StatusDocument
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
-from hsmon.trackers.server_rules import SERVER_STATES
 
 # servers[i].capture keys exported as hsmon_server_capture_<key> (counters get _total), kind, help
 CAPTURE_FAMILIES = (

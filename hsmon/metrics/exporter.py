@@ -14,12 +14,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from hsmon import __version__
-from hsmon.job_trackers import TRACKER_METRICS
+from hsmon.core.job_trackers import TRACKER_METRICS
+from hsmon.core.state_facts import STATES
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
 from hsmon.metrics.engine_metrics import EngineExposition
-from hsmon.state_facts import STATES
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
 
 
 class MonitorCollector(Collector):

@@ -1,7 +1,7 @@
 """The status document (docs/status-api.md) as types: what the monitor knows, in one shape.
 
-``hsmon.monitor.Monitor.status()`` builds a :class:`StatusDocument` once per request from the jobs'
-:class:`JobStatus` (each built in one step per tick by ``hsmon.job_runtime.JobRuntime``); the HTTP
+``hsmon.core.monitor.Monitor.status()`` builds a :class:`StatusDocument` once per request from the jobs'
+:class:`JobStatus` (each built in one step per tick by ``hsmon.core.job_runtime.JobRuntime``); the HTTP
 API and ``hsmon status --json`` encode it with :func:`encode`; readers that get it as JSON decode
 it with :func:`decode`, in process they read the types. ``python -m hsmon.status_doc --schema``
 prints the JSON Schema kept in docs/status-schema.json (checked by tests/test_status_doc.py).

@@ -1,5 +1,5 @@
-"""The engine's sections: a job's inference servers (hsmon/trackers/server.py) and the host's GPUs
-(hsmon/trackers/gpu.py, the top-level ``gpus``)."""
+"""The engine's sections: a job's inference servers (hsmon/core/trackers/server.py) and the host's GPUs
+(hsmon/core/trackers/gpu.py, the top-level ``gpus``)."""
 
 from __future__ import annotations
 

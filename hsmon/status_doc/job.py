@@ -1,5 +1,5 @@
 """One job's section of the status document (``jobs[]``) and its parts measured by the job's own
-trackers: progress and events (hsmon/trackers/progress.py), dump directory, disks, processes."""
+trackers: progress and events (hsmon/core/trackers/progress.py), dump directory, disks, processes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hsmon.status_doc.output import OutputSection
 
 class Hint(msgspec.Struct, frozen=True):
     """Something a person should know about the job (docs/daemon.md lists the ids); the state
-    rules (hsmon/state*.py) make them: ``Hint(id, severity, message)``."""
+    rules (hsmon/core/state*.py) make them: ``Hint(id, severity, message)``."""
 
     id: str
     severity: str  # info | warning | critical

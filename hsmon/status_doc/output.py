@@ -1,6 +1,6 @@
-"""The ``output`` section: the output directory (hsmon/trackers/output_dir.py) and, for the hsmon
+"""The ``output`` section: the output directory (hsmon/core/trackers/output_dir.py) and, for the hsmon
 layout, the data facts of the hidden states written (hsmon/contracts/data_facts.py) and the engine
-check (hsmon/verify_watch.py)."""
+check (hsmon/core/verify_watch.py)."""
 
 from __future__ import annotations
 

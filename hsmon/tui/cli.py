@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def local_job_configs(args: argparse.Namespace) -> list[Any]:
     """JobConfigs from --config and the path options, built the way `hsmon daemon` builds them."""
-    from hsmon import config, job_flags
+    from hsmon import job_flags
+    from hsmon.core import config
 
     jobs = list(config.load_toml(args.config).jobs) if args.config else []
     job = job_flags.job_from_args(args)
@@ -72,7 +73,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")
         sources.append(HttpStatusSource(url, token=token, interval=args.refresh))
-    from hsmon.config import ConfigError
+    from hsmon.core.config import ConfigError
 
     try:
         jobs = local_job_configs(args)

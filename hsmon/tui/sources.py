@@ -5,7 +5,7 @@ worker thread (the watcher-thread style of Textualize/toolong), and carries out 
 that start or stop work: launching a training and stopping a job.
 
 - ``HttpStatusSource``: a daemon's ``/api/v1/status``; actions go to its API with the bearer token.
-- ``InProcessSource``: trackers run in this process (``hsmon.monitor.Monitor``); actions use
+- ``InProcessSource``: trackers run in this process (``hsmon.core.monitor.Monitor``); actions use
   ``hsmon.launch`` directly and the launched training is added to the monitor as a job.
 - ``FixedSource``: documents given up front (a saved ``hsmon status --json``; tests).
 
@@ -297,7 +297,7 @@ class InProcessSource(StatusSource):
 
     def __init__(self, job_configs: list[Any], interval: float = 1.0) -> None:
         super().__init__(interval)
-        from hsmon.monitor import Monitor
+        from hsmon.core.monitor import Monitor
 
         self.monitor = Monitor(job_configs, source="inprocess")
         self._started = False

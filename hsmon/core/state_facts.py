@@ -1,8 +1,8 @@
 """What the job state machine reads and returns: the snapshot of plain figures the monitor
 measured (`Snapshot` with its process and server facts), the states, hints and the decision.
 
-Types only (and two formatting helpers): hsmon/state.py decides, hsmon/state_engine.py and
-hsmon/state_data.py add the engine's and the data's hints, all from these facts.
+Types only (and two formatting helpers): hsmon/core/state.py decides, hsmon/core/state_engine.py and
+hsmon/core/state_data.py add the engine's and the data's hints, all from these facts.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hsmon.contracts.data_facts import DataSummary
+from hsmon.core.verify_watch import VerifyResult
 from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
-from hsmon.verify_watch import VerifyResult
 
 STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
@@ -32,7 +32,7 @@ class ProcessFacts:
 
 @dataclass
 class ServerFacts:
-    """One inference server the job talks to (hsmon/trackers/server.py measures it)."""
+    """One inference server the job talks to (hsmon/core/trackers/server.py measures it)."""
 
     url: str
     state: str  # up | busy | hung | down | unknown
@@ -79,13 +79,13 @@ class Snapshot:
     output_ending: str | None = None  # done | stopped: every manifest's latest run ended so
     output_ending_ts: float | None = None
     output_run_seconds: float | None = None
-    # The engine (hsmon/trackers/server.py, gpu.py):
+    # The engine (hsmon/core/trackers/server.py, gpu.py):
     servers: list[ServerFacts] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)  # GPUs the job's processes hold memory on
     gpu_idle_since_ts: float | None = None  # every one of those GPUs at 0 % since then
     # What the hidden states written look like (hsmon/contracts/data_facts.py; None: no hsmon manifest):
     data: DataSummary | None = None
-    # The engine check's last verdict (hsmon/verify_watch.py; None: --verify-every not set):
+    # The engine check's last verdict (hsmon/core/verify_watch.py; None: --verify-every not set):
     verify: VerifyResult | None = None
 
 

@@ -21,7 +21,7 @@ stall_after = 300
 role = "server"
 match = "sglang.launch_server"
 
-[[job.server]]           # inference servers the job talks to (hsmon/trackers/server.py)
+[[job.server]]           # inference servers the job talks to (hsmon/core/trackers/server.py)
 url = "http://127.0.0.1:30000"
 """
 
@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsmon.verify_watch import VERIFY_KEYS, VerifySpec, spec_from_table
+from hsmon.core.verify_watch import VERIFY_KEYS, VerifySpec, spec_from_table
 
 JOB_KINDS = ("extract", "train", "external")
 PROCESS_ROLES = ("extractor", "server", "trainer")
@@ -122,7 +122,7 @@ class JobConfig:
     shm_dir: str = "/dev/shm"
     rows_total: int | None = None
     needed_bytes: int | None = None
-    verify: VerifySpec | None = None  # the engine check during the run (hsmon/verify_watch.py)
+    verify: VerifySpec | None = None  # the engine check during the run (hsmon/core/verify_watch.py)
 
     def __post_init__(self) -> None:
         self.validate()

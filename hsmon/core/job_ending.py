@@ -10,10 +10,10 @@ import msgspec
 import psutil
 from msgspec import UNSET
 
-from hsmon import logtail
+from hsmon.core import logtail
+from hsmon.core.trackers.processes import ProcessTracker
+from hsmon.core.trackers.progress import ProgressTracker
 from hsmon.status_doc import OutputSection, ProcessEntry, Progress
-from hsmon.trackers.processes import ProcessTracker
-from hsmon.trackers.progress import ProgressTracker
 
 
 class EndingWatch:

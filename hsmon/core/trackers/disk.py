@@ -3,7 +3,7 @@
 ``usage()`` is the only I/O (statvfs of the path, or of its nearest existing parent); the
 arithmetic is ``headroom()``, a pure function returning the status document's typed entry.
 ``DiskTracker`` is a job's: it polls ``usage()`` of its filesystems and answers its ``disk``
-entries from the output and dump sections of the same tick (hsmon/job_trackers.py ``DiskJob``).
+entries from the output and dump sections of the same tick (hsmon/core/job_trackers.py ``DiskJob``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import gauge as _g
+from hsmon.core.trackers.rates import RateWindow
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, Progress
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import gauge as _g
-from hsmon.trackers.rates import RateWindow
 
 
 class FsUsage(NamedTuple):
@@ -177,7 +177,7 @@ def shortfall_message(entry: DiskEntry | None) -> str | None:
     )
 
 
-# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+# -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
 def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
     """The disk families (the ``disk`` entries, labelled by role)."""
     labels = ("job", "role")

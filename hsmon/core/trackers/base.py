@@ -4,7 +4,7 @@ A tracker polls on its own schedule (``due``/``poll``), answers its typed sectio
 document (``section``), and keeps its Prometheus families beside it: a module-level
 ``metrics(jobs, monitor)`` function that the exporter calls from its list
 (hsmon/metrics/exporter.py ``TRACKER_METRICS``). The job's trackers are created from a list
-(hsmon/job_trackers.py ``JOB_TRACKERS``); ``poll_all`` polls them, each call guarded, so one
+(hsmon/core/job_trackers.py ``JOB_TRACKERS``); ``poll_all`` polls them, each call guarded, so one
 tracker's exception is counted (``hsmon_tracker_errors_total{tracker}``), logged once per kind,
 and leaves the other trackers, and every other job, running.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from hsmon.tracker_errors import TrackerErrors
+from hsmon.core.tracker_errors import TrackerErrors
 
 
 @runtime_checkable

@@ -112,7 +112,7 @@ def job_gpus(
 
 class GpuTracker:
     """Every GPU of the machine; ``poll`` reads NVML, ``snapshot`` reads memory. A machine-level
-    tracker (hsmon.trackers.base.Tracker): the Monitor polls it once per tick for all its jobs."""
+    tracker (hsmon.core.trackers.base.Tracker): the Monitor polls it once per tick for all its jobs."""
 
     name = "gpu"
 

@@ -1,12 +1,12 @@
 """The state machine's view of the data itself: hints about NaN/Inf and drifting statistics in the
-hidden states written (hsmon/contracts/data_facts.py measures them). Pure, like hsmon/state.py, which calls
+hidden states written (hsmon/contracts/data_facts.py measures them). Pure, like state.py, which calls
 it. These are warnings: bad data does not stop a job, but it must be seen before the training."""
 
 from __future__ import annotations
 
 from hsmon.contracts.data_facts import DataSummary, Drift
-from hsmon.state_facts import Hint, Snapshot
-from hsmon.verify_watch import VerifyResult
+from hsmon.core.state_facts import Hint, Snapshot
+from hsmon.core.verify_watch import VerifyResult
 
 FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std"}
 

@@ -7,7 +7,7 @@ Understands three layouts:
 - ``specforge``: plain ``rows_{a}-{b}/data_{i}.ckpt`` written by another tool; every row file
   counts; a chunk is complete when it holds all its rows.
 - ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files
-  (hsmon.trackers.speculators_files).
+  (hsmon.core.trackers.speculators_files).
 In-progress files are hidden temporaries (hsmon.contracts.layout.is_temporary). A directory whose mtime has
 not changed is not listed again (only the newest chunk is, since files there may still grow).
 """
@@ -28,8 +28,8 @@ from msgspec.structs import replace
 from hsmon.contracts import layout
 from hsmon.contracts.data_facts import DataFacts, DataSummary, summarize
 from hsmon.contracts.manifest_reader import JsonlTail, Manifest
+from hsmon.core.trackers.speculators_files import SpeculatorsFiles
 from hsmon.status_doc import DataSection, OutputSection, Reading
-from hsmon.trackers.speculators_files import SpeculatorsFiles
 
 log = logging.getLogger("hsmon.monitor")
 

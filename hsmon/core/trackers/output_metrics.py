@@ -1,17 +1,17 @@
-"""The output directory tracker's Prometheus families (hsmon/trackers/output_dir.py's ``output``
+"""The output directory tracker's Prometheus families (hsmon/core/trackers/output_dir.py's ``output``
 section: its counts, the data facts of hsmon/contracts/data_facts.py and the engine check of
-hsmon/verify_watch.py), read from the status document at scrape time. Listed in
-hsmon/job_trackers.py TRACKER_METRICS; documented in docs/metrics.md."""
+hsmon/core/verify_watch.py), read from the status document at scrape time. Listed in
+hsmon/core/job_trackers.py TRACKER_METRICS; documented in docs/metrics.md."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
 from hsmon.status_doc import DataSection, JobStatus
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
 
 
 def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
@@ -76,7 +76,7 @@ def _data_facts(jobs: Sequence[JobStatus]) -> Iterator[Any]:
 
 
 def _verify(jobs: Sequence[JobStatus]) -> Iterator[Any]:
-    """The engine check during the run (output.data.verify, hsmon/verify_watch.py)."""
+    """The engine check during the run (output.data.verify, hsmon/core/verify_watch.py)."""
     checks = _c("hsmon_verify_checks_total", "engine checks finished, by verdict (agree, disagree, error, "
                 "timeout)", ("job", "verdict"))
     cosine = _g("hsmon_verify_worst_cosine", "lowest per-token cosine of the last engine check (1 = equal)")

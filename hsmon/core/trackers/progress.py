@@ -18,11 +18,11 @@ import msgspec
 
 from hsmon.contracts import events as ev
 from hsmon.contracts.rejects import classify, clean_counts
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
+from hsmon.core.trackers.rates import RateWindow
 from hsmon.status_doc import EventsSection, JobStatus, Progress, TrainingSection
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
-from hsmon.trackers.rates import RateWindow
 
 PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
 
@@ -279,7 +279,7 @@ class ProgressSections:
     recent_events: list[dict[str, Any]]
 
 
-# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+# -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
 def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
     """The progress and training families (the ``progress`` and ``training`` sections)."""
     specs = [

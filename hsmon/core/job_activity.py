@@ -1,5 +1,5 @@
 """A job's activity clocks: when its work last moved (dump files, output) and when its processes
-were last busy (CPU or I/O above idle). The state machine reads both (hsmon/state.py)."""
+were last busy (CPU or I/O above idle). The state machine reads both (hsmon/core/state.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Threads live here (edges): a watchdog observer feeds the dump-directory trackers for latency, and
 one tick thread polls processes and events, runs the reconciliation scans (periodic, and at once
-when watchdog logs an inotify queue overflow), and decides each job's state with hsmon.state.
+when watchdog logs an inotify queue overflow), and decides each job's state with hsmon.core.state.
 ``status_document()`` and the exporter read memory only: they never list a directory.
 
 Stable API (the TUI uses it in-process):
@@ -25,11 +25,11 @@ from typing import Any
 import psutil
 
 from hsmon import __version__
-from hsmon.config import DEFAULT_SCAN_INTERVAL, JobConfig
-from hsmon.job_runtime import JobRuntime
+from hsmon.core.config import DEFAULT_SCAN_INTERVAL, JobConfig
+from hsmon.core.job_runtime import JobRuntime
+from hsmon.core.tracker_errors import TrackerErrors
+from hsmon.core.trackers.base import poll_all
 from hsmon.status_doc import STATUS_VERSION, DaemonInfo, JobStatus, StatusDocument, to_builtins
-from hsmon.tracker_errors import TrackerErrors
-from hsmon.trackers.base import poll_all
 
 log = logging.getLogger("hsmon.monitor")
 
@@ -88,7 +88,7 @@ class Monitor:
         self.ticks_total = 0
         self.tick_seconds_last = 0.0
         self.tracker_errors = TrackerErrors()
-        from hsmon.trackers.gpu import GpuTracker
+        from hsmon.core.trackers.gpu import GpuTracker
 
         # NVML is loaded lazily at the first tick; ``gpu`` may be a GpuTracker (a recording in tests)
         self.gpu = gpu if gpu is not None else GpuTracker()
@@ -285,7 +285,7 @@ class Monitor:
         if runtime.watch is not None and runtime.watch_inode == tracker.dir_inode:
             return
         self._unschedule(runtime)
-        from hsmon.watch import DumpDirHandler
+        from hsmon.core.watch import DumpDirHandler
 
         try:
             runtime.watch = self._observer.schedule(

@@ -1,4 +1,4 @@
-"""A job's trackers behind the one interface (hsmon.trackers.base.Tracker), created from a list.
+"""A job's trackers behind the one interface (hsmon.core.trackers.base.Tracker), created from a list.
 
 Each adapter is thin: the tracker modules keep their own APIs (many tests use them); the adapter
 says when the tracker is due this tick, polls it and answers its section. ``JOB_TRACKERS`` is the
@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hsmon.core.trackers import disk, dump_dir, output_metrics, processes, progress
+from hsmon.core.trackers.base import MetricsHook, Tracker
 from hsmon.status_doc import DiskEntry, DumpSection, OutputSection, ProcessEntry, Progress, ServerEntry
-from hsmon.trackers import disk, dump_dir, output_metrics, processes, progress
-from hsmon.trackers.base import MetricsHook, Tracker
 
-# the job's hsmon.job_runtime.JobRuntime (not imported: it imports this list)
+# the job's hsmon.core.job_runtime.JobRuntime (not imported: it imports this list)
 JobRuntime = Any
 
 
@@ -52,7 +52,7 @@ class JobTracker:
 
 
 class ProgressJob(JobTracker):
-    """The events file (hsmon/trackers/progress.py): its progress, events and training sections."""
+    """The events file (hsmon/core/trackers/progress.py): its progress, events and training sections."""
 
     name = "progress"
 
@@ -70,7 +70,7 @@ class ProgressJob(JobTracker):
 
 
 class ServersJob(JobTracker):
-    """The job's servers (hsmon/trackers/server.py: each looks on its own thread)."""
+    """The job's servers (hsmon/core/trackers/server.py: each looks on its own thread)."""
 
     name = "server"
 
@@ -82,7 +82,7 @@ class ServersJob(JobTracker):
 
 
 class ProcessesJob(JobTracker):
-    """The job's processes (hsmon/trackers/processes.py); their last figures stand if a poll fails."""
+    """The job's processes (hsmon/core/trackers/processes.py); their last figures stand if a poll fails."""
 
     name = "processes"
 
@@ -95,7 +95,7 @@ class ProcessesJob(JobTracker):
 
 
 class DumpDirJob(JobTracker):
-    """The dump directory (hsmon/trackers/dump_dir.py): scanned when its events or the timer say."""
+    """The dump directory (hsmon/core/trackers/dump_dir.py): scanned when its events or the timer say."""
 
     name = "dump_dir"
 
@@ -117,7 +117,7 @@ class DumpDirJob(JobTracker):
 
 
 class OutputDirJob(JobTracker):
-    """The output directory (hsmon/trackers/output_dir.py); a large manifest may be read on a thread."""
+    """The output directory (hsmon/core/trackers/output_dir.py); a large manifest may be read on a thread."""
 
     name = "output_dir"
 
@@ -139,7 +139,7 @@ class OutputDirJob(JobTracker):
 
 
 class DiskJob(JobTracker):
-    """The output's and the dump directory's filesystems (hsmon/trackers/disk.py): read each tick;
+    """The output's and the dump directory's filesystems (hsmon/core/trackers/disk.py): read each tick;
     the headroom is figured from this tick's output and dump sections and the job's progress."""
 
     name = "disk"

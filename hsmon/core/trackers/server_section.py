@@ -1,4 +1,4 @@
-"""What a server tracker (hsmon/trackers/server.py) hands on: the measurements its state rule reads
+"""What a server tracker (hsmon/core/trackers/server.py) hands on: the measurements its state rule reads
 (``look_of`` -> server_rules.ServerLook) and its entry of the status document (``entry_of`` ->
 status_doc.ServerEntry). Both read the tracker's fields with its lock held; no I/O."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hsmon.state_facts import age
+from hsmon.core.state_facts import age
+from hsmon.core.trackers.server_rules import ServerLook
 from hsmon.status_doc import Health, Load, ServerEntry, ServerInfo
-from hsmon.trackers.server_rules import ServerLook
 
-# a hsmon.trackers.server.ServerTracker (not imported: it imports this module)
+# a hsmon.core.trackers.server.ServerTracker (not imported: it imports this module)
 ServerTracker = Any
 
 

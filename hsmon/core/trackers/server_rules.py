@@ -1,11 +1,11 @@
 """The server tracker's pure parsing: load figures and progress counters from a server's Prometheus
-text (hsmon/trackers/server.py measures; hsmon/state_server.py decides the state; no I/O here)."""
+text (hsmon/core/trackers/server.py measures; hsmon/core/state_server.py decides the state; no I/O here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hsmon.state_server import SERVER_STATES, ServerLook, decide_server
+from hsmon.core.state_server import SERVER_STATES, ServerLook, decide_server
 
 __all__ = ["COUNTERS", "LOAD_SERIES", "SERVER_STATES", "ServerLook", "decide_server", "parse_load"]
 # Series of the server's /metrics, by name without the engine prefix (sglang:, vllm:), first found wins.

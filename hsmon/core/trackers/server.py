@@ -10,7 +10,7 @@ Each server is looked at by two threads of its own, never by a scrape:
   (``server_capture.py``), on a short-lived thread of its own (3 s timeout, one at a time): the
   forward thread never waits for it.
 
-The states and their evidence are decided by hsmon/state_server.py (``decide_server``); the
+The states and their evidence are decided by hsmon/core/state_server.py (``decide_server``); the
 threads here only measure.
 """
 from __future__ import annotations
@@ -21,20 +21,20 @@ import threading
 import time
 from typing import Any
 
-from hsmon.config import ServerSpec
-from hsmon.state_facts import ServerFacts
-from hsmon.status_doc import Capture, ServerEntry
-from hsmon.trackers.rates import RateWindow
-from hsmon.trackers.server_capture import parse_capture
-from hsmon.trackers.server_http import Unreachable, http_get, sglang_timeout_of
-from hsmon.trackers.server_rules import (
+from hsmon.core.config import ServerSpec
+from hsmon.core.state_facts import ServerFacts
+from hsmon.core.trackers.rates import RateWindow
+from hsmon.core.trackers.server_capture import parse_capture
+from hsmon.core.trackers.server_http import Unreachable, http_get, sglang_timeout_of
+from hsmon.core.trackers.server_rules import (
     COUNTERS,
     SERVER_STATES,
     decide_server,
     info_of,
     parse_load,
 )
-from hsmon.trackers.server_section import entry_of, look_of
+from hsmon.core.trackers.server_section import entry_of, look_of
+from hsmon.status_doc import Capture, ServerEntry
 
 __all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
 

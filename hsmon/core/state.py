@@ -18,16 +18,16 @@ States (contract of issue 3):
               in its output's manifest (a ``done``/``stopped`` record after the last ``run``)
 
 No I/O, no clock, no threads here: the caller measures, this decides. The facts it reads
-(`Snapshot` and its parts) are hsmon/state_facts.py, shared with the engine and data rules.
+(`Snapshot` and its parts) are hsmon/core/state_facts.py, shared with the engine and data rules.
 """
 
 from __future__ import annotations
 
-from hsmon import logtail
 from hsmon.contracts.units import format_duration
-from hsmon.state_data import data_hints
-from hsmon.state_engine import engine_hints, server_blame
-from hsmon.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
+from hsmon.core import logtail
+from hsmon.core.state_data import data_hints
+from hsmon.core.state_engine import engine_hints, server_blame
+from hsmon.core.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
 
 
 def hints_for(snap: Snapshot) -> list[Hint]:

@@ -1,9 +1,9 @@
 """The job state machine's view of the engine: hints and reasons about a job's inference servers
-and GPUs (hsmon/trackers/server.py, gpu.py measure them). Pure, like hsmon/state.py, which calls it."""
+and GPUs (hsmon/core/trackers/server.py, gpu.py measure them). Pure, like state.py, which calls it."""
 
 from __future__ import annotations
 
-from hsmon.state_facts import Hint, ServerFacts, Snapshot, fmt_seconds
+from hsmon.core.state_facts import Hint, ServerFacts, Snapshot, fmt_seconds
 
 
 def _no_forward(snap: Snapshot, server: ServerFacts) -> str:

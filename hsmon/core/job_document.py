@@ -1,5 +1,5 @@
 """One job's status (hsmon.status_doc.JobStatus), built in one step from its trackers' sections
-and its state after the decision; hsmon/job_runtime.py calls it once per tick."""
+and its state after the decision; hsmon/core/job_runtime.py calls it once per tick."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from hsmon.config import JobConfig
 from hsmon.contracts import events as ev
-from hsmon.state_facts import Decision, Hint
+from hsmon.core.config import JobConfig
+from hsmon.core.state_facts import Decision, Hint
 from hsmon.status_doc import (
     DiskEntry,
     DumpSection,
@@ -71,7 +71,7 @@ class Sections:
     servers: list[ServerEntry] = field(default_factory=list)  # the server tracker's own type
     gpu_indices: list[int] = field(default_factory=list)
     gpu_idle_since_ts: float | None = None
-    last_work_ts: float | None = None  # the activity clocks (hsmon/job_activity.py)
+    last_work_ts: float | None = None  # the activity clocks (hsmon/core/job_activity.py)
     last_busy_ts: float | None = None
 
 

@@ -16,7 +16,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from hsmon.trackers.dump_dir import DumpDirTracker
+from hsmon.core.trackers.dump_dir import DumpDirTracker
 
 
 class DumpDirHandler(FileSystemEventHandler):

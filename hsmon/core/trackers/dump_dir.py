@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
+from hsmon.core.trackers.rates import RateWindow
 from hsmon.status_doc import DumpSection, JobStatus
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
-from hsmon.trackers.rates import RateWindow
 
 
 class DumpDirTracker:
@@ -268,7 +268,7 @@ def _dir_bytes(path: str) -> int:
     return total
 
 
-# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+# -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
 def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
     """The dump directory's families (the ``dump`` section; the Monitor's inotify counters)."""
     files = _g("hsmon_dump_files", "files in the dump directory")

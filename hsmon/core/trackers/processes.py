@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 import psutil
 
-from hsmon.config import ProcessSpec
+from hsmon.core.config import ProcessSpec
+from hsmon.core.trackers.families import add_sample as _add
+from hsmon.core.trackers.families import counter as _c
+from hsmon.core.trackers.families import gauge as _g
+from hsmon.core.trackers.kernel import CgroupWatch, OomEvidence, oom_evidence
 from hsmon.status_doc import JobStatus, ProcessEntry
-from hsmon.trackers.families import add_sample as _add
-from hsmon.trackers.families import counter as _c
-from hsmon.trackers.families import gauge as _g
-from hsmon.trackers.kernel import CgroupWatch, OomEvidence, oom_evidence
 
 _STATUS = {
     psutil.STATUS_RUNNING: "running",
@@ -296,7 +296,7 @@ class ProcessTracker:
         return dict(self._snap)
 
 
-# -- its Prometheus families (hsmon/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
+# -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
 PROCESS_STATUSES = ("running", "sleeping", "stopped", "zombie", "gone")
 
 

@@ -1,8 +1,8 @@
 """One watched job: its trackers, its activity clocks, its snapshot for ``decide`` and its state.
 
-The Monitor (hsmon/monitor.py) owns the threads and calls ``JobRuntime.update`` on each tick;
+The Monitor (hsmon/core/monitor.py) owns the threads and calls ``JobRuntime.update`` on each tick;
 everything here runs on that one thread. ``doc`` is the job's typed status (hsmon.status_doc),
-built in one step after the decision (hsmon/job_document.py) and published whole.
+built in one step after the decision (hsmon/core/job_document.py) and published whole.
 """
 
 from __future__ import annotations
@@ -14,25 +14,25 @@ from typing import Any
 from msgspec import UNSET
 from msgspec.structs import replace
 
-from hsmon import job_trackers
-from hsmon.config import ConfigError, JobConfig, ProcessSpec
-from hsmon.job_activity import ActivityClocks
-from hsmon.job_document import JobState, Sections, job_status, not_measured, with_live
-from hsmon.job_ending import EndingWatch, merge_output_progress
-from hsmon.job_trackers import TickFigures, TickPlan
-from hsmon.state import decide
-from hsmon.state_facts import Decision, ProcessFacts, Snapshot
+from hsmon.core import job_trackers
+from hsmon.core.config import ConfigError, JobConfig, ProcessSpec
+from hsmon.core.job_activity import ActivityClocks
+from hsmon.core.job_document import JobState, Sections, job_status, not_measured, with_live
+from hsmon.core.job_ending import EndingWatch, merge_output_progress
+from hsmon.core.job_trackers import TickFigures, TickPlan
+from hsmon.core.state import decide
+from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot
+from hsmon.core.tracker_errors import TrackerErrors
+from hsmon.core.trackers import disk
+from hsmon.core.trackers.base import Tracker, poll_all, sections
+from hsmon.core.trackers.dump_dir import DumpDirTracker
+from hsmon.core.trackers.output_dir import OutputDirTracker
+from hsmon.core.trackers.processes import ProcessTracker
+from hsmon.core.trackers.progress import ProgressSections, ProgressTracker
+from hsmon.core.trackers.rates import RateWindow
+from hsmon.core.trackers.server import ServerTracker
+from hsmon.core.verify_watch import VerifyWatch
 from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, ProcessEntry
-from hsmon.tracker_errors import TrackerErrors
-from hsmon.trackers import disk
-from hsmon.trackers.base import Tracker, poll_all, sections
-from hsmon.trackers.dump_dir import DumpDirTracker
-from hsmon.trackers.output_dir import OutputDirTracker
-from hsmon.trackers.processes import ProcessTracker
-from hsmon.trackers.progress import ProgressSections, ProgressTracker
-from hsmon.trackers.rates import RateWindow
-from hsmon.trackers.server import ServerTracker
-from hsmon.verify_watch import VerifyWatch
 
 log = logging.getLogger("hsmon.monitor")
 
@@ -116,7 +116,7 @@ class JobRuntime:
 
     def _gpu_facts(self, procs: list[ProcessEntry]) -> tuple[list[int], float | None]:
         """The GPUs the job's processes (or their children) hold memory on, and since when all idle."""
-        from hsmon.trackers.gpu import job_gpus
+        from hsmon.core.trackers.gpu import job_gpus
 
         if self.gpu is None or not self.gpu.devices:
             return [], None

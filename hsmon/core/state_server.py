@@ -1,4 +1,4 @@
-"""The server state machine: a pure function of one server's measurements (hsmon/trackers/server.py
+"""The server state machine: a pure function of one server's measurements (hsmon/core/trackers/server.py
 measures; this decides; no I/O, no clock, no threads).
 
 ``down`` needs a refused connection, or a front that accepted but did not answer for
