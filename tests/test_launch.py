@@ -344,7 +344,8 @@ def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir
         assert monitor.job_names().count(again.job.job) == 1
         stop_watched(monitor, again.job.job)
     finally:
-        for job in (first.job, locals().get("again") and again.job):
+        launched = [first, locals().get("second"), locals().get("again")]
+        for job in (outcome.job for outcome in launched if outcome is not None):
             if job is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(job.pid, 9)
