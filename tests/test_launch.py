@@ -350,3 +350,33 @@ def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(job.pid, 9)
         monitor.stop()
+
+
+def test_the_dashboards_in_process_source_launches_and_stops_through_the_daemons_path(tmp_path, data_dir,
+                                                                                     monkeypatch):
+    # hsmon tui without a daemon: its form and its stop key go through hsmon.launch_watch, as the
+    # daemon's endpoints do; a second launch is refused while the first runs.
+    from hsmon.tui.sources import InProcessSource
+
+    monkeypatch.setenv("HSMON_TRAIN_COMMAND", STANDIN)
+    source = InProcessSource([], interval=0.1)
+    fields = {"data_dir": str(data_dir), "out_dir": str(tmp_path / "drafter")}
+    first = source.launch_training(fields)
+    pid = None
+    try:
+        assert first.ok and first.job == "train-drafter", first.message
+        pid = source.monitor.job_pid("train-drafter")
+        assert pid is not None and f"pid {pid}" in first.message
+        again = source.launch_training(fields)
+        assert not again.ok and str(tmp_path / "drafter") in again.message
+        (job,) = source.monitor.status().jobs
+        stopped = source.stop_job(job)
+        assert stopped.ok and f"pid {pid}" in stopped.message, stopped.message
+        wait_until(lambda: source.monitor.job_pid("train-drafter") is None, 30, what="the training stopped")
+        gone = source.stop_job(job)
+        assert not gone.ok and "no live process" in gone.message, gone.message
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        source.monitor.stop()

@@ -279,17 +279,6 @@ class FixedSource(StatusSource):
         return self._documents[-1] if self._documents else None
 
 
-def trainer_pid(job: JobStatus) -> int | None:
-    """PID of a job's trainer (or only) process, from its status."""
-    for proc in job.processes:
-        if proc.role == "trainer" and proc.alive and proc.pid is not None:
-            return proc.pid
-    for proc in job.processes:
-        if proc.alive and proc.pid:
-            return proc.pid
-    return None
-
-
 class InProcessSource(StatusSource):
     """Runs the trackers in this process (no daemon needed) and reads their status document."""
 
@@ -335,16 +324,13 @@ class InProcessSource(StatusSource):
         return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
 
     def stop_job(self, job: JobStatus) -> ActionResult:
-        from hsmon import launch
+        from hsmon.launch_watch import stop_watched
 
-        pid = trainer_pid(job)
-        if pid is None:
-            return ActionResult(False, f"{job.job}: no live process to stop")
         try:
-            stopped = launch.stop_job(pid)
+            pid, error = stop_watched(self.monitor, job.job)
         except OSError as exc:
             return ActionResult(False, f"stop failed: {_one_line(exc)}")
-        if not stopped:
-            return ActionResult(False, f"{job.job}: process {pid} is already gone")
+        if pid is None:
+            return ActionResult(False, error or f"{job.job}: no live process to stop")
         self.poll_now()
         return ActionResult(True, f"asked {job.job} (pid {pid}) to stop; it writes a checkpoint first")
