@@ -2,8 +2,8 @@
 
 A tracker polls on its own schedule (``due``/``poll``), answers its typed section of the status
 document (``section``), and keeps its Prometheus families beside it: a module-level
-``metrics(jobs, monitor)`` function that the exporter calls from its list
-(hsmon/metrics/exporter.py ``TRACKER_METRICS``). The job's trackers are created from a list
+``metrics(jobs, monitor)`` function that the exporter calls from the list
+``TRACKER_METRICS`` (hsmon/core/job_trackers.py). The job's trackers are created from a list
 (hsmon/core/job_trackers.py ``JOB_TRACKERS``); ``poll_all`` polls them, each call guarded, so one
 tracker's exception is counted (``hsmon_tracker_errors_total{tracker}``), logged once per kind,
 and leaves the other trackers, and every other job, running.
