@@ -46,7 +46,8 @@ KNOWN_KINDS = frozenset(
 )
 # Kinds after which a job has ended on purpose (a monitor does not call it dead).
 TERMINAL_KINDS = frozenset({DONE, STOPPED})
-PAUSE_REASONS = frozenset({"disk", "shm", "server"})
+# "spool": the extractor waits for spool room; "rows": a following trainer waits for rows (contracts.spool)
+PAUSE_REASONS = frozenset({"disk", "shm", "server", "spool", "rows"})
 
 
 def make_event(kind: str, job: str, ts: float | None = None, **fields: Any) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""Contract 4: the online spool, an output directory that a following trainer consumes while it is written.
+
+    SPOOL/hsmon-manifest*.jsonl     contract 2, written by `hsmon extract` (one per shard)
+    SPOOL/hsmon-spool.json          written by `hsmon extract --spool-max SIZE` (atomic; rewritten
+                                    when a resume changes the limit): {"max_bytes": N, "ts": ts}
+    SPOOL/hsmon-ledger.jsonl        the following trainer's ledger (`hsmon train --follow`); one
+                                    writer (rank 0 under DDP); append-only, fsynced
+
+Ledger records (one JSON object per line, ``type`` says which):
+    {"type": "start", "ts": ts, "pid": n, "passes": E, "consume": bool, "step": s,
+     "heldout": {...}}                  once per (re)start; ``step`` is the checkpoint step it
+                                        resumes from (0 at first); ``heldout`` the rule fixed at the
+                                        first start that chooses the evaluation rows
+    {"type": "trained", "ts": ts, "step": s, "rows": {"i": n, ...}}
+                                        passes given to rows since the previous ``trained`` record
+                                        (row index as a string -> passes added), made durable
+                                        before the checkpoint of step ``s``
+    {"type": "consumed", "ts": ts, "chunk": "rows_a-b", "rows": k, "bytes": b}
+                                        every training row of the chunk has had its E passes;
+                                        ``bytes`` are the bytes of the rows that leave the spool
+                                        (their files deleted with --consume; held-out rows stay)
+    {"type": "done" | "stopped", "ts": ts, "step": s}
+                                        the trainer ended (every row had its passes / on request)
+
+A ``start`` record voids every ``trained`` record before it whose ``step`` is greater than its
+own (a checkpoint lost to a crash: those passes are given again). Trained records are written
+before their checkpoint, so the ledger never counts fewer passes than the checkpoint holds.
+
+The bytes waiting in the spool are the bytes of the rows the manifests record minus the bytes of
+consumed records: what `hsmon extract --spool-max` holds below its limit and the monitor shows.
+
+No heavy imports here: the monitor imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hsmon.contracts import layout
+from hsmon.contracts.manifest_reader import JsonlTail
+
+SPOOL_NAME = "hsmon-spool.json"
+LEDGER_NAME = "hsmon-ledger.jsonl"
+
+# pause reasons (contract 1's ``pause`` events): the extractor waits for spool room, the
+# following trainer waits for rows
+PAUSE_SPOOL = "spool"
+PAUSE_ROWS = "rows"
+
+
+def spool_path(out_dir: str | os.PathLike[str]) -> Path:
+    return Path(out_dir) / SPOOL_NAME
+
+
+def ledger_path(out_dir: str | os.PathLike[str]) -> Path:
+    return Path(out_dir) / LEDGER_NAME
+
+
+def write_spool_limit(out_dir: str | os.PathLike[str], max_bytes: int) -> None:
+    """Record the spool's limit (atomic), so that the trainer and the monitor know it is a spool."""
+    payload = json.dumps({"max_bytes": int(max_bytes), "ts": time.time()}).encode()
+    layout.atomic_write(spool_path(out_dir), lambda fh: fh.write(payload))
+
+
+def read_spool_limit(out_dir: str | os.PathLike[str]) -> int | None:
+    """The spool's limit in bytes, or None when the directory is no spool (or the file is unreadable)."""
+    try:
+        value = json.loads(spool_path(out_dir).read_bytes()).get("max_bytes")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass
+class Ledger:
+    """Running totals of a ledger, fed record by record (``add``) in file order. With
+    ``track_passes`` (the trainer's resume, tests) it keeps every row's pass count; without it (the
+    monitor) its memory does not grow with the rows."""
+
+    track_passes: bool = True
+    passes_target: int | None = None
+    consume: bool = False
+    trainer_pid: int | None = None
+    starts: int = 0
+    step: int = 0
+    consumed_chunks: set[str] = field(default_factory=set)
+    consumed_rows: int = 0
+    consumed_bytes: int = 0
+    ended: str | None = None  # "done" or "stopped" after the last start
+    last_ts: float | None = None
+    passes: dict[int, int] = field(default_factory=dict)
+    # trained records since the last start, kept until a start says which steps survived
+    _pending: list[tuple[int, dict[int, int]]] = field(default_factory=list)
+
+    def add(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        ts = record.get("ts")
+        if isinstance(ts, (int, float)):
+            self.last_ts = float(ts)
+        if kind == "start":
+            self._start(record)
+        elif kind == "trained":
+            step = _int(record.get("step")) or 0
+            self.step = max(self.step, step)
+            if not self.track_passes:
+                return
+            rows = record.get("rows") if isinstance(record.get("rows"), dict) else {}
+            added = {int(k): int(v) for k, v in rows.items() if str(k).isdigit() and isinstance(v, int)}
+            self._pending.append((step, added))
+            for row, n in added.items():
+                self.passes[row] = self.passes.get(row, 0) + n
+        elif kind == "consumed":
+            chunk = str(record.get("chunk", ""))
+            if chunk and chunk not in self.consumed_chunks:
+                self.consumed_chunks.add(chunk)
+                self.consumed_rows += _int(record.get("rows")) or 0
+                self.consumed_bytes += _int(record.get("bytes")) or 0
+        elif kind in ("done", "stopped"):
+            self.ended = str(kind)
+
+    def _start(self, record: dict[str, Any]) -> None:
+        resume_step = _int(record.get("step")) or 0
+        for step, added in self._pending:
+            if step > resume_step:  # trained, but the checkpoint that held it was lost
+                for row, n in added.items():
+                    self.passes[row] -= n
+        self._pending = [(s, a) for s, a in self._pending if s <= resume_step]
+        self.step = resume_step
+        self.starts += 1
+        self.ended = None
+        self.passes_target = _int(record.get("passes")) or self.passes_target
+        self.consume = bool(record.get("consume"))
+        self.trainer_pid = _int(record.get("pid"))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class LedgerReader:
+    """A ledger read incrementally (an idle poll is one ``stat``); ``ledger`` holds the totals."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], track_passes: bool = True) -> None:
+        self._tail = JsonlTail(str(ledger_path(out_dir)))
+        self.track_passes = track_passes
+        self.ledger = Ledger(track_passes=track_passes)
+
+    def poll(self) -> Ledger:
+        _, reset = self._tail.poll(self.ledger.add)
+        if reset:  # replaced or truncated: start over
+            self.ledger = Ledger(track_passes=self.track_passes)
+            self._tail.poll(self.ledger.add)
+        return self.ledger
+
+
+def read_ledger(out_dir: str | os.PathLike[str]) -> Ledger:
+    """The whole ledger's totals (an empty Ledger when there is none)."""
+    return LedgerReader(out_dir).poll()
+
+
+def waiting_bytes(row_bytes: int, ledger: Ledger) -> int:
+    """Bytes of rows in the spool not yet consumed: the manifests' row bytes minus the consumed bytes."""
+    return max(0, row_bytes - ledger.consumed_bytes)
