@@ -5,6 +5,10 @@
                                     when a resume changes the limit): {"max_bytes": N, "ts": ts}
     SPOOL/hsmon-ledger.jsonl        the following trainer's ledger (`hsmon train --follow`); one
                                     writer (rank 0 under DDP); append-only, fsynced
+    SPOOL/hsmon-train-events.jsonl  the following trainer's contract-1 events when it is given no
+                                    --events FILE (job id "train"); it pauses with reason "rows"
+                                    while it waits for rows, so the monitor finds both sides of an
+                                    online job in the spool itself
 
 Ledger records (one JSON object per line, ``type`` says which):
     {"type": "start", "ts": ts, "pid": n, "passes": E, "consume": bool, "step": s,
@@ -46,6 +50,7 @@ from hsmon.contracts.manifest_reader import JsonlTail
 
 SPOOL_NAME = "hsmon-spool.json"
 LEDGER_NAME = "hsmon-ledger.jsonl"
+TRAIN_EVENTS_NAME = "hsmon-train-events.jsonl"
 
 # pause reasons (contract 1's ``pause`` events): the extractor waits for spool room, the
 # following trainer waits for rows
@@ -59,6 +64,10 @@ def spool_path(out_dir: str | os.PathLike[str]) -> Path:
 
 def ledger_path(out_dir: str | os.PathLike[str]) -> Path:
     return Path(out_dir) / LEDGER_NAME
+
+
+def train_events_path(out_dir: str | os.PathLike[str]) -> Path:
+    return Path(out_dir) / TRAIN_EVENTS_NAME
 
 
 def write_spool_limit(out_dir: str | os.PathLike[str], max_bytes: int) -> None:
