@@ -25,6 +25,7 @@ from typing import Any
 
 from hsmon import job_flags
 from hsmon.contracts.layout import atomic_write
+from hsmon.contracts.units import port_number
 from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
 
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify_watch.add_arguments(parser)
     parser.add_argument("--host", default=None, help=f"address to bind (default {cfgmod.DEFAULT_HOST})")
     parser.add_argument(
-        "--port", type=int, default=None, help=f"port (default {cfgmod.DEFAULT_PORT}; 0: any)"
+        "--port", type=port_number, default=None, metavar="PORT",
+        help=f"port, 0-65535 (default {cfgmod.DEFAULT_PORT}; 0: any)",
     )
     parser.add_argument(
         "--scan-interval",
@@ -93,8 +95,7 @@ def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
         value = getattr(args, key, None)
         if value is not None:
             setattr(cfg, key, value)
-    if cfg.scan_interval <= 0:
-        raise cfgmod.ConfigError("--scan-interval must be a positive number of seconds")
+    cfg.validate(args.config)
     return cfg
 
 

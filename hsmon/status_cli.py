@@ -7,6 +7,7 @@ Without a daemon it samples twice, ``--sample`` seconds apart, so that rates and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -267,7 +268,15 @@ def run_many(urls: list[str], as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    urls = args.url or []
+    from hsmon.status_client import check_url
+
+    try:
+        urls = [check_url(url) for url in args.url or []]
+        if args.out and not os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out}: no such directory; give the output directory of the job")
+    except ValueError as exc:
+        print(f"hsmon status: {exc}", file=sys.stderr)
+        return 2
     if len(urls) > 1 and not (args.config or job_flags.job_from_args(args)):
         return run_many(urls, args.json)
     args.url = urls[0] if urls else None

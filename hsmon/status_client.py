@@ -77,6 +77,13 @@ class KeptGet:
         return bytes(buffer[:size])
 
 
+def check_url(url: str) -> str:
+    """The URL of a daemon as given, or ValueError in one line when it lacks its scheme."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--url {url}: give a full URL such as http://{url.lstrip('/') or '127.0.0.1:9108'}")
+    return url
+
+
 def base_url_of(url: str) -> str:
     """The daemon's base URL from what a user gives (``/api/v1/status`` and a trailing / dropped)."""
     base = url.rstrip("/")

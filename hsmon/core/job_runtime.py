@@ -212,6 +212,7 @@ class JobRuntime:
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
+            started_as=prog.started_as if prog else None,
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         return previous

@@ -55,6 +55,7 @@ def read_token(path: str | None) -> str | None:
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
     """The sources the options ask for; raises ValueError naming the bad option."""
+    from hsmon.status_client import check_url
     from hsmon.tui.sources import FixedSource, HttpStatusSource, InProcessSource
 
     if args.refresh <= 0:
@@ -70,9 +71,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         except ValueError as exc:
             raise ValueError(f"--status-file {args.status_file}: not a JSON status document ({exc})") from exc
     for url in args.url:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")
-        sources.append(HttpStatusSource(url, token=token, interval=args.refresh))
+        sources.append(HttpStatusSource(check_url(url), token=token, interval=args.refresh))
     from hsmon.core.config import ConfigError
 
     try:
