@@ -25,6 +25,7 @@ EXTRACT_OPTIONS: Mapping[str, str] = {
     "request_timeout": SGLANG,
     "give_up_after": SGLANG,
     "row_attempts": SGLANG,
+    "wait_for_server": SGLANG,
     "device": HF,  # the SGLang server runs where it was started
 }
 VERIFY_OPTIONS: Mapping[str, str] = {

@@ -55,3 +55,11 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a number from 0 to 65535")
     return port
+
+
+def size_argument(text: str) -> int:
+    """argparse type of a size (``parse_size``), refused in its own words."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
