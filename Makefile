@@ -31,9 +31,9 @@ lint: setup
 # Debian packages the tests use, as command:package: a real Prometheus (Debian's 2.42) scrapes the
 # daemon and promtool tests the alert rules; amtool checks the Alertmanager example; systemd-analyze
 # verifies the units and scores their hardening; the TUI's end-to-end tests drive the real dashboard
-# in tmux. Idempotent; CI runs as root.
+# in tmux; openssl makes the self-signed certificate of the daemon's TLS test. Idempotent; CI runs as root.
 SYSDEPS := prometheus:prometheus promtool:prometheus amtool:prometheus-alertmanager \
-	systemd-analyze:systemd tmux:tmux
+	systemd-analyze:systemd tmux:tmux openssl:openssl
 sysdeps:
 	@missing=""; for cp in $(SYSDEPS); do command -v $${cp%%:*} >/dev/null 2>&1 || \
 	  case " $$missing " in *" $${cp#*:} "*) ;; *) missing="$$missing $${cp#*:}";; esac; done; \

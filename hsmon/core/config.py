@@ -196,6 +196,9 @@ class DaemonConfig:
     notify_format: str = "json"
     notify_repeat: float = 3600.0
     control_token_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    allow_roots: list[str] = field(default_factory=list)  # where launched trainings may read and write
     jobs: list[JobConfig] = field(default_factory=list)
 
     def validate(self, source: str | None = None) -> None:
@@ -209,7 +212,10 @@ class DaemonConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}{key} {value!r} is not valid: give a positive number of seconds")
-        for key in ("notify_webhook", "control_token_file"):
+        if not isinstance(self.allow_roots, list) or not all(isinstance(r, str) for r in self.allow_roots):
+            raise ConfigError(
+                f"{where}allow_roots {self.allow_roots!r} is not valid: give a list of directories")
+        for key in ("notify_webhook", "control_token_file", "tls_cert", "tls_key"):
             value = getattr(self, key)
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{where}{key} {value!r} is not valid: give a string")
@@ -243,6 +249,9 @@ DAEMON_KEYS = {
     "notify_format",
     "notify_repeat",
     "control_token_file",
+    "tls_cert",
+    "tls_key",
+    "allow_roots",
 }
 
 
