@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
+# pytest-xdist workers for make test: modules run in parallel, one xdist group per module and the
+# SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: setup sysdeps sglang-env demo test lint clean bench
 
@@ -53,7 +56,7 @@ sglang-env: .sglang-venv/.hsmon-sglang-ready
 test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
-	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25
+	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done
