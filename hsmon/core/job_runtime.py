@@ -244,6 +244,7 @@ class JobRuntime:
                 stdout_buffered=p.stdout_buffered,
                 cmdline=p.cmdline,
                 oom_kill=p.oom_kill,
+                oom_in_cgroup=t.oom_hint(),
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]

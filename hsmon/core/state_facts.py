@@ -28,6 +28,7 @@ class ProcessFacts:
     stdout_buffered: bool = False
     cmdline: str = ""
     oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
+    oom_in_cgroup: str | None = None  # gone: its shared cgroup counted an OOM kill naming no one (a hint)
 
 
 @dataclass
