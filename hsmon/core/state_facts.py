@@ -13,7 +13,7 @@ from hsmon.contracts.data_facts import DataSummary
 from hsmon.core.verify_watch import VerifyResult
 from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet", "unknown")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
 
 
