@@ -238,6 +238,8 @@ def render(doc: StatusDocument) -> str:
         rows = _job_rows(job, now)
         width = max((len(k) for k, _ in rows), default=0)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+        lines += [f"  ~ stale: {', '.join(b.stale) or '-'} (the {b.tracker} tracker is blind for "
+                  f"{format_duration(now - b.since_ts)}: {b.error})" for b in job.blind or []]
         lines += [f"  ! {hint.severity}: {hint.message}" for hint in job.hints]
         lines.append("")
     if not doc.jobs:

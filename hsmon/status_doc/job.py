@@ -159,6 +159,16 @@ class JobGpu(Section):
     idle_since_ts: float | None
 
 
+class BlindTracker(Section):
+    """A tracker failing call after call (hsmon/core/state_blind.py): its sections are stale."""
+
+    tracker: str
+    since_ts: float
+    failures: int
+    error: str  # the last one: "PermissionError: ..."
+    stale: list[str]  # the job's sections it feeds, standing on old figures
+
+
 class JobStatus(Section):
     """One job: its state and why, and every tracker's section (null when not watched)."""
 
@@ -183,3 +193,4 @@ class JobStatus(Section):
     training: TrainingSection | None
     servers: list[ServerEntry]
     gpu: JobGpu
+    blind: list[BlindTracker] | UnsetType = UNSET  # added after v1: optional; absent while none is blind
