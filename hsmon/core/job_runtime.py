@@ -193,6 +193,7 @@ class JobRuntime:
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress.rows_done or 0, (out.rows if out else None) or 0) if progress else None
+        snap.online = sec.get("online")
         self.decision = decide(snap)
 
         if prog and out and out.layout == "hsmon" and progress.bytes_per_s is None:
@@ -212,6 +213,7 @@ class JobRuntime:
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
+            online=self.decision.online,
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         return previous
