@@ -64,7 +64,8 @@ def test_trainer_waiting_for_rows_is_waiting_not_stalled_and_names_extraction():
                     last_progress_ts=NOW - 1))
     assert d.state == "running"
     assert d.online.consumer.state == "waiting" and d.online.producer.state == "running"
-    assert d.online.bottleneck == "extraction is the bottleneck: training waited for rows 63 % of the last 10 min"
+    assert d.online.bottleneck == (
+        "extraction is the bottleneck: training waited for rows 63 % of the last 10 min")
 
 
 def test_trainer_dead_while_the_spool_is_full_pages_the_trainer_not_the_extractor():
@@ -72,7 +73,8 @@ def test_trainer_dead_while_the_spool_is_full_pages_the_trainer_not_the_extracto
                  last_error="RuntimeError: boom")
     d = decide(snap(facts(tr)))
     assert d.state == "dead" and "trainer-dead" in ids(d) and "dead" not in ids(d)
-    assert d.reason.startswith("trainer PID 77 is gone without a done record (last error: RuntimeError: boom)")
+    assert d.reason.startswith(
+        "trainer PID 77 is gone without a done record (last error: RuntimeError: boom)")
     assert "the extractor waits for spool room" in d.reason
     assert d.online.producer.state == "paused" and d.online.consumer.state == "dead"
 
