@@ -23,6 +23,7 @@ from hsmon.contracts import layout, spool
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.metrics.exporter import MetricsEndpoint
+from hsmon.status_cli import render
 from hsmon.status_doc import online_of
 
 pytestmark = pytest.mark.slow
@@ -70,6 +71,12 @@ def test_spool_pause_is_paused_not_stalled_and_a_dead_trainer_is_paged(tmp_path,
         assert (online.producer.state, online.consumer.state) == ("paused", "running")
         assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
         assert online.consumer.pid == trainer.pid
+        text = render(monitor.status())  # `hsmon status`'s lines for the job
+        assert "online extractor   PAUSED: spool full: " in text
+        assert "online trainer     RUNNING: a step" in text
+        assert "online bottleneck  training is the bottleneck: extraction waited for spool room" in text
+        fill = f"of 700.0 kB ({100 * online.spool_bytes / 700_000:.0f} %); {online.rows_waiting} rows waiting"
+        assert fill in text
 
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()
