@@ -92,3 +92,25 @@ async def test_hidden_for_a_job_that_is_not_online() -> None:
 
 def test_snapshot_of_a_trainer_that_died_while_the_spool_is_full(snap_compare) -> None:
     assert snap_compare(run_app(True), terminal_size=(160, 48), run_before=shown)
+
+
+@pytest.mark.asyncio
+async def test_the_training_form_offers_follow_for_an_online_extraction_only() -> None:
+    from hsmon.tui.widgets.training_form import TrainingForm
+
+    for docs, shown_follow in ((documents(False), True), (run.running_extraction(), False)):
+        app = run_app(False, docs)
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(100):
+                if 0 in app.documents:
+                    break
+                await pilot.pause(0.05)
+            await pilot.press("t")
+            await pilot.pause(0.3)
+            form = app.screen.query_one(TrainingForm)
+            boxes = [form.query_one(f"#box-{name}").display for name in ("follow", "passes", "consume")]
+            assert boxes == [shown_follow] * 3
+            values = form.values
+            assert (values["follow"], values["consume"]) == (("yes", "yes") if shown_follow else ("no", "no"))
+            text = "\n".join(screen_lines(app.export_screenshot()))
+            assert ("writes a spool: follow = yes trains on its chunks" in text) is shown_follow
