@@ -1,9 +1,13 @@
 """`hsmon extract --spool-max` (issue 29): the real command pauses (reason spool) while the rows not
-yet consumed would exceed the limit, and resumes as the trainer's ledger records consumption.
+yet consumed would exceed the limit, and resumes as the trainer's ledger records consumption; the
+monitor reads it as an online job: paused (not stalled) however long it waits, a trainer that dies
+while the spool is full paged, /metrics and `hsmon status` saying so.
 
 The trainer's side here is the contract's other party written by the test as `hsmon train --follow
 --consume` writes it (contract 4: a ``consumed`` record appended to SPOOL/hsmon-ledger.jsonl, the
-chunk's row files deleted), not a fake of the product: the product under test is the extractor.
+chunk's row files deleted), not a fake of the product: the products under test are the extractor
+and the monitor. The trainer's process is real (killed for real with SIGKILL); the real following
+trainer (`hsmon train --follow`) is driven beside the real extractor in tests/test_train_follow.py.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,14 +31,21 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
+from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
 from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.metrics.exporter import MetricsEndpoint
+from hsmon.status_cli import render
+from hsmon.status_doc import online_of
 
 pytestmark = pytest.mark.slow
 
 OPTS = ("--chunk-size", "4", "--batch-tokens", "256")
 LIMIT = 700_000  # about two chunks of this dataset's rows: the run must pause several times
+STALL = 1.0  # the monitor's stall_after: the extractor waits for room longer than that
 
 
 @pytest.fixture
@@ -69,12 +81,70 @@ def consume_complete_chunks(out: Path, consumed: set[str]) -> int:
     return len(records)
 
 
-def test_spool_pauses_when_full_and_resumes_as_the_trainer_consumes(tmp_path, spool_dir, tiny_model):  # noqa: F811
+def monitor_of(out: Path, events: Path) -> Monitor:
+    return Monitor([JobConfig(name="online", kind="extract", out_dir=str(out), events=str(events),
+                              stall_after=STALL)], use_watchdog=False)
+
+
+def job_of(monitor: Monitor):
+    monitor.tick(force_scan=True)
+    (job,) = monitor.status().jobs
+    return job
+
+
+def start_trainer_side(out: Path) -> subprocess.Popen:
+    """A trainer starts following: a real process, its ledger's start record, its start and step events."""
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    layout.append_jsonl(spool.ledger_path(out), [{"type": "start", "ts": time.time(), "pid": trainer.pid,
+                                                  "passes": 2, "consume": True, "step": 0}])
+    with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:
+        writer.emit(ev.START, pid=trainer.pid)
+        writer.emit("step", step=1, loss=1.0, acc=0.1)
+    return trainer
+
+
+def check_paused_not_stalled(monitor: Monitor) -> None:
+    """The extractor has waited for room three stall periods, no trainer yet: paused, not stalled."""
+    job = job_of(monitor)
+    assert job.state == "paused", job.reason
+    assert not {h.id for h in job.hints} & {"stalled", "dead"} and "no-trainer" in {h.id for h in job.hints}
+    online = online_of(job)
+    assert online is not None and online.limit_bytes == LIMIT
+    assert online.producer.state == "paused" and online.producer.reason.startswith("spool full: ")
+    assert online.consumer.state == "starting" and online.rows_waiting == online.rows_written > 0
+
+
+def check_trainer_running_then_dead(monitor: Monitor, trainer: subprocess.Popen) -> None:
+    job = job_of(monitor)
+    online = online_of(job)
+    assert job.state == "running", job.reason
+    assert (online.producer.state, online.consumer.state) == ("paused", "running")
+    assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
+    assert online.consumer.pid == trainer.pid
+    text = render(monitor.status())  # `hsmon status`'s lines for the job
+    assert "online extractor   PAUSED: spool full: " in text and "online trainer     RUNNING: a step" in text
+    assert "online bottleneck  training is the bottleneck: extraction waited for spool room" in text
+    fill = f"of 700.0 kB ({100 * online.spool_bytes / LIMIT:.0f} %); {online.rows_waiting} rows waiting"
+    assert fill in text
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    job = job_of(monitor)  # the trainer died while the spool is full: it is paged, not the extractor
+    assert job.state == "dead" and job.reason.startswith(f"trainer PID {trainer.pid} is gone")
+    assert "trainer-dead" in {h.id for h in job.hints} and "the extractor waits" in job.reason
+    assert online_of(job).producer.state == "paused"
+    metrics = MetricsEndpoint(monitor).render().decode()
+    assert f'hsmon_spool_limit_bytes{{job="online"}} {float(LIMIT)}' in metrics
+    assert 'hsmon_online_side_state{job="online",side="trainer",state="dead"} 1.0' in metrics
+    assert 'hsmon_online_side_state{job="online",side="extractor",state="paused"} 1.0' in metrics
+
+
+def test_spool_pauses_when_full_the_monitor_reads_both_sides_and_it_resumes_as_rows_are_consumed(
+        tmp_path, spool_dir, tiny_model):  # noqa: F811
     data = make_dataset(tmp_path / "d.jsonl", rows=40, seed=7, min_lines=2, max_lines=3)
     events = tmp_path / "events.jsonl"
     proc = start_extract(data, spool_dir, tiny_model, *OPTS, "--spool-max", str(LIMIT), events=events)
     consumed: set[str] = set()
-    peak = 0
+    trainer = None
     try:
         pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc, timeout=120)
         assert pause["reason"] == "spool" and pause["max_bytes"] == LIMIT
@@ -82,29 +152,44 @@ def test_spool_pauses_when_full_and_resumes_as_the_trainer_consumes(tmp_path, sp
         assert spool.read_spool_limit(spool_dir) == LIMIT
         level = SpoolFill(spool_dir).poll()
         assert level.waiting_bytes + pause["need_bytes"] > LIMIT >= level.waiting_bytes
-        time.sleep(0.6)  # paused, it writes nothing while nothing is consumed
+        monitor = monitor_of(spool_dir, events)
+        job_of(monitor)
+        time.sleep(3 * STALL)  # paused, it writes nothing while nothing is consumed
         assert SpoolFill(spool_dir).poll().row_bytes == level.row_bytes
-        fill = SpoolFill(spool_dir)
-        while proc.poll() is None:
-            peak = max(peak, fill.poll().waiting_bytes)
-            consume_complete_chunks(spool_dir, consumed)
-            time.sleep(0.05)
-        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+        check_paused_not_stalled(monitor)
+        trainer = start_trainer_side(spool_dir)
+        check_trainer_running_then_dead(monitor, trainer)
+        peak = consume_until_done(proc, spool_dir, consumed)  # the trainer resumed: it consumes
         stderr = proc.stderr.read() if proc.stderr else ""
+        assert proc.returncode == 0, stderr
+        layout.append_jsonl(spool.ledger_path(spool_dir), [{"type": "done", "ts": time.time(), "step": 9}])
+        job = job_of(monitor)
+        assert job.state == "done" and online_of(job).producer.state == "done", job.reason
+        monitor.stop()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in (proc, trainer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
     kinds = [(e["kind"], e.get("reason")) for e in events_of(events)]
     assert kinds[-1] == ("done", None)
     pauses = kinds.count(("pause", "spool"))
     assert pauses >= 1 and kinds.count(("resume", "spool")) == pauses
     assert "paused (spool): spool full: " in stderr and "resumed (spool)" in stderr
-    level = SpoolFill(spool_dir).poll()
-    assert peak <= LIMIT and level.rows == 40
-    consume_complete_chunks(spool_dir, consumed)
+    assert peak <= LIMIT and SpoolFill(spool_dir).poll().rows == 40
     assert SpoolFill(spool_dir).poll().waiting_bytes == 0
     assert not list(spool_dir.glob("rows_*/data_*.ckpt")), "every consumed row file was deleted"
+
+
+def consume_until_done(proc: subprocess.Popen, out: Path, consumed: set[str]) -> int:
+    """Consume complete chunks until the extractor ends, then the last ones; the peak bytes waiting."""
+    fill, peak = SpoolFill(out), 0
+    while proc.poll() is None:
+        peak = max(peak, fill.poll().waiting_bytes)
+        consume_complete_chunks(out, consumed)
+        time.sleep(0.05)
+    consume_complete_chunks(out, consumed)
+    return peak
 
 
 def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model):  # noqa: F811
