@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
                         help="pause before a write would leave less free disk than this "
                         f"(default {DEFAULT_MIN_FREE})")
+    parser.add_argument("--spool-max", metavar="SIZE",
+                        help="the output is a spool that `hsmon train --follow` consumes: pause (reason "
+                        "spool) while the rows not yet consumed would exceed SIZE, e.g. 20GB "
+                        "(docs/extract.md, Online)")
     parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each); "
                         "default from torchrun, a Slurm array or a Kubernetes Indexed Job (docs/extract.md)")
     parser.add_argument("--dry-run", action="store_true", help="print rows, tokens, bytes and whether they "

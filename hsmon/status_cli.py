@@ -26,8 +26,9 @@ from hsmon.status_doc import (
     ServerEntry,
     StatusDocument,
     decode,
+    online_of,
 )
-from hsmon.status_text import disk_verdict
+from hsmon.status_text import disk_verdict, online_rows
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -216,6 +217,9 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
             f"{format_duration(d.time_to_done_s)}{inodes}",
         ))
     rows += [_process_row(p) for p in job.processes]
+    online = online_of(job)
+    if online is not None:
+        rows += [(f"online {label}", text) for label, text in online_rows(online)]
     ev = job.events
     if ev:
         last = format_duration(now - ev.last_event_ts) + " ago" if ev.last_event_ts else "none yet"

@@ -42,7 +42,7 @@ def test_unknown_fields_at_every_level_are_ignored() -> None:
     newer = copy.deepcopy(doc)
     newer["fleet"] = {"hosts": 3}
     newer["daemon"]["spool"] = "x"
-    newer["jobs"][0]["online"] = {"state": "following", "rows_waiting": 12}  # a later field
+    newer["jobs"][0]["replicas"] = {"state": "following", "rows_waiting": 12}  # a later field
     newer["jobs"][0]["processes"][0]["numa_node"] = 1
     assert sd.to_builtins(sd.decode(json.dumps(newer))) == sd.to_builtins(sd.decode(json.dumps(doc)))
 

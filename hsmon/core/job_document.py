@@ -18,6 +18,7 @@ from hsmon.status_doc import (
     EventsSection,
     JobGpu,
     JobStatus,
+    OnlineSection,
     OutputSection,
     ProcessEntry,
     Progress,
@@ -74,6 +75,7 @@ class Sections:
     last_work_ts: float | None = None  # the activity clocks (hsmon/core/job_activity.py)
     last_busy_ts: float | None = None
     started_as: str | None = None  # the kind the job's start event shows
+    online: OnlineSection | None = None  # made with the verdict (hsmon/core/state_online.py)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -103,6 +105,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         training=sec.training,
         servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
+        online=sec.online if sec.online is not None else msgspec.UNSET,
     )
 
 

@@ -194,6 +194,7 @@ class JobRuntime:
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress.rows_done or 0, (out.rows if out else None) or 0) if progress else None
+        snap.online = sec.get("online")
         blind = self.errors.blind(job)
         self.decision = blind_decision(decide(snap), blind)
 
@@ -215,6 +216,7 @@ class JobRuntime:
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
             started_as=prog.started_as if prog else None,
+            online=self.decision.online,
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         if blind:

@@ -28,6 +28,7 @@ from hsmon.core import logtail
 from hsmon.core.state_data import data_hints
 from hsmon.core.state_engine import engine_hints, server_blame
 from hsmon.core.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
+from hsmon.core.state_online import online_decision
 
 
 def hints_for(snap: Snapshot) -> list[Hint]:
@@ -138,7 +139,19 @@ def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decisio
 
 
 def decide(snap: Snapshot) -> Decision:
-    """The job's state, a one-line reason, and hints."""
+    """The job's state, a one-line reason, and hints; an online job's (a spool with its following
+    trainer, hsmon/core/state_online.py) judged from both sides, with its section."""
+    decision = _decide_job(snap)
+    if snap.online is None:
+        return decision
+    decision, section = online_decision(snap.online, decision, snap.now, snap.stall_after,
+                                        snap.paused_reason)
+    decision.online = section
+    return decision
+
+
+def _decide_job(snap: Snapshot) -> Decision:
+    """The job's own state, a one-line reason, and hints."""
     hints = hints_for(snap)
 
     if snap.terminal_kind is not None:

@@ -39,8 +39,9 @@ def blind_decision(decision: Decision, blind: list[Blind]) -> Decision:
                                    f"{said}: its figures are stale; see the daemon's log for the traceback "
                                    "(docs/operations.md, HsmonTrackerBlind)")]  # fmt: skip
     if not any(b.tracker in VERDICT_TRACKERS for b in blind):
-        return Decision(decision.state, decision.reason, hints)
-    return Decision("unknown", f"{said}; last verdict before: {decision.state}, {decision.reason}", hints)
+        return Decision(decision.state, decision.reason, hints, decision.online)
+    return Decision("unknown", f"{said}; last verdict before: {decision.state}, {decision.reason}", hints,
+                    decision.online)
 
 
 def blind_entries(blind: list[Blind]) -> list[BlindTracker]:

@@ -10,6 +10,7 @@ from msgspec import UNSET, UnsetType
 
 from hsmon.status_doc.base import Num, Section
 from hsmon.status_doc.engine import ServerEntry
+from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
 
 
@@ -194,3 +195,6 @@ class JobStatus(Section):
     servers: list[ServerEntry]
     gpu: JobGpu
     blind: list[BlindTracker] | UnsetType = UNSET  # added after v1: optional; absent while none is blind
+    # an online job's spool and both sides (status_doc/online.py); omitted for any other job
+    # (readers: ``online_of(job)``)
+    online: OnlineSection | UnsetType = UNSET
