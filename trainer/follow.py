@@ -155,6 +155,7 @@ class FollowRun:
         self.training.held_rows = window.held
         self.starved = False
         self.deleted_rows = 0
+        self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
@@ -228,7 +229,9 @@ class FollowRun:
             self.pause.begin(f"{why}; waiting for the extraction's next chunk",
                              rows_seen=self.window.rows_seen)
         self.starved = not arrival.chunks or soft
+        slept = time.monotonic()
         time.sleep(self.settings.follow_poll_s)
+        self.waited_s += time.monotonic() - slept
 
     def _step(self, guard: LossGuard, counters: dict[str, Any], interval: Interval,
               deadline: float | None) -> str | None:
@@ -245,7 +248,7 @@ class FollowRun:
             return None
         step = training.cursor.step
         if deadline is not None:
-            late = torch.tensor([float(time.monotonic() >= deadline)])
+            late = torch.tensor([float(time.monotonic() - self.waited_s >= deadline)])
             if world.all_sum(late)[0] > 0:
                 return "out_of_time"
         if settings.checkpoint_every and step % settings.checkpoint_every == 0:
