@@ -183,3 +183,34 @@ def test_passes_and_consume_need_follow(tmp_path, extra):
     cmd = [sys.executable, "-m", "hsmon", "train", str(tmp_path), "--out", str(tmp_path / "o"), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--follow" in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_extraction_shards_and_two_ddp_ranks_share_one_spool(tmp_path, tiny_model):  # noqa: F811
+    """Shards 0/2 and 1/2 of `hsmon extract` write one spool; `hsmon train --follow` under torchrun
+    (2 CPU processes, gloo) trains every row of both exactly E times, rank 0 alone writing the ledger."""
+    data = make_dataset(tmp_path / "data.jsonl", 48, min_lines=1, max_lines=2)
+    spool_dir, out = tmp_path / "spool", tmp_path / "train"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "hsmon", *trainer_cmd(spool_dir, out, tiny_model)[3:]]
+    trainer = subprocess.Popen(torchrun, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=extract_env())
+    shards = [start_extract(data, spool_dir, tiny_model, *CHUNK, "--shard", f"{i}/2",
+                            events=tmp_path / f"extract-{i}.jsonl") for i in range(2)]
+    try:
+        for shard in shards:
+            _, err = shard.communicate(timeout=180)
+            assert shard.returncode == 0, err
+        finish(trainer, timeout=240)
+    finally:
+        for p in (trainer, *shards):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert len(layout.manifest_paths(spool_dir)) == 2
+    assert_every_row_exactly_e(spool_dir)
+    seen = trainer_events(spool_dir)
+    start = next(e for e in seen if e["kind"] == "start")
+    assert start["world_size"] == 2 and seen[-1]["kind"] == "done" and seen[-1]["ranks_in_sync"] is True
+    assert sum(1 for e in seen if e["kind"] == "start") == 1  # rank 0 alone writes events and the ledger
+    assert spool.read_ledger(spool_dir).starts == 1
