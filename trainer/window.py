@@ -8,7 +8,8 @@ has ended when every shard's manifest ends its latest run with ``done``.
 
 `Window`: every training row enters with E tickets. The window is the oldest ``size`` rows (in
 arrival order) that still hold tickets; a batch is drawn uniformly among them (a random sample,
-sorted by length, a run of similar lengths that fits the token budget: little padding); each row
+sorted by length, a run of similar lengths grown both ways from a random anchor while it fits the
+token budget: little padding, and no length waits longer than another); each row
 drawn gives up one ticket when its step is taken. A row is therefore in exactly E batches, spread
 over about E x size / rows-per-batch steps, and rows leave in about the order they came, so
 chunks finish (and with --consume leave the spool) in order.
@@ -190,26 +191,37 @@ class Window:
         return sum(r.length for r in (*self.active, *self._queue))
 
     def draw(self, rng: random.Random, batch_tokens: int, world: int) -> list[list[RowRef]]:
-        """One step's batches, one per rank (distinct rows; a rank may get none when rows run short)."""
-        if not self.active:
-            return [[] for _ in range(world)]
+        """One step's batches, one per rank (distinct rows; a rank may get none when rows run short).
+
+        Each batch: a random anchor among (up to 64 per rank of) the window's rows, sorted by
+        length, grown outward to the neighbour closest in length while it fits ``batch_tokens``
+        padded tokens. Growing both ways keeps the shortest and longest rows from waiting longer
+        than the others."""
         picked = rng.sample(self.active, min(len(self.active), 64 * world))
-        sample = sorted(picked, key=lambda r: (r.length, r.row))
-        start = rng.randrange(len(sample))
-        order = sample[start:] + sample[:start][::-1]
+        pool = sorted(picked, key=lambda r: (r.length, r.row))
         batches: list[list[RowRef]] = []
-        position = 0
         for _ in range(world):
-            batch: list[RowRef] = []
-            longest = 0
-            while position < len(order):
-                ref = order[position]
-                if batch and max(longest, ref.length) * (len(batch) + 1) > batch_tokens:
+            if not pool:
+                batches.append([])
+                continue
+            lo = hi = rng.randrange(len(pool))
+            longest = pool[lo].length
+            while True:
+                left = pool[lo - 1] if lo > 0 else None
+                right = pool[hi + 1] if hi + 1 < len(pool) else None
+                if left is None and right is None:
                     break
-                batch.append(ref)
+                anchor = pool[lo].length
+                take_left = right is None or (left is not None and (
+                    anchor - left.length, rng.random()) < (right.length - pool[hi].length, rng.random()))
+                ref = left if take_left else right
+                assert ref is not None
+                if max(longest, ref.length) * (hi - lo + 2) > batch_tokens:
+                    break
                 longest = max(longest, ref.length)
-                position += 1
-            batches.append(batch)
+                lo, hi = (lo - 1, hi) if take_left else (lo, hi + 1)
+            batches.append(pool[lo:hi + 1])
+            pool = pool[:lo] + pool[hi + 1:]
         return batches
 
     def credit(self, rows: list[int]) -> None:
