@@ -214,3 +214,22 @@ def test_two_extraction_shards_and_two_ddp_ranks_share_one_spool(tmp_path, tiny_
     assert start["world_size"] == 2 and seen[-1]["kind"] == "done" and seen[-1]["ranks_in_sync"] is True
     assert sum(1 for e in seen if e["kind"] == "start") == 1  # rank 0 alone writes events and the ledger
     assert spool.read_ledger(spool_dir).starts == 1
+
+
+def test_sigterm_while_waiting_for_the_first_chunk_stops_cleanly(tmp_path, tiny_model):  # noqa: F811
+    """A trainer started before its extraction waits (pause "rows", heartbeats: alive), and SIGTERM
+    ends it with a `stopped` event and ledger record, exit 0."""
+    spool_dir = tmp_path / "spool"
+    trainer = start_trainer(spool_dir, tmp_path / "train", tiny_model)
+    try:
+        wait_until(lambda: [e["kind"] for e in trainer_events(spool_dir)].count("heartbeat") >= 2,
+                   "heartbeats while waiting", trainer)
+        assert [e.get("reason") for e in trainer_events(spool_dir) if e["kind"] == "pause"] == ["rows"]
+        trainer.send_signal(signal.SIGTERM)
+        finish(trainer, timeout=60)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+    assert trainer_events(spool_dir)[-1]["kind"] == "stopped"
+    assert spool.read_ledger(spool_dir).ended == "stopped"

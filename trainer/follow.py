@@ -66,18 +66,26 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     arrived: list[ChunkRows] = []
     first: ChunkRows | None = None
     plan_rows = None
-    while first is None:
-        arrival = poll_spool(world, source, stop_requested.is_set())
-        arrived += arrival.chunks
-        plan_rows = arrival.plan_rows
-        first = next((c for c in arrived if c.train or c.held), None)
-        if first is None:
-            if arrival.stop:
-                return 0
-            if arrival.ended:
-                raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
-            pause.begin("no complete chunk in the spool yet", waiting_for="first chunk")
-            time.sleep(settings.follow_poll_s)
+    heartbeat = Heartbeat(writer, settings.heartbeat_s, {"step": 0, "tokens": 0})  # alive while it waits
+    try:
+        while first is None:
+            arrival = poll_spool(world, source, stop_requested.is_set())
+            arrived += arrival.chunks
+            plan_rows = arrival.plan_rows
+            first = next((c for c in arrived if c.train or c.held), None)
+            if first is None:
+                if arrival.stop:
+                    if ledger is not None:
+                        ledger.ended("stopped", int(ckpt["step"]) if ckpt else 0, reason="stopped")
+                    if writer:
+                        writer.emit(ev.STOPPED, reason="signal", step=0, tokens=0)
+                    return 0
+                if arrival.ended:
+                    raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
+                pause.begin("no complete chunk in the spool yet", waiting_for="first chunk")
+                time.sleep(settings.follow_poll_s)
+    finally:
+        heartbeat.close()
     if ckpt is not None:
         cfg = ckpt["drafter_config"]
         index = DataIndex([], Counter(), cfg["hidden_size"], cfg["hidden_size"] * cfg["num_aux"])
