@@ -214,20 +214,21 @@ def faults(base: Path, data: Path, setup: dict[str, Any], passes: int) -> tuple[
     )
     ext = start(extract, base / "fault-extract.log")
     trainer = start(train, base / "fault-train.log")
-    events = spool.train_events_path(sp)
-    wait_for(lambda: events.exists() and any(e["kind"] == "checkpoint" for e in ev.iter_events(events)))
-    trainer.send_signal(signal.SIGKILL)
-    trainer.wait()
-    ext_events = base / "fault-ext.jsonl"
-    wait_for(
-        lambda: (
-            ext.poll() is not None or sum(1 for e in ev.iter_events(ext_events) if e["kind"] == "chunk") >= 2
+    ext_events, events = base / "fault-ext.jsonl", spool.train_events_path(sp)
+
+    def chunks() -> int:
+        return (
+            sum(1 for e in ev.iter_events(ext_events) if e["kind"] == "chunk") if ext_events.exists() else 0
         )
-    )
+
+    wait_for(lambda: ext.poll() is not None or chunks() >= 2)
     killed = ext.poll() is None
     if killed:
         ext.send_signal(signal.SIGKILL)
         ext.wait()
+    wait_for(lambda: events.exists() and any(e["kind"] == "checkpoint" for e in ev.iter_events(events)))
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
     ext = start(extract, base / "fault-extract.log")
     trainer = start([*train, "--resume"], base / "fault-train.log")
     wait_ok(ext, "the resumed extraction")
