@@ -163,11 +163,14 @@ class FollowRun:
         self.training.held_rows = window.held
         self.starved = False
         self.deleted_rows = 0
+        self.consumed_bytes = 0
         self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
         self.window.add(chunk, consumed=consumed)
+        if consumed:
+            self.consumed_bytes += chunk.train_bytes
         if consumed and self.world.main:  # a kill between the consumed record and the deletion
             delete_rows([r for r in chunk.train if os.path.exists(r.path)])
 
@@ -219,7 +222,18 @@ class FollowRun:
             self._wait(arrival, "the replay window is thin", soft=True)
             return None
         self.pause.end(rows_on_hand=len(self.window.active))
+        if self._spool_filling(arrival):
+            self.save()
         return self._step(guard, counters, interval, deadline)
+
+    def _spool_filling(self, arrival: Arrival) -> bool:
+        """With --consume and a spool limit: the rows waiting hold half the limit or more and a chunk
+        is finished; saving now (not at the next --checkpoint-every) makes room before the
+        extractor has to pause."""
+        if not (self.settings.follow_consume and arrival.spool_limit):
+            return False
+        waiting = arrival.row_bytes - self.consumed_bytes
+        return waiting * 2 >= arrival.spool_limit and bool(self.window.finished_chunks())
 
     def _thin(self, arrival: Arrival) -> bool:
         """Wait (while rows keep coming) rather than draw from fewer rows than a window half full:
@@ -289,6 +303,7 @@ class FollowRun:
             if self.pending_rows_of(state):
                 continue
             state.consumed = True
+            self.consumed_bytes += state.rows.train_bytes
             if self.ledger is not None:
                 chunk = state.rows
                 self.ledger.consumed(chunk.name, len(chunk.train), chunk.train_bytes)

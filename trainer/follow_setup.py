@@ -90,13 +90,16 @@ class Arrival:
     ended: bool
     plan_rows: int | None
     stop: bool
+    spool_limit: int | None = None  # `hsmon extract --spool-max`, when the spool has one
+    row_bytes: int = 0  # bytes of the rows the manifests count
 
 
 def poll_spool(world: Dist, source: SpoolSource | None, stop: bool) -> Arrival:
     if world.main:
         assert source is not None
         chunks = source.poll()
-        local = Arrival(chunks, source.ended(), source.plan_rows(), stop)
+        local = Arrival(chunks, source.ended(), source.plan_rows(), stop,
+                        spool.read_spool_limit(source.data_dir), source.row_bytes)
     else:
         local = Arrival([], False, None, stop)
     arrival: Arrival = share(world, local)

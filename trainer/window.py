@@ -27,8 +27,8 @@ from typing import Any
 
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import JsonlTail
-from trainer.data import RowRef, is_held_out
-from trainer.nonfinite import row_stats_nonfinite
+from trainer.data import RowRef, is_held_out, load_row
+from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 # the held-out rule's default cap: evaluation rows are never consumed, so they stay in the spool
 DEFAULT_HELDOUT_ROWS = 256
@@ -80,6 +80,7 @@ class SpoolSource:
         self._open: dict[str, dict[int, dict[str, Any]]] = {}
         self._seen: set[str] = set()
         self._new: list[ChunkRows] = []
+        self.row_bytes = 0  # bytes of every row the manifests count (open chunks too)
 
     def poll(self) -> list[ChunkRows]:
         """Chunks completed since the last poll (every manifest read to its end)."""
@@ -113,7 +114,10 @@ class SpoolSource:
         if not isinstance(chunk, str) or chunk in self._seen:
             return
         if kind == "row" and isinstance(record.get("row"), int):
-            self._open.setdefault(chunk, {}).setdefault(record["row"], record)
+            rows = self._open.setdefault(chunk, {})
+            if record["row"] not in rows:
+                rows[record["row"]] = record
+                self.row_bytes += int(record.get("bytes") or 0)
         elif kind == "chunk":
             self._seen.add(chunk)
             self._new.append(self._complete(chunk, self._open.pop(chunk, {})))
@@ -127,10 +131,13 @@ class SpoolSource:
             length = tokens if self.max_length is None else min(tokens, self.max_length)
             if length < 2:
                 continue
-            if row_stats_nonfinite(rec.get("stats")):
+            ref = RowRef(base + layout.row_file_name(row), row, length)
+            bad = row_stats_nonfinite(rec.get("stats"))
+            if bad is None:  # a record without stats: its tensors are checked once, here
+                bad = not tensors_finite(load_row(ref.path))
+            if bad:
                 out.nonfinite.append(row)
                 continue
-            ref = RowRef(base + layout.row_file_name(row), row, length)
             if self.heldout.holds(row):
                 out.held.append(ref)
             else:
