@@ -296,6 +296,23 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
 
 
 @pytest.mark.slow
+def test_eagle31_trains_resumes_as_itself_and_refuses_another_arch(setup, tmp_path):
+    out, events = tmp_path / "e31", tmp_path / "e31.jsonl"
+    hsmon(*train_args(setup, out, "--arch", "eagle3.1", "--max-steps", "2", "--events", str(events)))
+    state = model_state(out)
+    assert {"fc_norm.0.weight", "fc_norm.2.weight"} <= set(state["model"])
+    assert state["drafter_config"]["fc_norm"] is state["drafter_config"]["norm_output"] is True
+    # a resume without --arch keeps the checkpoint's; another --arch is refused in one line
+    hsmon(*train_args(setup, out, "--resume", "--max-steps", "3", "--events", str(events)))
+    starts = [e for e in iter_events(events) if e["kind"] == "start"]
+    assert [e["arch"] for e in starts] == ["eagle3.1", "eagle3.1"] and starts[-1]["start_step"] == 2
+    proc = hsmon(*train_args(setup, out, "--resume", "--arch", "eagle3", "--max-steps", "4"), check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "eagle3.1 drafter, --arch asks for eagle3" in proc.stderr
+    assert model_state(out)["step"] == 3
+
+
+@pytest.mark.slow
 def test_ddp_two_cpu_processes_on_gloo(setup, tmp_path):
     out = tmp_path / "ddp"
     events = tmp_path / "ddp.jsonl"
