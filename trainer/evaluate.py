@@ -156,6 +156,9 @@ def _load_export(path: Path, target: Path):
         rms_norm_eps=config.get("rms_norm_eps", 1e-6),
         rope_theta=config.get("rope_theta", 10000.0),
         max_position_embeddings=config.get("max_position_embeddings", 2048),
+        # as SGLang reads them (`use_aux_norm` is its legacy name of fc_norm)
+        fc_norm=bool(config.get("fc_norm") or config.get("use_aux_norm", False)),
+        norm_output=bool(config.get("norm_output", False)),
     )
     drafter = Eagle3Drafter(cfg)
     state = {
