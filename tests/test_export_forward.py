@@ -62,7 +62,7 @@ def test_sglang_forward_of_the_export_equals_hsmons(arch, drafted):
     config = json.loads((export / "config.json").read_text())
     assert (config["fc_norm"], config["norm_output"]) == ARCHS[arch]
     with safe_open(str(export / "model.safetensors"), framework="pt") as fh:
-        assert ("fc_norm.0.weight" in fh.keys())  # noqa: SIM118 (safe_open is no dict) is ARCHS[arch][0]
+        assert ("fc_norm.0.weight" in fh.keys()) is ARCHS[arch][0]  # noqa: SIM118 (no dict)
     aux, ids = inputs["aux"], inputs["ids"]
     # hsmon's decode: the same draft extend, then one position at a time
     index = torch.arange(SEQ)
