@@ -58,3 +58,9 @@ def test_fc_norm_makes_the_projection_scale_free_per_layer():
     new, old = tiny("eagle3.1"), tiny("eagle3")
     torch.testing.assert_close(new.project(aux), new.project(scaled), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(old.project(aux), old.project(scaled))
+
+
+def test_the_launch_fields_know_the_trainers_architectures():
+    from hsmon.launch import ARCHS as LAUNCH_ARCHS
+
+    assert tuple(ARCHS) == LAUNCH_ARCHS
