@@ -386,11 +386,14 @@ def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
 @pytest.mark.slow
 def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
     target, _, prompts = setup
+    longer = tmp_path / "longer.jsonl"  # a second prompt set, reported apart
+    longer.write_text("".join(json.dumps({"input_ids": s}) + "\n" for s in markov_sequences(2, 40, seed=9)))
     results = {}
     names = list(trained)
     procs = hsmon_together(*(
         ["eval-drafter", "--drafter", str(trained[name]), "--target-model", str(target), "--prompts",
-         str(prompts), "--depth", "3", "--max-new-tokens", "24", "--json", "--threads", "1",
+         str(prompts), "--prompts", str(longer), "--depth", "3", "--max-new-tokens", "24", "--json",
+         "--threads", "1",
          "--events", str(tmp_path / f"{name}.events.jsonl")]
         for name in names
     ))
@@ -404,6 +407,9 @@ def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
         assert seen[0]["backend"] == "eval-drafter" and seen[0]["job"] == "eval-drafter"
         assert kinds == ["start"] + ["rows"] * total + ["eval", "done"], kinds
         assert total == seen[0]["prompts"] * (1 + 2 * 3) and seen[total]["rows_done"] == total
+        assert seen[0]["prompts"] == 4 + 2 and set(results[name]["sets"]) == {"prompts", "longer"}
+        assert results[name]["sets"]["longer"]["prompts"] == 2 and results[name]["arch"] == "eagle3"
+        assert results[name]["sets"]["prompts"]["acceptance_length"] == results[name]["acceptance_length"]
         lengths = results[name]["acceptance_length"]
         assert seen[-2]["acceptance_length"] == seen[-1]["acceptance_length"] == lengths
     good, bad = results["trained"], results["untrained"]
