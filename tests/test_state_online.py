@@ -106,6 +106,12 @@ def test_extraction_finished_takes_the_trainers_state_then_done_with_both():
     assert d.online.bottleneck == "extraction finished; training goes on (2000 rows waiting)"
     done = decide(snap(facts(trainer(ended="done")), paused=None, terminal_kind="done"))
     assert done.state == "done" and done.online.bottleneck == "both sides finished"
+    # waiting for rows that will never come: a moment is fine, past stall_after it pages
+    late = trainer(paused_reason="rows", waiting_since_ts=NOW - 5)
+    assert decide(snap(facts(late), paused=None, terminal_kind="done")).state == "running"
+    stuck = trainer(paused_reason="rows", waiting_since_ts=NOW - 2 * STALL)
+    d = decide(snap(facts(stuck), paused=None, terminal_kind="done"))
+    assert d.state == "stalled" and "trainer-stalled" in ids(d) and "the extraction finished" in d.reason
 
 
 def test_both_sides_waiting_on_each_other_for_stall_after_is_the_pipeline_stopped():

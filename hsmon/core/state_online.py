@@ -186,6 +186,12 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
     if producer.state == "done":
+        waited = age(now, f.trainer.waiting_since_ts)
+        if consumer.state == "waiting" and waited is not None and waited > stall:
+            why = (f"the trainer waits for rows for {fmt_seconds(waited)} but the extraction finished: "
+                   "it should end once every row had its passes (check its log)")
+            hints.append(Hint("trainer-stalled", "critical", why))
+            return Decision("stalled", why, hints)
         if consumer.state == "done":
             return Decision("done", f"{base.reason}; training finished", hints)
         if consumer.state == "starting":
