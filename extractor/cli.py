@@ -57,10 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon extract`."""
     import os
+    import re
     import sys
 
+    from extractor.backend_options import EXTRACT_OPTIONS, misplaced_option
     from extractor.shard_env import ShardEnvError, resolve_shard, visible_device_for_rank
 
+    refusal = misplaced_option(args, args.backend, EXTRACT_OPTIONS, add_arguments)
+    if refusal is None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device):
+        refusal = f"--device {args.device!r} is not a device: give auto, cpu, cuda or cuda:N"
+    if refusal is not None:
+        print(f"hsmon extract: {refusal}", file=sys.stderr)
+        return 2
     try:
         args.shard = resolve_shard(args.shard, os.environ)
         visible = visible_device_for_rank(args.device, os.environ)

@@ -2,8 +2,9 @@
 dataset scanned, the model's facts read, what earlier runs already wrote, and the disk headroom.
 
 Resume rule: a run with different settings (dataset content, model, dtype, device type, layers,
-lengths, chunk size, batch budget, sharding) than the one that started ``--out`` is refused,
-because its rows would not match the ones already written.
+lengths, chunk size, sharding) than the one that started ``--out`` is refused, because its rows
+would not match the ones already written; the batch budget and the other options of how rows are
+computed (threads, concurrency, heartbeat, disk reserve) may change.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from hsmon.contracts.units import format_bytes, parse_size
 DEFAULT_MIN_FREE = "1G"
 DEFAULT_BATCH_TOKENS = 8192
 # Settings that change what is written: a resume must match them exactly.
+# What a row holds, and where: a resume that changes one of these is refused. The batch budget,
+# threads, concurrency, heartbeat and disk reserve are not here: they change how rows are computed
+# (rows batched with others or alone: equal to float rounding), not what they are.
 RESUME_KEYS = ("dataset_sha256", "model_fingerprint", "backend", "dtype", "device_type", "layers",
-               "max_length", "truncate", "chunk_size", "batch_tokens", "shard")
+               "max_length", "truncate", "chunk_size", "shard")
 
 
 def model_fingerprint(model_dir: Path) -> str:

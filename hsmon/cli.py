@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
+    "online": ("hsmon.online", "extract and train at once through a spool (extract + train --follow)"),
     "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
     "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),

@@ -80,6 +80,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--job", default="train", help="job id written into every event")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    online = parser.add_argument_group(
+        "online (train while `hsmon extract` writes DATA_DIR; docs/train.md \"Online\")")
+    online.add_argument("--follow", action="store_true",
+                        help="train on DATA_DIR's rows as their chunks complete; end when the extraction "
+                             "has ended and every row had its --passes (events default to "
+                             "DATA_DIR/hsmon-train-events.jsonl)")
+    online.add_argument("--passes", type=_positive_int, default=1, metavar="E",
+                        help="with --follow: batches each training row is in (default 1)")
+    online.add_argument("--consume", action="store_true",
+                        help="with --follow: delete a chunk's training rows once each had its E passes "
+                             "(recorded in DATA_DIR/hsmon-ledger.jsonl first)")
+    online.add_argument("--window", type=int, default=0, metavar="ROWS",
+                        help="with --follow: rows of the replay window batches are drawn from "
+                             "(default: eight batches' worth)")
+    online.add_argument("--poll", type=float, default=0.5, metavar="SECONDS",
+                        help="with --follow: how often the spool is checked while waiting for rows")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +107,14 @@ def run(args: argparse.Namespace) -> int:
     from trainer.target import TargetError, resolve_target
     from trainer.train import train
 
+    if not args.follow and (args.consume or args.passes != 1):
+        print("hsmon train: --passes and --consume go with --follow", file=sys.stderr)
+        return 2
+    events = args.events
+    if args.follow and events is None:
+        from hsmon.contracts.spool import train_events_path
+
+        events = str(train_events_path(args.data_dir))
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -105,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             draft_vocab_size=args.draft_vocab_size,
             lr=args.lr,
             batch_tokens=args.batch_tokens,
-            events=args.events,
+            events=events,
             resume=args.resume,
             warmup_ratio=args.warmup_ratio,
             grad_clip=args.grad_clip,
@@ -121,7 +145,17 @@ def run(args: argparse.Namespace) -> int:
             time_limit_s=args.time_limit,
             max_bad_fraction=args.max_bad_fraction,
             max_skips_in_a_row=args.max_skipped_steps,
+            follow=args.follow,
+            follow_passes=args.passes,
+            follow_consume=args.consume,
+            follow_poll_s=args.poll,
+            follow_window=args.window,
         )
+        if args.follow:
+            from trainer.follow import follow
+
+            Path(args.data_dir).mkdir(parents=True, exist_ok=True)  # it waits for the extractor
+            return train(settings, body=follow)
         return train(settings)
     except (DataError, TargetError) as exc:
         print(f"hsmon train: {exc}", file=sys.stderr)

@@ -72,6 +72,7 @@ class Training:
     aux_layer_ids: list[int] | None
     cursor: Cursor
     nonfinite_rows: int = 0
+    extra_state: dict[str, Any] | None = None  # more for the checkpoint (the following trainer's)
 
     @property
     def autocast(self) -> bool:
@@ -102,6 +103,7 @@ class Training:
                 "aux_layer_ids": self.aux_layer_ids,
                 "target_model": str(self.settings.target),
                 "total_steps": self.total_steps,
+                **(self.extra_state or {}),
             }
             path = save_checkpoint(self.settings.out, self.cursor.step, state, self.settings.keep_checkpoints)
             assert self.writer is not None

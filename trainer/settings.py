@@ -41,4 +41,11 @@ class TrainSettings:
     job: str = "train"
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
     max_skips_in_a_row: int = DEFAULT_MAX_SKIPS_IN_A_ROW
+    # `--follow` (trainer/follow.py): passes each row gets, delete chunks once trained, how often
+    # the spool is polled, replay-window rows (0: eight batches' worth)
+    follow: bool = False
+    follow_passes: int = 1
+    follow_consume: bool = False
+    follow_poll_s: float = 0.5
+    follow_window: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -67,8 +67,9 @@ def _aux_layer_ids(data_dir: Path) -> list[int] | None:
     return None
 
 
-def train(settings: TrainSettings) -> int:
-    """Run (or resume) a training; returns the process exit code."""
+def train(settings: TrainSettings, body: Any = None) -> int:
+    """Run (or resume) a training; returns the process exit code. ``body`` replaces the offline
+    set-up and loop (`hsmon train --follow`: trainer/follow.py), with the same signals and events."""
     world = Dist()
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
     stop_requested = threading.Event()
@@ -79,7 +80,7 @@ def train(settings: TrainSettings) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     finished = False
     try:
-        code = _train(settings, world, writer, stop_requested)
+        code = (body or _train)(settings, world, writer, stop_requested)
         finished = True
         return code
     except (DataError, ValueError) as exc:

@@ -15,7 +15,7 @@ from hsmon.core.verify_watch import VerifyResult
 from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
 from hsmon.status_doc.online import OnlineSection
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet", "unknown")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
 
 
@@ -30,6 +30,7 @@ class ProcessFacts:
     stdout_buffered: bool = False
     cmdline: str = ""
     oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
+    oom_in_cgroup: str | None = None  # gone: its shared cgroup counted an OOM kill naming no one (a hint)
 
 
 @dataclass

@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"held-out prompts eval-drafter uses (default: the target's, 4 or 3; at most {EVAL_PROMPTS})",
     )
+    parser.add_argument(
+        "--online",
+        action="store_true",
+        help="the online recipe instead: `hsmon online` (extract and train --follow at once, "
+        "with the daemon), then eval-drafter (headless)",
+    )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prepare:
@@ -231,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     setup = prepare_in_child(base, args.model)
     if setup is None:
         return 1
+    if args.online:
+        from hsmon.demo.online import run_online
+
+        return run_online(base, setup, args.train_seconds, args.eval_prompts)
     token = fresh_start(base)
     extraction = daemon = None
     pipeline: Pipeline | None = None

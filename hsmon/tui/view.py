@@ -37,6 +37,7 @@ STATE_STYLES: dict[str, str] = {
     "done": "state-done",
     "exited": "state-exited",
     "quiet": "state-quiet",
+    "unknown": "state-unknown",
 }
 # Hints by which the monitor already reports a filesystem's trouble (then not said twice).
 DISK_HINTS: dict[str, set[str]] = {"output": {"disk-wont-fit"}, "shm": {"shm-full-soon"}}

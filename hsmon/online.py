@@ -1,0 +1,212 @@
+"""`hsmon online DATA.jsonl --out DIR`: extract and train at once, through a spool (issue 29).
+
+Starts three real processes and waits for them: `hsmon extract DATA --out DIR/spool` (with
+`--spool-max SIZE` when given and when this build's extractor has it), `hsmon train DIR/spool
+--follow --passes E --consume --out DIR/drafter` and, with --daemon, `hsmon daemon` watching both
+(DIR/hsmon.toml). The threads are split between the two sides (--extract-threads, the rest to the
+trainer). Logs: DIR/extract.log, DIR/train.log, DIR/daemon.log; events: DIR/extract-events.jsonl
+and DIR/spool/hsmon-train-events.jsonl. Either side failing stops the other (SIGTERM: it
+checkpoints or records where it was; rerun the same command with --resume to go on). SIGINT or
+SIGTERM stops both the same way. Exit status 0 when both ended well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from hsmon.contracts import spool
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", metavar="DATA.jsonl", help="the dataset (as `hsmon extract` takes it)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="DIR/spool (rows), DIR/drafter (training)")
+    parser.add_argument("--model", metavar="DIR", default=None,
+                        help="the target's Hugging Face directory (default: the embedded target)")
+    parser.add_argument("--passes", type=int, default=1, metavar="E",
+                        help="batches each row is in (default 1)")
+    parser.add_argument("--keep", action="store_true", help="keep the rows (no --consume): the spool grows")
+    parser.add_argument("--spool-max", metavar="SIZE", default=None,
+                        help="pause the extraction while SIZE of rows wait for the trainer (e.g. 20GB; "
+                             "needs an extractor with --spool-max)")
+    parser.add_argument("--chunk-size", type=int, default=64, metavar="N",
+                        help="rows per chunk, the unit the trainer reads and frees (default 64)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads in all (default: the CPUs this process may use)")
+    parser.add_argument("--extract-threads", type=int, default=None, metavar="N",
+                        help="of those, the extractor's (default half, at least 1; the trainer gets "
+                             "the rest)")
+    parser.add_argument("--daemon", action="store_true", help="also start `hsmon daemon` watching both sides")
+    parser.add_argument("--resume", action="store_true", help="resume both sides (after a kill or a stop)")
+    parser.add_argument("--extract-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for `hsmon extract` (repeatable, e.g. "
+                             "--extract-arg=--max-length=512)")
+    parser.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for `hsmon train` (repeatable, e.g. --train-arg=--lr=2e-3)")
+
+
+@dataclass
+class Plan:
+    """The commands `hsmon online` runs, and where each logs."""
+
+    extract: list[str]
+    train: list[str]
+    spool_max_passed: bool
+    extract_threads: int
+    train_threads: int
+
+
+def extractor_has_spool_max() -> bool:
+    """Whether this build's `hsmon extract --help` lists --spool-max (the producer side of issue 29)."""
+    proc = subprocess.run([sys.executable, "-m", "hsmon", "extract", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    return "--spool-max" in proc.stdout
+
+
+def split_threads(total: int | None, extract: int | None) -> tuple[int, int]:
+    """(extractor's, trainer's) threads: --extract-threads or half, at least 1 each."""
+    if not total:
+        total = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    total = max(2, total)
+    ext = extract if extract else max(1, total // 2)
+    return ext, max(1, total - ext)
+
+
+def make_plan(args: argparse.Namespace, spool_max_ok: bool) -> Plan:
+    out = Path(args.out)
+    ext_threads, train_threads = split_threads(args.threads, args.extract_threads)
+    hs = [sys.executable, "-m", "hsmon"]
+    extract = [*hs, "extract", args.data, "--out", str(out / "spool"), "--chunk-size", str(args.chunk_size),
+               "--threads", str(ext_threads), "--events", str(out / "extract-events.jsonl")]
+    if args.model:
+        extract += ["--model", args.model]
+    passed = bool(args.spool_max) and spool_max_ok
+    if passed:
+        extract += ["--spool-max", args.spool_max]
+    extract += args.extract_arg
+    train = [*hs, "train", str(out / "spool"), "--follow", "--passes", str(args.passes),
+             "--out", str(out / "drafter"), "--threads", str(train_threads)]
+    if not args.keep:
+        train.append("--consume")
+    if args.model:
+        train += ["--target-model", args.model]
+    if args.resume:
+        train.append("--resume")
+    train += args.train_arg
+    return Plan(extract, train, passed, ext_threads, train_threads)
+
+
+def daemon_config(out: Path, extract_pid: int, train_pid: int) -> Path:
+    """DIR/hsmon.toml: the two sides as two jobs of one daemon."""
+    path = out / "hsmon.toml"
+    jobs = [("extract", "extract", out / "spool", out / "extract-events.jsonl", extract_pid),
+            ("train", "train", out / "drafter", spool.train_events_path(out / "spool"), train_pid)]
+    text = "".join(
+        f'[[job]]\nname = "{name}"\nkind = "{kind}"\nout_dir = {json.dumps(str(o))}\n'
+        f"events = {json.dumps(str(e))}\npid = {pid}\n\n"
+        for name, kind, o, e, pid in jobs
+    )
+    path.write_text(text)
+    return path
+
+
+def _start(argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 60) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if not Path(args.data).is_file():
+        print(f"hsmon online: {args.data}: no such file; pass the dataset (JSON Lines)", file=sys.stderr)
+        return 2
+    if args.passes < 1 or args.chunk_size < 1:
+        print("hsmon online: --passes and --chunk-size must be positive", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(args, extractor_has_spool_max() if args.spool_max else False)
+    if args.spool_max and not plan.spool_max_passed:
+        print("hsmon online: this hsmon extract has no --spool-max; the spool is not bounded",
+              file=sys.stderr)
+    print(f"hsmon online: extraction ({plan.extract_threads} threads) -> {out / 'spool'}; following "
+          f"training ({plan.train_threads} threads) -> {out / 'drafter'}; logs in {out}", flush=True)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with open(out / "extract.log", "ab") as elog, open(out / "train.log", "ab") as tlog:
+            procs["extract"] = _start(plan.extract, elog)
+            procs["train"] = _start(plan.train, tlog)
+            if args.daemon:
+                procs["daemon"] = _spawn_daemon(out, procs)
+            return _wait(procs, stop, out)
+    finally:
+        for name in ("train", "extract", "daemon"):
+            _stop(procs.get(name))
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    from hsmon import daemon as daemon_process
+
+    config = daemon_config(out, procs["extract"].pid, procs["train"].pid)
+    with open(out / "daemon.log", "ab") as log:
+        proc, url = daemon_process.spawn(["--config", str(config)], out / "daemon.port",
+                                         stdout=log, stderr=log)
+    print(f"hsmon online: daemon {url} (status {url}/api/v1/status, metrics {url}/metrics)", flush=True)
+    return proc
+
+
+def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: Path) -> int:
+    """Wait for both sides; a failed side (or a signal) stops the other. Returns the exit status."""
+    extract, train = procs["extract"], procs["train"]
+    while True:
+        if stop["signal"]:
+            print("hsmon online: stopping both sides (resume with the same command and --resume)", flush=True)
+            _stop(train)
+            _stop(extract)
+            return 1
+        ext_rc, train_rc = extract.poll(), train.poll()
+        if ext_rc not in (None, 0):
+            print(f"hsmon online: the extraction failed (status {ext_rc}; see {out / 'extract.log'}); "
+                  "stopping the training", file=sys.stderr)
+            _stop(train)
+            return 1
+        if train_rc not in (None, 0):
+            print(f"hsmon online: the training failed (status {train_rc}; see {out / 'train.log'}); "
+                  "stopping the extraction", file=sys.stderr)
+            _stop(extract)
+            return 1
+        if ext_rc == 0 and train_rc == 0:
+            break
+        time.sleep(0.2)
+    ledger = spool.read_ledger(out / "spool")
+    print(f"hsmon online: done: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
+          f"(E = {ledger.passes_target}); {ledger.consumed_rows} rows consumed "
+          f"({ledger.consumed_bytes / 1e6:.1f} MB freed); drafter in {out / 'drafter'}", flush=True)
+    return 0

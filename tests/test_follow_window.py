@@ -1,0 +1,66 @@
+"""The following trainer's spool reader and replay window (trainer/window.py), on hand-written
+manifests: a chunk only once its record is written, NaN/Inf rows left out, the held-out rule, the
+end only when every shard is done; every row drawn exactly E times, rows leaving in order."""
+
+from __future__ import annotations
+
+import random
+
+from hsmon.contracts import layout
+from trainer.window import HeldOut, SpoolSource, Window
+
+STATS_OK = {"final": [4, 1.0, 4, 0.0, 1.0, 1.0, 0]}
+STATS_NAN = {"final": [4, 1.0, 4, 0.0, 1.0, 1.0, 3]}
+
+
+def row(i: int, chunk: str, stats=STATS_OK, tokens: int = 20) -> dict:
+    return {"type": "row", "row": i, "chunk": chunk, "tokens": tokens, "bytes": 100, "stats": stats}
+
+
+def test_chunks_are_handed_over_whole_and_the_end_needs_every_shard(tmp_path):
+    m0, m1 = tmp_path / layout.manifest_name((0, 2)), tmp_path / layout.manifest_name((1, 2))
+    run = {"type": "run", "rows_total": 8, "settings": {"shard": [0, 2]}}
+    layout.append_jsonl(m0, [run, row(0, "rows_0-4"), row(1, "rows_0-4", STATS_NAN)])
+    source = SpoolSource(tmp_path, max_length=None, heldout=HeldOut(0.0, 0))
+    assert source.poll() == [] and not source.ended()  # rows of an open chunk are not handed over
+    layout.append_jsonl(m0, [row(2, "rows_0-4", tokens=1), {"type": "chunk", "chunk": "rows_0-4"},
+                             {"type": "done"}])
+    (chunk,) = source.poll()
+    assert [r.row for r in chunk.train] == [0] and chunk.nonfinite == [1]  # row 2: one token, unusable
+    assert chunk.train_bytes == 100
+    assert not source.ended(), "shard 1 of 2 has no manifest yet"
+    layout.append_jsonl(m1, [{**run, "settings": {"shard": [1, 2]}}, row(4, "rows_4-8"),
+                             {"type": "chunk", "chunk": "rows_4-8"}])
+    assert [c.name for c in source.poll()] == ["rows_4-8"] and not source.ended()
+    layout.append_jsonl(m1, [{"type": "done"}])
+    source.poll()
+    assert source.ended() and source.plan_rows() == 16
+
+
+def test_held_out_rule_is_fixed_and_capped():
+    rule = HeldOut.new(0.5, max_rows=10)
+    assert rule.below_row == 20 and HeldOut.from_record(rule.to_record()) == rule
+    held = [i for i in range(1000) if rule.holds(i)]
+    assert held and max(held) < 20
+
+
+def test_every_row_is_drawn_exactly_e_times_and_rows_leave_in_order(tmp_path):
+    source = SpoolSource(tmp_path, max_length=None, heldout=HeldOut(0.0, 0))
+    records = [row(i, f"rows_{i // 8 * 8}-{i // 8 * 8 + 8}", tokens=10 + i % 7) for i in range(40)]
+    chunks = [{"type": "chunk", "chunk": f"rows_{s}-{s + 8}"} for s in range(0, 40, 8)]
+    layout.append_jsonl(tmp_path / layout.manifest_name(), [r for s in range(5) for r in
+                                                            (*records[s * 8:s * 8 + 8], chunks[s])])
+    window = Window(passes=3, size=12, done={0: 3, 1: 1})  # a resumed ledger: row 0 done, row 1 once
+    for chunk in source.poll():
+        window.add(chunk)
+    rng, draws, finished_order = random.Random(0), 0, []
+    while window.active:
+        batches = window.draw(rng, batch_tokens=64, world=2)
+        rows = [r.row for b in batches for r in b]
+        assert len(rows) == len(set(rows)) and rows
+        window.credit(rows)
+        finished_order += [c.rows.name for c in window.finished_chunks() if c.rows.name not in finished_order]
+        draws += 1
+    assert window.passes == dict.fromkeys(range(40), 3)
+    assert finished_order == [f"rows_{s}-{s + 8}" for s in range(0, 40, 8)]
+    assert sum(window.take_pending().values()) == 40 * 3 - 3 - 1

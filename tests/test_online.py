@@ -1,0 +1,44 @@
+"""`hsmon online`: the real extractor and the real following trainer started by one command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from extract_helpers import extract_env, make_dataset, tiny_model  # noqa: F401
+
+from hsmon.contracts import spool
+from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.online import add_arguments, extractor_has_spool_max, make_plan
+
+
+def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model):  # noqa: F811
+    data = make_dataset(tmp_path / "data.jsonl", 24, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
+         "--chunk-size", "8", "--threads", "2", "--spool-max", "1GB",
+         "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1", "--train-arg=--heartbeat=0.3"],
+        capture_output=True, text=True, timeout=300, env=extract_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "extraction (1 threads)" in proc.stdout and "training (1 threads)" in proc.stdout
+    assert ("not bounded" in proc.stderr) != extractor_has_spool_max()
+    ledger = spool.read_ledger(out / "spool")
+    assert ledger.ended == "done" and ledger.passes and set(ledger.passes.values()) == {1}
+    assert ledger.consumed_rows == len(ledger.passes) and len(read_manifest(out / "spool").rows) == 24
+    assert (out / "drafter" / "checkpoints").is_dir()
+
+
+def test_spool_max_goes_to_the_extractor_only_when_it_lists_it():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["d.jsonl", "--out", "o", "--spool-max", "20GB", "--threads", "4", "--passes", "3"]
+    args = parser.parse_args(argv)
+    without, with_it = make_plan(args, spool_max_ok=False), make_plan(args, spool_max_ok=True)
+    assert "--spool-max" not in without.extract and not without.spool_max_passed
+    assert with_it.extract[with_it.extract.index("--spool-max") + 1] == "20GB"
+    assert (with_it.extract_threads, with_it.train_threads) == (2, 2)
+    assert with_it.train[with_it.train.index("--passes") + 1] == "3" and "--consume" in with_it.train

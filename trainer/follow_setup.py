@@ -1,0 +1,174 @@
+"""What `hsmon train SPOOL --follow` settles before its first step: the ledger (a new one, or the
+resumed one read back and checked against the checkpoint), the held-out rule, the first chunk
+(which gives the data's shapes and the draft vocabulary's token counts), and the step budget the
+learning-rate schedule is laid over. Rank 0 decides; `share` hands its answer to every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from hsmon.contracts import events as ev
+from hsmon.contracts import spool
+from hsmon.contracts.spool_ledger import LedgerWriter, first_start
+from trainer.data import VOCAB_SAMPLE_ROWS, DataError, DataIndex, RowRef, load_row, plan_epoch
+from trainer.runtime import Dist
+from trainer.settings import TrainSettings
+from trainer.window import ChunkRows, HeldOut, SpoolSource
+
+# the step budget when the extraction's plan is unknown (a manifest without one)
+FALLBACK_STEPS = 1000
+
+
+def share(world: Dist, value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (pickled over the process group)."""
+    if not world.enabled:
+        return value
+    box = [value if world.main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+@dataclass
+class LedgerState:
+    """The ledger as a (re)start finds it, after writing its ``start`` record."""
+
+    heldout: HeldOut
+    passes: dict[int, int] = field(default_factory=dict)
+    consumed: set[str] = field(default_factory=set)
+
+
+def open_ledger(settings: TrainSettings, ckpt: dict[str, Any] | None) -> tuple[LedgerWriter, LedgerState]:
+    """Rank 0: write this start's record and read the ledger back (a start voids the passes of
+    checkpoints lost to a crash: hsmon.contracts.spool); refuse a ledger and a checkpoint that
+    disagree, a second trainer on a ledger without --resume, or other passes than the first start's."""
+    data = settings.data_dir
+    first = first_start(data)
+    if first is not None and not settings.resume:
+        raise DataError(
+            f"{spool.ledger_path(data)}: the spool already has a following trainer's ledger; pass "
+            "--resume (with the same --out) to continue it, or remove the ledger to start over"
+        )
+    if first is not None and first.get("passes") != settings.follow_passes:
+        raise DataError(
+            f"{spool.ledger_path(data)}: the ledger's trainer gives {first.get('passes')} passes, not "
+            f"--passes {settings.follow_passes}; resume with --passes {first.get('passes')}"
+        )
+    heldout = (HeldOut.from_record(first.get("heldout") or {}) if first is not None
+               else HeldOut.new(settings.eval_fraction))
+    writer = LedgerWriter(data)
+    step = int(ckpt["step"]) if ckpt is not None else 0
+    writer.start(passes=settings.follow_passes, consume=settings.follow_consume, step=step,
+                 heldout=heldout.to_record(), out=str(settings.out))
+    ledger = spool.read_ledger(data)
+    passes = {r: n for r, n in ledger.passes.items() if n > 0}
+    if ckpt is not None:
+        held = (ckpt.get("follow") or {}).get("passes_total")
+        if held != sum(passes.values()):
+            raise DataError(
+                f"{spool.ledger_path(data)}: the ledger counts {sum(passes.values())} passes up to step "
+                f"{step}, the checkpoint {held}; the ledger belongs to another training: resume with "
+                "its --out, or start a new spool"
+            )
+    return writer, LedgerState(heldout, passes, set(ledger.consumed_chunks))
+
+
+@dataclass
+class Arrival:
+    """One poll of the spool, the same on every rank."""
+
+    chunks: list[ChunkRows]
+    ended: bool
+    plan_rows: int | None
+    stop: bool
+    spool_limit: int | None = None  # `hsmon extract --spool-max`, when the spool has one
+    row_bytes: int = 0  # bytes of the rows the manifests count
+
+
+def poll_spool(world: Dist, source: SpoolSource | None, stop: bool) -> Arrival:
+    if world.main:
+        assert source is not None
+        chunks = source.poll()
+        local = Arrival(chunks, source.ended(), source.plan_rows(), stop,
+                        spool.read_spool_limit(source.data_dir), source.row_bytes)
+    else:
+        local = Arrival([], False, None, stop)
+    arrival: Arrival = share(world, local)
+    return arrival
+
+
+class RowsPause:
+    """The trainer's ``pause``/``resume`` events with reason "rows" (rank 0), and its stderr lines."""
+
+    def __init__(self, writer: ev.EventWriter | None) -> None:
+        self.writer = writer
+        self.since: float | None = None
+
+    def begin(self, why: str, **fields: Any) -> None:
+        if self.since is not None:
+            return
+        self.since = time.monotonic()
+        if self.writer:
+            self.writer.emit(ev.PAUSE, reason=spool.PAUSE_ROWS, **fields)
+            print(f"hsmon train: paused (rows): {why}", file=sys.stderr, flush=True)
+
+    def end(self, **fields: Any) -> None:
+        if self.since is None:
+            return
+        waited, self.since = time.monotonic() - self.since, None
+        if self.writer:
+            self.writer.emit(ev.RESUME, reason=spool.PAUSE_ROWS, paused_seconds=round(waited, 3), **fields)
+            print(f"hsmon train: resumed (rows) after {waited:.1f}s", file=sys.stderr, flush=True)
+
+
+def first_index(chunk: ChunkRows) -> DataIndex:
+    """Shapes and draft-vocabulary token counts from the first complete chunk (what is known before
+    the rest of the hidden states exist)."""
+    counts: Counter = Counter()
+    hidden = aux = 0
+    rows = (chunk.train + chunk.held)[:VOCAB_SAMPLE_ROWS]
+    for ref in rows:
+        data = load_row(ref.path)
+        ids, mask = data["input_ids"].reshape(-1), data["loss_mask"].reshape(-1)
+        counts.update(ids[1:ref.length][mask[1:ref.length].bool()].tolist())
+        hidden, aux = int(data["hidden_state"].shape[-1]), int(data["aux_hidden_state"].shape[-1])
+    if not hidden:
+        raise DataError(f"{chunk.name}: the first complete chunk has no usable rows")
+    return DataIndex(list(rows), counts, hidden, aux)
+
+
+def step_budget(settings: TrainSettings, first: ChunkRows, plan_rows: int | None, world: Dist,
+                heldout: HeldOut) -> tuple[int, str]:
+    """(steps the schedule is laid over, how they were found): --max-steps, else the extraction's
+    planned rows less the held-out ones x E passes / rows per batch (measured on the first chunk)."""
+    if settings.max_steps is not None:
+        return settings.max_steps, "--max-steps"
+    rows: list[RowRef] = first.train or first.held
+    per_batch = max(1.0, len(rows) / max(1, len(plan_epoch(rows, settings.batch_tokens, settings.seed, 0))))
+    if plan_rows is None:
+        return FALLBACK_STEPS, "fallback (the extraction's manifest has no plan)"
+    held = min(plan_rows * heldout.fraction, heldout.below_row * heldout.fraction)
+    steps = math.ceil((plan_rows - held) * settings.follow_passes / (per_batch * world.world))
+    return max(1, steps), "plan"
+
+
+def delete_rows(refs: list[RowRef]) -> None:
+    """Delete training rows' files (after their ``consumed`` record); the chunk directory goes
+    when nothing is left in it."""
+    parents: set[Path] = set()
+    for ref in refs:
+        path = Path(ref.path)
+        path.unlink(missing_ok=True)
+        parents.add(path.parent)
+    for parent in parents:
+        with contextlib.suppress(OSError):  # held-out rows (or rows left out) stay
+            parent.rmdir()
