@@ -92,6 +92,16 @@ def test_a_slow_trainer_with_cpu_moving_is_running_one_with_nothing_moving_stall
     assert "kill -CONT 77" in decide(snap(facts(stopped))).reason
 
 
+def test_a_trainer_never_seen_on_this_host_is_judged_by_its_steps_never_dead_by_pid():
+    remote = trainer(alive=False, status="gone", seen_alive=False, last_busy_ts=None)
+    assert decide(snap(facts(remote))).state == "running"  # its steps arrive: it runs elsewhere
+    quiet = trainer(alive=False, status="gone", seen_alive=False, last_busy_ts=None,
+                    last_progress_ts=NOW - 2 * STALL)
+    d = decide(snap(facts(quiet)))
+    assert d.state == "stalled" and "trainer-dead" not in ids(d)
+    assert "PID 77 is not a trainer on this host (gone, or on another host)" in d.reason
+
+
 def test_a_dead_extractor_pages_the_extractor_as_today():
     gone = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
     d = decide(snap(facts(trainer(paused_reason="rows", waiting_since_ts=NOW - 5)), paused=None,

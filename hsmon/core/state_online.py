@@ -6,7 +6,9 @@ Each side gets a state (hsmon/status_doc/online.py ``SIDE_STATES``):
 - the extractor paused for spool room is ``paused``, never stalled: the trainer is the slower side;
 - a trainer paused for rows (its ``pause`` event, reason ``rows``) is ``waiting``, never stalled;
 - a trainer alive whose steps stopped but whose CPU moves is ``running`` (slow, not stuck); with
-  neither moving for stall_after it is ``stalled``; gone without a done/stopped it is ``dead``.
+  neither moving for stall_after it is ``stalled``; seen alive here and gone without a done/stopped
+  it is ``dead``. A trainer this host never saw (on another host: the spool is shared) is judged by
+  its steps and ledger alone: stalled when they stop for stall_after, never dead by a PID.
 
 The job's state: a dead or stalled trainer pages the trainer (``dead``/``stalled``, reason and hint
 naming it) even while the extraction waits for room; a dead or stalled extraction pages as any
@@ -123,7 +125,7 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
     if t.ended is not None:
         return "done", "training finished" if t.ended == "done" else "training stopped on request"
-    if t.alive is False and (t.seen_alive or t.started):
+    if t.alive is False and t.seen_alive:  # seen alive here, now gone (not merely on another host)
         detail = f" (last error: {t.last_error})" if t.last_error else ""
         return "dead", f"{what} is gone without a done record{detail}"
     if t.status == "zombie":
@@ -142,7 +144,9 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
     if t.status == "stopped":
         return "stalled", f"{what} is stopped (SIGSTOP): resume it with `kill -CONT {t.pid}`"
     quiet = min(a for a in (progress, busy, stall) if a is not None)
-    return "stalled", f"no step and no CPU for {fmt_seconds(quiet)} (stall-after {fmt_seconds(stall)})"
+    where = f"; PID {t.pid} is not a trainer on this host (gone, or on another host)" if t.alive is not True \
+        and t.pid else ""
+    return "stalled", f"no step and no CPU for {fmt_seconds(quiet)} (stall-after {fmt_seconds(stall)}){where}"
 
 
 def online_decision(f: OnlineFacts, base: Decision, now: float, stall_after: float,
