@@ -68,6 +68,9 @@ class OnlineFacts:
     rows_wait_frac: float | None = None  # share of the window the trainer waited for rows
     window_s: float = 0.0
     producer_paused_since_ts: float | None = None  # paused for spool room since
+    # no events watched (a spool watched by --out alone) and no room for a row of the mean size:
+    # the extractor waits for room (with its events watched, its pause event says so instead)
+    spool_full: bool = False
     trainer: TrainerFacts = field(default_factory=TrainerFacts)
 
 
@@ -104,9 +107,14 @@ def producer_side(f: OnlineFacts, base: Decision, paused_reason: str | None) -> 
     """The extractor's side, from the extraction's own verdict."""
     state = {"silent": "running", "quiet": "stalled", "exited": "dead"}.get(base.state, base.state)
     reason = base.reason
+    limit = f" (limit {format_bytes(f.limit_bytes)})" if f.limit_bytes else ""
     if state == "paused" and paused_reason == "spool":
-        limit = f" (limit {format_bytes(f.limit_bytes)})" if f.limit_bytes else ""
         reason = f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}"
+    elif state == "stalled" and paused_reason is None and f.spool_full:
+        # nothing moves because there is no room: its pause event is not watched, the spool says so
+        state = "paused"
+        reason = (f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}; "
+                  "seen from the spool (no pause event watched)")
     return OnlineSide(role="extractor", state=state, reason=reason, rows_per_s=f.producer_rows_per_s,
                       wait_frac=f.spool_wait_frac)
 
@@ -173,8 +181,11 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
                           f"--resume`); the ledger keeps every row's passes{holding}"))
         both = f"; and the extractor: {base.reason}" if producer.state == "dead" else holding
         return Decision("dead", f"{consumer.reason}{both}", hints)
-    if base.state in ("dead", "stalled", "exited"):
+    if base.state in ("dead", "exited") or (base.state == "stalled" and not full):
         return base  # the extraction pages as any extraction does
+    if full and base.state in ("stalled", "quiet"):  # quiet because it waits for room, not stuck
+        hints = [h for h in hints if h.id not in ("stalled", "quiet")]
+        base = Decision("paused", producer.reason, hints)
     if consumer.state == "stalled":
         hints = [h for h in hints if h.id != "stalled"]
         hints.append(Hint("trainer-stalled", "critical", f"the trainer: {consumer.reason}{holding}"))

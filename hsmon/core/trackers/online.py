@@ -135,6 +135,8 @@ class OnlineTracker:
             producer_rows_per_s=self.producer_rate.rate(), consumer_rows_per_s=self.consumer_rate.rate(),
             spool_wait_frac=spool_frac, rows_wait_frac=rows_frac if self.train.exists else None,
             window_s=span, producer_paused_since_ts=self.spool_wait.since,
+            spool_full=self.limit is not None and rows > 0
+            and self.limit - spool.waiting_bytes(row_bytes, ledger) < row_bytes / rows,
             trainer=self._trainer(ledger))
 
     def _trainer(self, ledger: spool.Ledger) -> TrainerFacts:
