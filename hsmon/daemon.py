@@ -272,7 +272,12 @@ class Handler(BaseHTTPRequestHandler):
         if outside:
             self._refuse(400, {"errors": outside})
             return
-        outcome = launch_and_watch(self.server.monitor, body)
+        try:
+            outcome = launch_and_watch(self.server.monitor, body)
+        except OSError as exc:  # the launch itself failed (systemd-run refused, the disk is full)
+            log.error("launch failed: %s", exc)
+            self._json(500, {"error": f"the launch failed: {exc}"})
+            return
         if outcome.errors:
             self._refuse(400, {"errors": outcome.errors})
         elif outcome.conflict or outcome.job is None:
