@@ -373,6 +373,9 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _shutdown)
     signal.signal(signal.SIGINT, _shutdown)
+    from hsmon.daemon_reload import Reloader
+
+    Reloader(lambda: build_config(args), cfg, monitor, stopping).install()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
