@@ -52,6 +52,9 @@ NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has n
 def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
            stop_requested: threading.Event) -> int:
     """The body `trainer.train.train` runs for --follow (same signals, events and process group)."""
+    # the optimizer's first construction imports torch's compiler stack (~2 s): done now, while the
+    # extractor is still starting, rather than after the first chunk
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
     resume_from = latest_checkpoint(settings.out) if settings.resume else None
     ckpt = load_checkpoint(resume_from) if resume_from else None
     ledger: LedgerWriter | None = None
