@@ -206,7 +206,8 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             break
         time.sleep(0.2)
     ledger = spool.read_ledger(out / "spool")
-    print(f"hsmon online: done: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
+    how = "done" if ledger.ended == "done" else "the training ended early (--max-steps or --time-limit)"
+    print(f"hsmon online: {how}: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
           f"(E = {ledger.passes_target}); {ledger.consumed_rows} rows consumed "
           f"({ledger.consumed_bytes / 1e6:.1f} MB freed); drafter in {out / 'drafter'}", flush=True)
     return 0
