@@ -288,7 +288,9 @@ class FollowRun:
         if cursor.step == self.saved_step and not force:
             return
         pending = self.window.take_pending()
-        if cursor.step != self.saved_step:
+        # at the end, passes of steps skipped since the last checkpoint (non-finite) are written
+        # too, with that checkpoint written again at the same step so that the two agree
+        if cursor.step != self.saved_step or (force and pending):
             if self.ledger is not None:
                 self.ledger.trained(cursor.step, pending)
             self.training.extra_state = {"follow": {"passes_total": self.window.passes_total(),
