@@ -5,6 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch lies on these machines' disk; a looser pin would download a CUDA build.
 TORCH_PIN ?= torch==2.13.0
+# pytest-xdist workers for make test: modules run in parallel, one xdist group per module and the
+# SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: setup sysdeps sglang-env demo test lint clean bench
 
@@ -31,9 +34,11 @@ lint: setup
 # Debian packages the tests use, as command:package: a real Prometheus (Debian's 2.42) scrapes the
 # daemon and promtool tests the alert rules; amtool checks the Alertmanager example; systemd-analyze
 # verifies the units and scores their hardening; the TUI's end-to-end tests drive the real dashboard
-# in tmux. Idempotent; CI runs as root.
+# in tmux; mount makes the tmpfs of the disk-full and inode tests; openssl makes the self-signed
+# certificate of the daemon's TLS test. Idempotent; CI runs as root (the real OOM kill and the tmpfs
+# need root and a memory cgroup controller: make test fails, not skips, without them).
 SYSDEPS := prometheus:prometheus promtool:prometheus amtool:prometheus-alertmanager \
-	systemd-analyze:systemd tmux:tmux
+	systemd-analyze:systemd tmux:tmux mount:mount openssl:openssl
 sysdeps:
 	@missing=""; for cp in $(SYSDEPS); do command -v $${cp%%:*} >/dev/null 2>&1 || \
 	  case " $$missing " in *" $${cp#*:} "*) ;; *) missing="$$missing $${cp#*:}";; esac; done; \
@@ -41,7 +46,7 @@ sysdeps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
-	  else echo "sysdeps: missing$$missing (as root: apt-get install$$missing); their tests will skip"; fi; fi
+	  else echo "sysdeps: missing$$missing (as root: apt-get install$$missing); their tests skip (fail under make test)"; fi; fi
 
 # SGLang's own model classes, in a CPU environment of their own (see scripts/setup-sglang-env.sh);
 # the drafter-export test loads an export with them. Skips when already built.
@@ -50,10 +55,12 @@ sglang-env: .sglang-venv/.hsmon-sglang-ready
 .sglang-venv/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
 	scripts/setup-sglang-env.sh .sglang-venv
 
+# HSMON_NO_SKIP=1: a skip is a failure unless the test is on tests/conftest.py's ALLOWED_SKIPS; -ra
+# prints the skips met (the allowed ones) with their reasons.
 test: setup sysdeps sglang-env
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
-	HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25
+	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done

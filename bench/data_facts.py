@@ -108,8 +108,8 @@ def variation(out: Path) -> int:
     worst = chunk_variation(records)
     print(f"{out}: {chunks} chunks, the first {REFERENCE_CHUNKS} the reference")
     for layer, figures in worst.items():
-        print(f"layer {layer:>6}: mean L2 norm within {figures['mean_l2'] * 100:.1f} %, "
-              f"std within {figures['std'] * 100:.1f} % of the reference")
+        said = ", ".join(f"{name} within {value * 100:.1f} %" for name, value in figures.items())
+        print(f"layer {layer:>6}: {said} of the reference")
     top = max((f for figures in worst.values() for f in figures.values()), default=0.0)
     print(f"RESULT variation_worst={top:.4f} chunks={chunks} tolerance=0.25")
     return 0

@@ -261,7 +261,7 @@ def soak(args: argparse.Namespace, env: dict[str, str]) -> int:
             tui.stop()
     half = [rss for t, rss in samples if t >= samples[-1][0] / 2]
     growth_per_h = (samples[-1][1] - half[0]) / (samples[-1][0] / 2) * 3600 if len(half) > 1 else 0.0
-    documents = samples[-1][0] / args.refresh
+    documents = samples[-1][0] / args.refresh  # the soak's length ÷ the refresh: an estimate, not a count
     print(f"{samples[-1][0]:.0f} s at {rate:,.0f} events/s, a document every {args.refresh:g} s "
           f"({documents:,.0f} documents = {documents / 3600:.1f} h at the default 1 s); TUI CPU {cpu:.2f} %")
     print(f"RSS {samples[0][1]:.1f} MB -> {samples[-1][1]:.1f} MB (max {max(r for _, r in samples):.1f}); "

@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",
                         help="pause before a write would leave less free disk than this "
                         f"(default {DEFAULT_MIN_FREE})")
+    parser.add_argument("--spool-max", metavar="SIZE",
+                        help="the output is a spool that `hsmon train --follow` consumes: pause (reason "
+                        "spool) while the rows not yet consumed would exceed SIZE, e.g. 20GB "
+                        "(docs/extract.md, Online)")
     parser.add_argument("--shard", metavar="I/N", help="do only shard I of N (0-based; whole chunks each); "
                         "default from torchrun, a Slurm array or a Kubernetes Indexed Job (docs/extract.md)")
     parser.add_argument("--dry-run", action="store_true", help="print rows, tokens, bytes and whether they "
@@ -53,10 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon extract`."""
     import os
+    import re
     import sys
 
+    from extractor.backend_options import EXTRACT_OPTIONS, misplaced_option
     from extractor.shard_env import ShardEnvError, resolve_shard, visible_device_for_rank
 
+    refusal = misplaced_option(args, args.backend, EXTRACT_OPTIONS, add_arguments)
+    if refusal is None and not re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device):
+        refusal = f"--device {args.device!r} is not a device: give auto, cpu, cuda or cuda:N"
+    if refusal is not None:
+        print(f"hsmon extract: {refusal}", file=sys.stderr)
+        return 2
     try:
         args.shard = resolve_shard(args.shard, os.environ)
         visible = visible_device_for_rank(args.device, os.environ)

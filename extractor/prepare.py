@@ -2,8 +2,9 @@
 dataset scanned, the model's facts read, what earlier runs already wrote, and the disk headroom.
 
 Resume rule: a run with different settings (dataset content, model, dtype, device type, layers,
-lengths, chunk size, batch budget, sharding) than the one that started ``--out`` is refused,
-because its rows would not match the ones already written.
+lengths, chunk size, sharding) than the one that started ``--out`` is refused, because its rows
+would not match the ones already written; the batch budget and the other options of how rows are
+computed (threads, concurrency, heartbeat, disk reserve) may change.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import cached_scan
+from extractor.spool_gate import check_limit, spool_max_of
 from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
@@ -29,8 +31,11 @@ from hsmon.contracts.units import format_bytes, parse_size
 DEFAULT_MIN_FREE = "1G"
 DEFAULT_BATCH_TOKENS = 8192
 # Settings that change what is written: a resume must match them exactly.
+# What a row holds, and where: a resume that changes one of these is refused. The batch budget,
+# threads, concurrency, heartbeat and disk reserve are not here: they change how rows are computed
+# (rows batched with others or alone: equal to float rounding), not what they are.
 RESUME_KEYS = ("dataset_sha256", "model_fingerprint", "backend", "dtype", "device_type", "layers",
-               "max_length", "truncate", "chunk_size", "batch_tokens", "shard")
+               "max_length", "truncate", "chunk_size", "shard")
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -88,11 +93,14 @@ class Prepared:
     backend_options: dict[str, Any] = field(default_factory=dict)
     # valid rows a backend rejected in an earlier run (a server's refusal ...): final, like done rows
     late_rejects: dict[int, str] = field(default_factory=dict)
+    # --spool-max in bytes (extractor/spool_gate.py): the output is a spool a following trainer consumes
+    spool_max: int | None = None
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Check options and inputs, scan the dataset, read what is already done."""
     data, shard, min_free = _check_arguments(args)
+    spool_max = spool_max_of(args)
 
     import torch
     from transformers import AutoConfig, AutoTokenizer
@@ -157,7 +165,10 @@ def prepare(args: argparse.Namespace) -> Prepared:
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
                     num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path,
                     book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job,
-                    late_rejects=book.late)
+                    late_rejects=book.late, spool_max=spool_max)
+    if spool_max is not None:
+        rows_left = len(scan.rows or ()) - len(book.done)
+        check_limit(spool_max, rows_left, book.needed, args.chunk_size, shard.count)
     if sglang_options is not None:
         from extractor.backends.base import ModelInfo
 
@@ -304,13 +315,21 @@ def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any]) -> No
                                  f"{settings[key]!r}); resume with the same command, or use a new --out")
 
 
+def needed_on_disk(prep: Prepared) -> int:
+    """The bytes the output will hold at most: the rows left, or for a spool its limit."""
+    if prep.spool_max is not None:
+        return min(prep.bytes_needed, prep.spool_max)
+    return prep.bytes_needed
+
+
 def fits(prep: Prepared) -> bool:
-    return prep.bytes_free - prep.bytes_needed >= prep.min_free
+    return prep.bytes_free - needed_on_disk(prep) >= prep.min_free
 
 
 def headroom_line(prep: Prepared) -> str:
     verdict = "fits" if fits(prep) else "does NOT fit: the run will pause when free space reaches the reserve"
-    return (f"needs ~{format_bytes(prep.bytes_needed)}, {format_bytes(prep.bytes_free)} free "
+    spool = "" if prep.spool_max is None else f" (a spool: at most {format_bytes(prep.spool_max)} at once)"
+    return (f"needs ~{format_bytes(prep.bytes_needed)}{spool}, {format_bytes(prep.bytes_free)} free "
             f"(reserve {format_bytes(prep.min_free)}): {verdict}")
 
 

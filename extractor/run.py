@@ -155,13 +155,18 @@ def emit_start(prep: Prepared, events: ev.EventWriter, progress: Any, backend_na
 def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any, events: ev.EventWriter,
              backend: Any, stop_event: threading.Event, chunks_total: int) -> int:
     """Record the run's start, compute every row not done, and record how the run ended."""
-    from extractor.writer import RowWriter
+    from extractor.spool_gate import SpoolGate, record_limit
+    from extractor.writer import Abandoned, RowWriter
 
     started = time.monotonic()
     line = ProgressLine(progress)
+    spool_max = record_limit(prep.out, prep.spool_max)
+    gate = (None if spool_max is None else
+            SpoolGate(prep.out, spool_max, events, progress, stop_event, args.disk_poll, Abandoned))
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update,
-                       rejects_path=prep.out / layout.rejects_name(prep.shard.as_tuple))
+                       rejects_path=prep.out / layout.rejects_name(prep.shard.as_tuple),
+                       spool_room=gate.wait_for_room if gate is not None else None)
     try:
         # through the writer, so that a disk already full at start pauses instead of failing
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),

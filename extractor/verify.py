@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from extractor.backend_options import VERIFY_OPTIONS, misplaced_option
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 
@@ -70,7 +71,13 @@ def verdict(stats: dict[str, float], dtype: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon verify-data`."""
     out = Path(args.out)
-    manifest = read_manifest(out) if out.is_dir() else None
+    refusal = misplaced_option(args, args.backend or ("sglang" if args.against else "hf"),
+                               VERIFY_OPTIONS, add_arguments)
+    if refusal is not None:
+        return _fail(refusal)
+    if not out.is_dir():
+        return _fail(f"{out}: no such directory (give the --out of an `hsmon extract` run)")
+    manifest = read_manifest(out)
     if manifest is None or not manifest.rows:
         return _fail(f"{out}: no rows recorded (give the --out of an `hsmon extract` run)")
     settings = manifest.runs[0].get("settings", {}) if manifest.runs else {}

@@ -166,7 +166,7 @@ class Progress:
 
 
 class Abandoned(Exception):
-    """A stop was requested while the writer waited for disk space."""
+    """A stop was requested while the writer waited for disk space (or spool room)."""
 
 
 _STOP = object()
@@ -178,7 +178,8 @@ class RowWriter(threading.Thread):
     def __init__(self, out_dir: Path, manifest: Path, book: ChunkBook, capture_points: Sequence[int],
                  events: ev.EventWriter, progress: Progress, stop_event: threading.Event,
                  min_free: int, poll_seconds: float = 2.0, queue_batches: int = 2,
-                 on_rows: Callable[[], None] | None = None, rejects_path: Path | None = None) -> None:
+                 on_rows: Callable[[], None] | None = None, rejects_path: Path | None = None,
+                 spool_room: Callable[[int], None] | None = None) -> None:
         super().__init__(name="hsmon-writer", daemon=True)
         self.out_dir, self.manifest, self.book = out_dir, manifest, book
         self.capture_points = list(capture_points)
@@ -190,6 +191,8 @@ class RowWriter(threading.Thread):
         self.error: BaseException | None = None
         self.abandoned = False
         self._disk_pause = Pause("disk", events, progress)
+        # --spool-max: waits (paused, reason spool) until a row of N bytes fits (extractor/spool_gate.py)
+        self.spool_room = spool_room
 
     # -- main-thread side ---------------------------------------------------------------
     def submit(self, batch: list[RowItem | RejectItem]) -> bool:
@@ -243,10 +246,12 @@ class RowWriter(threading.Thread):
     def _write_rows(self, batch: list[RowItem]) -> None:
         if not batch:
             return
-        records = []
+        records: list[dict[str, Any]] = []
         for item in batch:
             data = serialize(row_payload(item))
             path = layout.row_path(self.out_dir, item.row, self.book.chunk_size)
+            if self.spool_room is not None:  # this batch's rows so far are not in the manifest yet
+                self.spool_room(sum(r["bytes"] for r in records) + len(data))
             self._retrying_on_full(len(data), lambda p=path, d=data: write_file(p, d))
             records.append({"type": "row", "row": item.row, "chunk": path.parent.name,
                             "tokens": len(item.input_ids), "bytes": len(data),

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -23,8 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from hsmon import daemon_security as security
 from hsmon import job_flags
 from hsmon.contracts.layout import atomic_write
+from hsmon.contracts.units import port_number
 from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
 
@@ -38,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify_watch.add_arguments(parser)
     parser.add_argument("--host", default=None, help=f"address to bind (default {cfgmod.DEFAULT_HOST})")
     parser.add_argument(
-        "--port", type=int, default=None, help=f"port (default {cfgmod.DEFAULT_PORT}; 0: any)"
+        "--port", type=port_number, default=None, metavar="PORT",
+        help=f"port, 0-65535 (default {cfgmod.DEFAULT_PORT}; 0: any)",
     )
     parser.add_argument(
         "--scan-interval",
@@ -64,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--control-token-file",
         metavar="FILE",
         help="enable POST /api/v1/train and /api/v1/jobs/JOB/stop with this bearer token",
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    parser.add_argument(
+        "--allow-root", action="append", dest="allow_roots", metavar="DIR",
+        help="trainings launched through the API may read and write only under DIR (repeatable; "
+        "needed with a control token on a non-loopback --host)",
     )
     parser.add_argument(
         "--state-log", metavar="FILE", help="append state-transition events here (default stderr)"
@@ -93,8 +104,7 @@ def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
         value = getattr(args, key, None)
         if value is not None:
             setattr(cfg, key, value)
-    if cfg.scan_interval <= 0:
-        raise cfgmod.ConfigError("--scan-interval must be a positive number of seconds")
+    cfg.validate(args.config)
     return cfg
 
 
@@ -111,6 +121,7 @@ def read_control_token(path: str | None) -> str | None:
             ) from None
         if len(token) < 16:
             raise cfgmod.ConfigError(f"--control-token-file {path}: the token must be at least 16 characters")
+        security.check_token_file(path)
     elif os.environ.get("HSMON_CONTROL_TOKEN"):
         token = os.environ["HSMON_CONTROL_TOKEN"].strip()
     return token or None
@@ -122,14 +133,30 @@ class DaemonServer(ThreadingHTTPServer):
     request_queue_size = 256  # 50+ scrapers connecting at once must not be refused
 
     def __init__(
-        self, address: tuple[str, int], monitor: Any, metrics: Any, token: str | None, notifier: Any = None
+        self, address: tuple[str, int], monitor: Any, metrics: Any, token: str | None, notifier: Any = None,
+        tls: ssl.SSLContext | None = None, roots: list[str] | None = None,
     ) -> None:
         super().__init__(address, Handler)
         self.monitor = monitor
         self.metrics = metrics  # hsmon.metrics.exporter.MetricsEndpoint
         self.token = token
         self.notifier = notifier
+        self.tls = tls
+        self.roots = roots or []
         self.launched: dict[str, int] = {}
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With TLS, the handshake happens here, in the connection's own thread (a slow or bad
+        client never holds up the accepting loop)."""
+        if self.tls is not None:
+            request.settimeout(10.0)
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("refused %s: TLS handshake failed (%s)", client_address[0], exc)
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -160,7 +187,10 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/api/v1/status":
             from hsmon.status_doc import encode
 
-            self._send(200, encode(self.server.monitor.status()) + b"\n", "application/json")
+            doc = self.server.monitor.status()
+            if not self._may_see_cmdlines():
+                doc = security.without_cmdlines(doc)
+            self._send(200, encode(doc) + b"\n", "application/json")
         elif path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8")
         elif path == "/":
@@ -170,34 +200,50 @@ class Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
+    def _refuse(self, code: int, obj: dict[str, Any]) -> None:
+        """Answer a refusal, and log it (who asked what, and why not)."""
+        log.warning("refused %s %s from %s: %d %s", self.command, self.path.split("?", 1)[0],
+                    self.client_address[0], code, obj.get("error") or obj.get("errors"))
+        self._json(code, obj)
+
+    def _token_matches(self) -> bool:
+        token, given = self.server.token, self.headers.get("Authorization", "")
+        return token is not None and given.startswith("Bearer ") and hmac.compare_digest(
+            given[7:].strip().encode(), token.encode())
+
+    def _may_see_cmdlines(self) -> bool:
+        """Command lines go to callers on this machine (who can run `ps` anyway) and to callers with
+        the control token."""
+        return security.is_loopback(self.client_address[0]) or self._token_matches()
+
     def _authorized(self) -> bool:
-        token = self.server.token
-        if token is None:
-            self._json(
-                403, {"error": "control endpoints are off: start the daemon with --control-token-file"}
-            )
+        if self.server.token is None:
+            self._refuse(403, {"error": "control endpoints are off: start the daemon with "
+                                        "--control-token-file"})
             return False
-        given = self.headers.get("Authorization", "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(
-            given[7:].strip().encode(), token.encode()
-        ):
-            self._json(401, {"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"})
+        if not self._token_matches():
+            self._refuse(401, {"error": "missing or wrong bearer token (Authorization: Bearer TOKEN)"})
             return False
         return True
 
     def _body(self) -> dict[str, Any] | None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._json(413, {"error": f"body over {MAX_BODY} bytes"})
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True  # the body is not read: the connection cannot be reused
+            self._refuse(413 if length > 0 else 400,
+                         {"error": f"give a Content-Length of at most {MAX_BODY} bytes"})
             return None
         raw = self.rfile.read(length) if length else b"{}"
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            self._json(400, {"error": "the body is not JSON"})
+            self._refuse(400, {"error": "the body is not JSON"})
             return None
         if not isinstance(body, dict):
-            self._json(400, {"error": "the body must be a JSON object"})
+            self._refuse(400, {"error": "the body must be a JSON object"})
             return None
         return body
 
@@ -205,7 +251,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         stop = re.fullmatch(r"/api/v1/jobs/([A-Za-z0-9_.:-]{1,64})/stop", path)
         if path != "/api/v1/train" and not stop:
-            self._json(404, {"error": f"no such endpoint {path}"})
+            self._refuse(404, {"error": f"no such endpoint {path}"})
             return
         if not self._authorized():
             return
@@ -220,9 +266,15 @@ class Handler(BaseHTTPRequestHandler):
     def _train(self, body: dict[str, Any]) -> None:
         from hsmon.launch_watch import launch_and_watch
 
+        paths = {k: v for k in ("data_dir", "out_dir", "target_model")
+                 if isinstance(v := body.get(k), str) and v and (k != "target_model" or os.sep in v)}
+        outside = security.outside_roots(paths, self.server.roots)
+        if outside:
+            self._refuse(400, {"errors": outside})
+            return
         outcome = launch_and_watch(self.server.monitor, body)
         if outcome.errors:
-            self._json(400, {"errors": outcome.errors})
+            self._refuse(400, {"errors": outcome.errors})
         elif outcome.conflict or outcome.job is None:
             self._json(409, {"errors": {"out_dir": outcome.conflict}})
         else:
@@ -251,6 +303,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = build_config(args)
         token = read_control_token(cfg.control_token_file)
+        roots = security.resolved_roots(cfg.allow_roots)
+        security.check_exposure(cfg.host, token, roots)
+        tls = security.tls_context(cfg.tls_cert, cfg.tls_key)
     except cfgmod.ConfigError as exc:
         print(f"hsmon daemon: {exc}", file=sys.stderr)
         return 2
@@ -285,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
         monitor.add_listener(notifier)
     metrics = MetricsEndpoint(monitor, notifier)
     try:
-        server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier)
+        server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots)
     except OSError as exc:
         print(
             f"hsmon daemon: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}; pick another --port",
@@ -297,7 +352,8 @@ def run(args: argparse.Namespace) -> int:
     if args.port_file:
         atomic_write(args.port_file, lambda fh: fh.write(f"{port}\n".encode()))
     log.info(
-        "listening on http://%s:%d (jobs: %s; control %s)",
+        "listening on %s://%s:%d (jobs: %s; control %s)",
+        "https" if tls else "http",
         cfg.host,
         port,
         ", ".join(monitor.job_names()) or "none",
@@ -333,12 +389,13 @@ def spawn(
     port_file: str | os.PathLike[str],
     *,
     port: int = 0,
+    host: str = "127.0.0.1",
     timeout: float = 30.0,
     **popen: Any,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start `hsmon daemon OPTIONS` as a child process and wait until it listens.
 
-    The daemon binds 127.0.0.1:``port`` (0: a free port) and writes the port to ``port_file``.
+    The daemon binds ``host``:``port`` (0: a free port) and writes the port to ``port_file``.
     Returns the process and its base URL. ``popen`` goes to :class:`subprocess.Popen` (env,
     stdout, stderr). Raises :class:`DaemonStartError` when the daemon exits first or does not
     listen within ``timeout`` seconds (it is then killed).
@@ -346,7 +403,7 @@ def spawn(
     port_path = Path(port_file)
     port_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "hsmon", "daemon", *options,
-            "--host", "127.0.0.1", "--port", str(port), "--port-file", str(port_path)]
+            "--host", host, "--port", str(port), "--port-file", str(port_path)]
     proc: subprocess.Popen[bytes] = subprocess.Popen(argv, **popen)
     deadline = time.monotonic() + timeout
     while not port_path.exists():
@@ -357,4 +414,4 @@ def spawn(
             proc.wait()
             raise DaemonStartError(f"hsmon daemon did not listen within {timeout:g} s")
         time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{int(port_path.read_text())}"
+    return proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{int(port_path.read_text())}"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout
+from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
 
 FIELDS = (
@@ -36,6 +36,9 @@ FIELDS = (
     "gpus",
     "time_limit",
     "threads",
+    "follow",
+    "passes",
+    "consume",
 )
 EVENTS_NAME = "events.jsonl"
 LOG_NAME = "train.log"
@@ -55,9 +58,17 @@ class TrainingRequest:
     gpus: int = 1
     time_limit: float | None = None  # seconds of steps; None: no limit
     threads: int | None = None  # torch CPU threads per process; None: torch's default
+    # online (issue 29): train while the extraction writes data_dir (`hsmon train --follow`)
+    follow: bool = False
+    passes: int | None = None  # with follow: batches each row is in (--passes E)
+    consume: bool = False  # with follow: delete a chunk's rows once they had their passes
 
     @property
     def events_path(self) -> str:
+        """OUT/events.jsonl; a following trainer's go in the spool (contract 4), where the monitor
+        reads the online job's consumer side."""
+        if self.follow:
+            return str(spool.train_events_path(self.data_dir))
         return os.path.join(self.out_dir, EVENTS_NAME)
 
     @property
@@ -210,6 +221,13 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
     gpus = _number(fields, "gpus", int, 1, 1024, errors)
     time_limit = _number(fields, "time_limit", float, 1, None, errors)
     threads = _number(fields, "threads", int, 1, 1024, errors)
+    follow = _yes_no(fields, "follow", errors)
+    passes = _number(fields, "passes", int, 1, 1000, errors)
+    consume = _yes_no(fields, "consume", errors)
+    if not follow:
+        for name, given in (("passes", passes is not None and passes != 1), ("consume", consume)):
+            if given and name not in errors:
+                errors[name] = f"{name} goes with follow (hsmon train --follow): set follow to yes"
     if errors:
         return None, errors
     assert data is not None and out is not None
@@ -225,7 +243,24 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
         gpus=gpus or 1,
         time_limit=time_limit,
         threads=threads,
+        follow=follow,
+        passes=passes if follow else None,
+        consume=consume,
     ), {}
+
+
+def _yes_no(fields: dict[str, Any], name: str, errors: dict[str, str]) -> bool:
+    """A yes/no field: a bool, or yes/no, true/false, on/off, 1/0 (empty: no)."""
+    raw = fields.get(name)
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw if raw is not None else "").strip().lower()
+    if text in ("", "no", "false", "off", "0", "n"):
+        return False
+    if text in ("yes", "true", "on", "1", "y"):
+        return True
+    errors[name] = f"{name} must be yes or no (got {raw!r})"
+    return False
 
 
 def _torchrun(python: str) -> list[str]:
@@ -267,6 +302,8 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
     for flag, value in options:
         if value is not None:
             argv += [flag, str(value)]
+    if req.follow:
+        argv += ["--follow", "--passes", str(req.passes or 1), *(["--consume"] if req.consume else [])]
     return argv
 
 

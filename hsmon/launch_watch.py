@@ -47,7 +47,8 @@ def launch_and_watch(monitor: Monitor, fields: dict[str, Any]) -> LaunchOutcome:
         if monitor.job_pid(name) is not None:
             return LaunchOutcome(conflict=f"a training into {request.out_dir} is already running")
         monitor.remove_job(name)
-    warning = launch.complete_chunks_warning(request.data_dir)
+    # a following trainer takes the chunks as they complete: no warning about unfinished ones
+    warning = None if request.follow else launch.complete_chunks_warning(request.data_dir)
     launched = launch.launch_training(request)
     monitor.add_job(job_config_for(launched))
     return LaunchOutcome(job=launched, warning=warning)

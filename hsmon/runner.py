@@ -27,6 +27,7 @@ import threading
 import time
 
 from hsmon.contracts import events as ev
+from hsmon.contracts.units import size_argument
 from hsmon.core import logtail
 from hsmon.rotating_log import RotatingLog
 
@@ -45,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows-total", type=int, metavar="N", help="rows it will write (progress, ETA)")
     parser.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS",
                         help="seconds between heartbeat events (default 5)")
-    parser.add_argument("--log-max-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
-                        help="rotate the log past this size (default 64 MiB)")
+    parser.add_argument("--log-max-bytes", type=size_argument, default=64 * 1024 * 1024, metavar="SIZE",
+                        help="rotate the log past this size: bytes, or 500M, 64MiB (default 64MiB)")
     parser.add_argument("--log-backups", type=int, default=3, metavar="N",
                         help="rotated logs kept: LOG.1 ... LOG.N (default 3)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

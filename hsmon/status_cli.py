@@ -7,6 +7,7 @@ Without a daemon it samples twice, ``--sample`` seconds apart, so that rates and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,8 +26,9 @@ from hsmon.status_doc import (
     ServerEntry,
     StatusDocument,
     decode,
+    online_of,
 )
-from hsmon.status_text import disk_verdict
+from hsmon.status_text import disk_verdict, online_rows
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -44,9 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without a daemon: watch this long to measure activity (default 1)",
     )
     parser.add_argument("--json", action="store_true", help="print the status document as JSON")
+    parser.add_argument("--ca", metavar="FILE", help="check an https:// daemon's certificate against this "
+                        "PEM file (its CA, or the self-signed certificate itself)")
 
 
-def fetch(url: str, timeout: float = 5.0) -> StatusDocument:
+def fetch(url: str, timeout: float = 5.0, ca: str | None = None) -> StatusDocument:
     """GET the status document from a daemon."""
     import http.client
 
@@ -54,7 +58,7 @@ def fetch(url: str, timeout: float = 5.0) -> StatusDocument:
 
     from hsmon.status_client import StatusClient
 
-    client = StatusClient(url, timeout)
+    client = StatusClient(url, timeout, ca=ca)
     try:
         body = client.get()
     except (OSError, ValueError, http.client.HTTPException) as exc:
@@ -213,6 +217,9 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
             f"{format_duration(d.time_to_done_s)}{inodes}",
         ))
     rows += [_process_row(p) for p in job.processes]
+    online = online_of(job)
+    if online is not None:
+        rows += [(f"online {label}", text) for label, text in online_rows(online)]
     ev = job.events
     if ev:
         last = format_duration(now - ev.last_event_ts) + " ago" if ev.last_event_ts else "none yet"
@@ -235,6 +242,8 @@ def render(doc: StatusDocument) -> str:
         rows = _job_rows(job, now)
         width = max((len(k) for k, _ in rows), default=0)
         lines += [f"  {k:<{width}}  {v}" for k, v in rows]
+        lines += [f"  ~ stale: {', '.join(b.stale) or '-'} (the {b.tracker} tracker is blind for "
+                  f"{format_duration(now - b.since_ts)}: {b.error})" for b in job.blind or []]
         lines += [f"  ! {hint.severity}: {hint.message}" for hint in job.hints]
         lines.append("")
     if not doc.jobs:
@@ -243,7 +252,7 @@ def render(doc: StatusDocument) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def run_many(urls: list[str], as_json: bool) -> int:
+def run_many(urls: list[str], as_json: bool, ca: str | None = None) -> int:
     """Several daemons: one table (or a JSON list of {url, status, error}); exit 1 when a job is
     stalled or dead or a daemon does not answer."""
     from concurrent.futures import ThreadPoolExecutor
@@ -252,7 +261,7 @@ def run_many(urls: list[str], as_json: bool) -> int:
 
     def one(url: str) -> tuple[str, StatusDocument | None, str | None]:
         try:
-            return url, fetch(url), None
+            return url, fetch(url, ca=ca), None
         except RuntimeError as exc:
             return url, None, str(exc).split(";")[0]
 
@@ -267,9 +276,17 @@ def run_many(urls: list[str], as_json: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    urls = args.url or []
+    from hsmon.status_client import check_url
+
+    try:
+        urls = [check_url(url) for url in args.url or []]
+        if args.out and not os.path.isdir(args.out):
+            raise ValueError(f"--out {args.out}: no such directory; give the output directory of the job")
+    except ValueError as exc:
+        print(f"hsmon status: {exc}", file=sys.stderr)
+        return 2
     if len(urls) > 1 and not (args.config or job_flags.job_from_args(args)):
-        return run_many(urls, args.json)
+        return run_many(urls, args.json, args.ca)
     args.url = urls[0] if urls else None
     try:
         job = job_flags.job_from_args(args)
@@ -280,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
             each.verify = None  # the engine check is the daemon's: a one-shot look does not start one
         if jobs and args.url:
             raise cfgmod.ConfigError("give either --url or path/process options, not both")
-        doc = measure(jobs, args.sample) if jobs else fetch(args.url or DEFAULT_URL)
+        doc = measure(jobs, args.sample) if jobs else fetch(args.url or DEFAULT_URL, ca=args.ca)
     except (cfgmod.ConfigError, RuntimeError) as exc:
         print(f"hsmon status: {exc}", file=sys.stderr)
         return 2

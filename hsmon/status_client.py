@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,11 +23,13 @@ STATUS_PATH = "/api/v1/status"
 class KeptGet:
     """GET one path of ``host:port`` again and again over one connection."""
 
-    def __init__(self, host: str, port: int, path: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, path: str, timeout: float,
+                 authorization: str | None = None) -> None:
         self.address = (host, port)
         self.timeout = timeout
+        auth = f"Authorization: {authorization}\r\n" if authorization else ""
         self.request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                        "Accept: application/json\r\n\r\n").encode("ascii")
+                        f"Accept: application/json\r\n{auth}\r\n").encode("ascii")
         self._sock: socket.socket | None = None
 
     def close(self) -> None:
@@ -77,6 +80,13 @@ class KeptGet:
         return bytes(buffer[:size])
 
 
+def check_url(url: str) -> str:
+    """The URL of a daemon as given, or ValueError in one line when it lacks its scheme."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--url {url}: give a full URL such as http://{url.lstrip('/') or '127.0.0.1:9108'}")
+    return url
+
+
 def base_url_of(url: str) -> str:
     """The daemon's base URL from what a user gives (``/api/v1/status`` and a trailing / dropped)."""
     base = url.rstrip("/")
@@ -86,10 +96,16 @@ def base_url_of(url: str) -> str:
 class StatusClient:
     """GET one daemon's status document, again and again, over one kept-alive connection."""
 
-    def __init__(self, url: str, timeout: float = 3.0) -> None:
+    def __init__(self, url: str, timeout: float = 3.0, ca: str | None = None,
+                 token: str | None = None) -> None:
         self.base_url = base_url_of(url)
         self.url = self.base_url + STATUS_PATH
         self.timeout = timeout
+        self.ca = ca  # PEM file of the CA (or self-signed certificate) an https daemon is checked against
+        # with the control token the daemon shows command lines to a caller on another machine too
+        self.headers = {"Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
         self._conn: Any = None
         self._kept: KeptGet | None = None
 
@@ -107,7 +123,8 @@ class StatusClient:
         url = urlsplit(self.base_url)
         if url.scheme == "http" and url.hostname:
             if self._kept is None:
-                self._kept = KeptGet(url.hostname, url.port or 80, f"{url.path}{STATUS_PATH}", self.timeout)
+                self._kept = KeptGet(url.hostname, url.port or 80, f"{url.path}{STATUS_PATH}", self.timeout,
+                                     self.headers.get("Authorization"))
             try:
                 body = self._kept.get()
             except (OSError, ValueError):
@@ -116,10 +133,14 @@ class StatusClient:
                 return body
         for attempt in (1, 2):
             if self._conn is None:
-                kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-                self._conn = kind(url.netloc, timeout=self.timeout)
+                if url.scheme == "https":
+                    context = ssl.create_default_context(cafile=self.ca)
+                    self._conn = http.client.HTTPSConnection(url.netloc, timeout=self.timeout,
+                                                             context=context)
+                else:
+                    self._conn = http.client.HTTPConnection(url.netloc, timeout=self.timeout)
             try:
-                self._conn.request("GET", f"{url.path}{STATUS_PATH}", headers={"Accept": "application/json"})
+                self._conn.request("GET", f"{url.path}{STATUS_PATH}", headers=self.headers)
                 response = self._conn.getresponse()
                 body = response.read()
             except (http.client.HTTPException, OSError):

@@ -4,7 +4,8 @@ the same figure. No Textual or Rich here: `hsmon status` must not import them.""
 
 from __future__ import annotations
 
-from hsmon.status_doc import DiskEntry
+from hsmon.contracts.units import format_bytes
+from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide
 
 WONT_FIT = "WILL NOT FIT"
 FILLS_FIRST = "fills before done"
@@ -24,3 +25,31 @@ def disk_verdict(disk: DiskEntry) -> str:
 def verdict_alarming(verdict: str) -> bool:
     """Whether a disk verdict is an alarm (it is said in red or yellow)."""
     return verdict in (WONT_FIT, FILLS_FIRST)
+
+
+def spool_fill(online: OnlineSection) -> str:
+    """'19.9 GB of 20.0 GB (100 %)', or the bytes alone when the limit is not known."""
+    if not online.limit_bytes:
+        return f"{format_bytes(online.spool_bytes)} (no limit known)"
+    pct = 100.0 * online.spool_bytes / online.limit_bytes
+    return f"{format_bytes(online.spool_bytes)} of {format_bytes(online.limit_bytes)} ({pct:.0f} %)"
+
+
+def side_text(side: OnlineSide) -> str:
+    """'PAUSED: spool full: ...; 3.10 rows/s written' (the extractor writes, the trainer consumes)."""
+    verb = "written" if side.role == "extractor" else "consumed"
+    rate = f"; {side.rows_per_s:.2f} rows/s {verb}" if side.rows_per_s is not None else ""
+    return f"{side.state.upper()}: {side.reason}{rate}"
+
+
+def online_rows(online: OnlineSection) -> list[tuple[str, str]]:
+    """An online job's (label, text) lines: the spool, each side, the bottleneck."""
+    passes = f", {online.passes} passes per row" if online.passes else ""
+    step = f", trainer at step {online.trainer_step}" if online.trainer_step is not None else ""
+    return [
+        ("spool", f"{online.path}: {spool_fill(online)}; {online.rows_waiting} rows waiting, "
+                  f"{online.rows_consumed} of {online.rows_written} consumed{passes}{step}"),
+        ("extractor", side_text(online.producer)),
+        ("trainer", side_text(online.consumer) + (f" (PID {pid})" if (pid := online.consumer.pid) else "")),
+        ("bottleneck", online.bottleneck),
+    ]

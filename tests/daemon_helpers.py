@@ -104,7 +104,8 @@ def post_json(url: str, body: Any, token: str | None = None, timeout: float = 10
 class Daemon:
     """A real `hsmon daemon` subprocess on a free port."""
 
-    def __init__(self, procs: Procs, tmp: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, procs: Procs, tmp: Path, args: list[str], env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.stderr_path = tmp / f"daemon-{time.monotonic_ns()}.err"
         self.stderr = open(self.stderr_path, "wb")  # noqa: SIM115
         try:
@@ -112,6 +113,7 @@ class Daemon:
                 args,
                 tmp / f"port-{time.monotonic_ns()}",
                 timeout=20,
+                host=host,
                 stderr=self.stderr,
                 env=env or child_env(),
             )

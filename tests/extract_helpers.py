@@ -196,8 +196,9 @@ def load_output(out: Path, manifest: str | None = None) -> dict[int, dict[str, A
     }
 
 
-def assert_same_output(got: Path, want: Path) -> None:
-    """Same rows, tensor for tensor, no stray or temporary files, no row counted twice."""
+def assert_same_output(got: Path, want: Path, exact: bool = True) -> None:
+    """Same rows, tensor for tensor (``exact=False``: hidden states equal to float rounding, as rows
+    batched otherwise give), no stray or temporary files, no row counted twice."""
     import torch
 
     a, b = load_output(got), load_output(want)
@@ -205,7 +206,10 @@ def assert_same_output(got: Path, want: Path) -> None:
     for row in a:
         assert a[row].keys() == b[row].keys()
         for key in a[row]:
-            assert torch.equal(a[row][key], b[row][key]), f"row {row} {key} differs"
+            if exact or not a[row][key].is_floating_point():
+                assert torch.equal(a[row][key], b[row][key]), f"row {row} {key} differs"
+            else:
+                torch.testing.assert_close(a[row][key], b[row][key], rtol=1e-4, atol=1e-5)
     counted = {
         str(got / rec["chunk"] / layout.row_file_name(r)) for r, rec in read_row_records(got).items()
     }
@@ -216,4 +220,4 @@ def assert_same_output(got: Path, want: Path) -> None:
         assert len(rows) == len(set(rows)), f"{path.name} counts a row twice"
     chunks_a = {k: v["sha256"] for k, v in read_manifest(got).chunks.items()}
     chunks_b = {k: v["sha256"] for k, v in read_manifest(want).chunks.items()}
-    assert chunks_a == chunks_b
+    assert chunks_a == chunks_b if exact else chunks_a.keys() == chunks_b.keys()

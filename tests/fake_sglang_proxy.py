@@ -22,8 +22,10 @@ HIDDEN = ("max_req_input_len", "context_length")
 class FakeSGLangProxy:
     """``start()`` serves on a free local port; ``url`` is what the client is given."""
 
-    def __init__(self, upstream: str, fail_ids: list[int] | None = None, hide_limits: bool = False) -> None:
+    def __init__(self, upstream: str, fail_ids: list[int] | None = None, hide_limits: bool = False,
+                 port: int = 0) -> None:
         self.upstream = upstream.rstrip("/")
+        self.port = port  # 0: any free port
         self.fail_ids = fail_ids
         self.hide_limits = hide_limits
         self.failed = 0  # 500s answered to the poison row
@@ -83,7 +85,7 @@ class FakeSGLangProxy:
                     proxy.forwarded += 1
                 self._reply(status, body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fake-sglang-proxy", daemon=True).start()
         return self

@@ -79,7 +79,8 @@ def test_dashboard_has_what_grafana_needs(committed: dict[str, Any]) -> None:
     titles = " / ".join(p["title"] for p in panels)
     for needed in ("State", "Rows", "Tokens", "Chunks", "ETA", "Dump files", "Oldest dump file",
                    "/dev/shm free", "predict_linear", "Restarts", "Resident memory", "CPU",
-                   "stdout buffered", "Loss", "Accuracy", "scans", "inotify", "Tick duration", "SGLang"):
+                   "stdout buffered", "Loss", "Accuracy", "scans", "inotify", "Tick duration", "SGLang",
+                   "Spool", "Online wait share"):
         assert needed in titles, needed
 
 

@@ -144,6 +144,65 @@ def test_facts_keep_running_totals_only():
     assert facts.first_nonfinite_rows == [5] and facts.layers["final"].figures()["mean_l2"] == 12.0
 
 
+def _chunks_of_rows(lengths: list[int], scale_from: int | None = None, per_chunk: int = 3) -> list[dict]:
+    """Manifest records the writer's own code makes (row_stats, finish_stats) for rows whose position 0
+    has ~160x the others' norm, as SmolLM2's hidden states have; rows from ``scale_from`` on scaled 1.5x."""
+    import torch
+
+    from extractor.row_stats import finish_stats, row_stats
+
+    gen = torch.Generator().manual_seed(0)
+    records, pending = [], []
+    for row, seq in enumerate(lengths):
+        hidden = torch.randn(seq, 64, generator=gen)
+        hidden[0] *= 160.0
+        if scale_from is not None and row >= scale_from:
+            hidden *= 1.5
+        stats = row_stats(hidden, hidden.repeat(1, 2), [2, 4])
+        records.append({"type": "row", "row": row, "stats": stats})
+        pending.append(stats)
+        if len(pending) == per_chunk:
+            name = f"rows_{row + 1 - per_chunk}-{row + 1}"
+            records.append({"type": "chunk", "chunk": name,
+                            "stats": {k: finish_stats([p[k] for p in pending]) for k in pending[0]}})
+            pending = []
+    return records
+
+
+def test_drift_is_judged_after_the_first_position_so_a_changing_length_mix_is_not_drift():
+    """A dataset whose rows are long at the start of the file and short later: the plain mean L2
+    norm of a chunk moves by far more than the tolerance (more position-0 share), the drift figure
+    (positions after the first) does not; a real scale change still drifts; an older manifest's rows
+    (7 sums, no mean_l2_rest) are judged on the plain figures, as before."""
+    lengths = [64] * 9 + [4] * 9  # 3 chunks of long rows (the reference), then 3 of short ones
+    facts = DataFacts()
+    records = _chunks_of_rows(lengths)
+    for record in records:
+        facts.add(record)
+    chunks = [r for r in records if r["type"] == "chunk"]
+    plain = chunks[-1]["stats"]["final"]["mean_l2"] / chunks[0]["stats"]["final"]["mean_l2"]
+    assert plain > 3  # what the old figure would have judged: a 200+ % "drift"
+    assert facts.drifted_chunks == 0 and facts.drifts == []
+    ref = facts.reference_of("final")
+    assert ref is not None and 7 < ref["mean_l2_rest"] < 9  # sqrt(64) per token, position 0 left out
+
+    scaled = DataFacts()
+    for record in _chunks_of_rows(lengths, scale_from=12):
+        scaled.add(record)
+    assert scaled.drifted_chunks == 2 and {d.figure for d in scaled.drifts} == {"mean_l2_rest"}
+    assert {d.chunk for d in scaled.drifts} == {"rows_12-15", "rows_15-18"}
+
+    old = DataFacts()
+    for record in records:
+        if record["type"] == "row":
+            record = {**record, "stats": {k: v[:7] for k, v in record["stats"].items()}}
+        else:
+            record = {**record, "stats": {k: {f: x for f, x in v.items() if f != "mean_l2_rest"}
+                                          for k, v in record["stats"].items()}}
+        old.add(record)
+    assert old.drifted_chunks == 3 and "mean_l2" in {d.figure for d in old.drifts}
+
+
 def test_engine_check_hf_agrees_and_a_failed_or_slow_check_only_warns(clean):
     """`--verify-every 5 --verify-against hf` on the clean 20-chunk run: one real check of 2 rows of
     the newest chunk agrees; a check against a port nobody listens on is an error, one with a budget

@@ -27,6 +27,7 @@ import torch
 from daemon_helpers import Daemon, Procs, wait_until
 from extract_helpers import (
     events_of,
+    extract_cmd,
     extract_env,
     load_output,
     make_dataset,
@@ -34,6 +35,7 @@ from extract_helpers import (
     start_extract,
     wait_for_event,
 )
+from fake_sglang_proxy import FakeSGLangProxy
 from sglang_server import (
     EMBEDDED_MODEL,
     IDLE_ARGS,
@@ -262,6 +264,36 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
                  "--return-aux-hidden-state-layer-ids 1 3 4", "--disable-radix-cache"):
         assert flag in proc.stderr, proc.stderr
     assert "radix cache is on" in proc.stderr
+
+
+def test_preflight_waits_for_a_server_that_still_loads(workdir, server, data_short):
+    """The extract unit starts beside a server that loads its model for minutes: with
+    --wait-for-server it waits (a progress line) and goes on once the server answers; without, it
+    refuses at once. The late server is the real one behind a proxy that starts listening late."""
+    port = free_port()
+    late = FakeSGLangProxy(server.url, port=port)
+    url = f"http://127.0.0.1:{port}"
+    refused = run_extract(data_short, workdir / "no-wait", MODEL, *SHORT, "--backend", "sglang", "--url", url,
+                          "--transport", "json", "--dry-run")
+    assert refused.returncode == 2 and "no SGLang server answers" in refused.stderr.strip().splitlines()[-1]
+    cmd = extract_cmd(data_short, workdir / "waited", MODEL, *SHORT, "--backend", "sglang", "--url", url,
+                      "--transport", "json", "--wait-for-server", "120", "--dry-run")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=extract_env())
+    try:
+        lines = []
+        for line in proc.stderr:  # the server comes up only once the client says it waits
+            lines.append(line)
+            if "waiting for --url" in line:
+                late.start()
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        late.stop()
+    waited = subprocess.CompletedProcess(cmd, proc.returncode, out, "".join(lines) + err)
+    assert waited.returncode == 0, waited.stderr
+    assert f"waiting for --url {url} to answer" in waited.stderr
 
 
 def test_the_status_capture_section_is_null_without_the_plugin(workdir, server, plain_server):

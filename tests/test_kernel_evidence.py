@@ -88,15 +88,30 @@ def test_a_cgroup_oom_count_that_rose_while_the_process_ran_is_evidence(tmp_path
     (proc / "mounts").write_text(f"cgroup2 {tmp_path / 'cg2'} cgroup2 rw 0 0\n")
     (proc / "77" / "cgroup").write_text("0::/job\n")
     (proc / "77" / "stat").write_text("77 (python -u x.py) S 1 77 77 0 -1 4194304 " + "0 " * 12 + "12345 0\n")
+    for pid, ppid in ((78, 77), (79, 1)):  # 78 is its child, 79 is not
+        (proc / str(pid)).mkdir()
+        (proc / str(pid) / "stat").write_text(f"{pid} (python) S {ppid} {pid} {pid} 0 -1\n")
     (cg / "memory.events").write_text(MEMORY_EVENTS.format(1))
+    (cg / "cgroup.procs").write_text("77\n78\n")
     watch = CgroupWatch.of(77, proc=str(proc))
     assert watch.count == 1 and watch.started == 12345 / os.sysconf("SC_CLK_TCK")
     no_kmsg = str(tmp_path / "no-kmsg")  # the kernel log not readable (not root)
     assert not oom_evidence(watch, kmsg=no_kmsg).killed
     (cg / "memory.events").write_text(MEMORY_EVENTS.format(2))
     evidence = oom_evidence(watch, kmsg=no_kmsg)
-    assert evidence.killed and evidence.line is None
-    assert evidence.reason() == f"its memory cgroup {cg} counted 1 OOM kill(s) while it ran (oom_kill 1 -> 2)"
+    assert evidence.killed and evidence.line is None and evidence.hint is None  # a cgroup of its own
+    assert evidence.reason() == (f"its memory cgroup {cg} (it held only PID 77 and its descendants at every "
+                                 "look) counted 1 OOM kill(s) while it ran (oom_kill 1 -> 2)")  # fmt: skip
+
+    (cg / "memory.events").write_text(MEMORY_EVENTS.format(1))
+    shared = CgroupWatch.of(77, proc=str(proc))
+    (cg / "cgroup.procs").write_text("77\n78\n79\n")  # a process not of the job joins
+    shared.look()
+    (cg / "memory.events").write_text(MEMORY_EVENTS.format(2))
+    evidence = oom_evidence(shared, kmsg=no_kmsg)
+    assert not evidence.killed and evidence.hint is not None
+    assert "(shared: it holds PID 79, not this job's process or a descendant of it) counted 1" in (
+        evidence.hint)
 
 
 def _gone(**facts) -> Snapshot:
@@ -169,9 +184,50 @@ def test_a_real_oom_kill_in_a_memory_limited_cgroup_reads_dead_with_the_kernels_
         print(f"reason: {job['reason']}")
     finally:
         procs.close()
-        for _ in range(50):  # the killed process leaves the cgroup a moment after it is reaped
-            try:
-                cgroup.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        _remove_cgroup(cgroup)
+
+
+def test_a_siblings_oom_kill_in_the_jobs_cgroup_is_a_hint_beside_the_jobs_own_traceback(tmp_path):
+    """The job and a sibling share one 64 MiB cgroup (a container's, a pod's): the sibling is
+    OOM-killed, then the job dies of a ValueError. dead with the traceback; the OOM count a hint."""
+    cgroup = _own_memory_cgroup()
+    procs = Procs()
+    try:
+        hog = "import sys; sys.stdin.readline(); x = [b'x' * 2**20 for _ in range(1024)]"
+        job_code = "import sys; print('loading', flush=True); sys.stdin.readline(); raise ValueError('row 7')"
+        with open(tmp_path / "job.log", "w") as out:
+            job = procs.start([sys.executable, "-c", job_code], stdin=subprocess.PIPE, stdout=out,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+        sibling = procs.start([sys.executable, "-c", hog], stdin=subprocess.PIPE)
+        for pid in (job.pid, sibling.pid):
+            (cgroup / "cgroup.procs").write_text(str(pid))
+        daemon = Daemon(procs, tmp_path, ["--job", "job", "--pid", str(job.pid), "--stall-after", "60"],
+                        env=child_env())  # fmt: skip
+        wait_until(lambda: daemon.job("job")["processes"][0]["alive"], 20, 0.2, what="job watched")
+        time.sleep(1.5)  # a tick or two while it lives (its cgroup and who is in it are noted)
+        for proc in (sibling, job):
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+            proc.wait(timeout=60)
+        assert sibling.returncode == -9 and job.returncode == 1
+        seen = wait_until(lambda: (j := daemon.job("job"))["state"] in ("dead", "exited") and j, 20, 0.2,
+                          what="the job's ending")  # fmt: skip
+        assert seen["state"] == "dead", seen["reason"]
+        assert seen["reason"] == f"extractor PID {job.pid} failed: ValueError: row 7"
+        hint = next(h for h in seen["hints"] if h["id"] == "oom-in-cgroup")
+        assert hint["severity"] == "warning" and f"it holds PID {sibling.pid}" in hint["message"]
+        assert hint["message"].startswith("the job's cgroup counted an OOM kill (its memory cgroup")
+        assert hint["message"].endswith("the job's log ends with a traceback: ValueError: row 7")
+    finally:
+        procs.close()
+        _remove_cgroup(cgroup)
+
+
+def _remove_cgroup(cgroup: Path) -> None:
+    for _ in range(50):  # a killed process leaves the cgroup a moment after it is reaped
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)

@@ -215,6 +215,7 @@ def test_control_endpoints_off_by_default_token_checked_launch_and_stop(procs, t
     token = "s3cret-token-0123456789"
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)  # the daemon refuses a token others may read
     daemon = Daemon(
         procs,
         tmp_path,
@@ -273,6 +274,7 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
     )
     token = "a-long-enough-control-token"
     (tmp_path / "token").write_text(token)
+    (tmp_path / "token").chmod(0o600)
     env = child_env()
     env.pop("HSMON_TRAIN_COMMAND", None)
     daemon = Daemon(

@@ -138,7 +138,7 @@ def test_replay_a_long_prefill_past_sglangs_own_timeout_reads_busy_never_hung():
     assert state == "busy", detail
     assert detail.startswith(
         "one forward has run 20 s (/health_generate 503 ×1; SGLang's health check gave up at 20 s; "
-        "counters frozen since); queue 0, running 0; hung after 120 s"
+        "counters frozen for 20 s); queue 0, running 0; hung after 120 s"
     ), detail
     r.metrics(22.0, 100, 10)
     r.tracker.health_started(22.0)

@@ -199,6 +199,34 @@ def test_a_failed_write_leaves_one_error_line_that_the_client_reads(tmp_path):
     assert sorted(p.name for p in job_dir.iterdir()) == ["r4-ab-1.safetensors"]  # no .tmp left
 
 
+class _FailingCudaEvent:
+    """Stands in for a torch.cuda.Event whose copy failed (no GPU here): synchronize raises as CUDA does."""
+
+    def synchronize(self) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_a_writer_failure_gives_the_held_request_an_error_a_count_a_log_line_and_the_thread_goes_on(
+    tmp_path, caplog
+):
+    w = writer.Writer(pool_bytes=1 << 20)
+    bad = _job(w, tmp_path, "r5-ab-1")
+    bad.pieces[1].event = _FailingCudaEvent()
+    with caplog.at_level("ERROR", logger="hsmon_sglang_plugin"):
+        assert w.submit(bad) is None and w.submit(_job(w, tmp_path, "r6-ab-1")) is None
+        _wait(tmp_path / "r6-ab-1.safetensors")  # the thread went on to the next request
+        w.drain()
+    stats = w.snapshot()
+    assert stats["writer_failures"] == 1 and stats["write_errors"] == 1 and stats["files_written"] == 1
+    assert stats["pool_bytes_in_use"] == 0 and stats["queue_depth"] == 0
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged == ["hsmon capture plugin: writing request r5-ab-1 failed"]
+    ticket = transports.DumpTicket(tmp_path / "r5-ab-1.safetensors", tmp_path / "r5-ab-1.error", "r5-ab-1",
+                                   "http://srv:1", 90)  # fmt: skip
+    with pytest.raises(transports.DumpError, match="writer failed: RuntimeError: CUDA error: an illegal"):
+        transports.wait_for_file(ticket, 5.0)
+
+
 def test_the_old_synchronous_path_is_kept_for_comparisons(tmp_path):
     w = writer.Writer(sync=True)
     job = _job(w, tmp_path, "r5")

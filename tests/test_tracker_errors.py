@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from daemon_helpers import procs  # noqa: F401
 
 from hsmon.contracts import events as ev
 from hsmon.core.config import JobConfig
@@ -131,6 +132,60 @@ def test_every_registered_tracker_answers_the_one_interface(tmp_path: Path) -> N
                                  dump_dir=str(tmp_path / "dump"), pid=1)], use_watchdog=False)
     trackers = [*monitor._jobs["all"].trackers, monitor.gpu]
     assert all(isinstance(t, Tracker) for t in trackers)
-    names = ["progress", "server", "processes", "dump_dir", "output_dir", "disk", "gpu"]
+    names = ["progress", "server", "processes", "dump_dir", "output_dir", "online", "disk", "gpu"]
     assert [t.name for t in trackers] == names
-    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 6
+    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 7
+
+
+def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_alive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, procs  # noqa: F811
+) -> None:
+    """Blind is a state (hsmon/core/state_blind.py): after BLIND_AFTER failed polls in a row the job
+    reads `unknown` with the tracker, since when and the error, a warning hint, the `blind` list in
+    the document, the metric and `hsmon status`'s stale line; one good poll clears it."""
+    import subprocess
+    import sys
+
+    from hsmon.core.trackers.processes import ProcessTracker
+    from hsmon.status_cli import render
+    from hsmon.status_doc import decode, encode
+
+    events = tmp_path / "e.jsonl"
+    writer = ev.EventWriter("job", events)
+    writer.emit(ev.START, rows_total=100)
+    sleeper = procs.start([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.DEVNULL)
+    monitor = Monitor([JobConfig(name="job", events=str(events), pid=sleeper.pid)], use_watchdog=False)
+    real_poll = ProcessTracker.poll
+
+    def denied(self: ProcessTracker) -> dict:
+        raise PermissionError(13, "Permission denied", f"/proc/{sleeper.pid}/stat")
+
+    def tick(row: int) -> dict:
+        writer.emit(ev.ROWS, rows=1, tokens=10, last_row=row, rows_done=row + 1, rows_total=100)
+        monitor.tick(force_scan=True)
+        return monitor.status_document()["jobs"][0]
+
+    try:
+        assert tick(0)["state"] == "running"
+        monkeypatch.setattr(ProcessTracker, "poll", denied)
+        assert tick(1)["state"] == "running" and tick(2)["state"] == "running"  # a blip is not blindness
+        job = tick(3)
+        assert job["state"] == "unknown", job["reason"]
+        assert job["reason"].startswith("the processes tracker is blind since ")
+        assert "(3 failures in a row: PermissionError: [Errno 13] Permission denied" in job["reason"]
+        assert job["reason"].endswith("; last verdict before: running, progress events 0s ago")
+        assert [h["id"] for h in job["hints"] if h["severity"] == "warning"] == ["tracker-blind"]
+        (blind,) = job["blind"]
+        assert blind["tracker"] == "processes" and blind["failures"] == 3 and blind["stale"] == ["processes"]
+        text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+        family = 'hsmon_tracker_blind_since_timestamp_seconds{job="job",tracker="processes"}'
+        (value,) = [line.split()[-1] for line in text.splitlines() if line.startswith(family)]
+        assert float(value) == blind["since_ts"]
+        shown = render(decode(encode(monitor.status())))
+        assert "job [external]: UNKNOWN" in shown
+        assert "~ stale: processes (the processes tracker is blind for 0s: PermissionError" in shown
+        monkeypatch.setattr(ProcessTracker, "poll", real_poll)
+        job = tick(4)
+        assert job["state"] == "running" and "blind" not in job
+    finally:
+        writer.close()

@@ -41,6 +41,7 @@ class Daemon:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "token").chmod(0o600)  # the daemon refuses a token others may read
 
     def start(self) -> None:
         with open(self.tmp_path / "daemon.log", "ab") as log:

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from hsmon.contracts.capture_points import parse_capture_points, sglang_layer_ids
+from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PLUGIN_ROOT = PACKAGE_DIR / "plugin_root"
@@ -53,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default EAGLE-3's [2, N//2, N-3] from config.json",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--port", type=port_number, default=30000, help="port, 0-65535 (default 30000)")
     parser.add_argument(
         "--python",
         help="the Python of SGLang's environment (default: the repository's .sglang-venv if present, "

@@ -17,11 +17,12 @@ Manifest records (one JSON object per line, ``type`` says which):
     {"type": "stopped", "ts": ts, "reason": "signal", "rows": n, ... as done}
                                                             the run stopped on request (SIGTERM)
     {"type": "row", "row": i, "chunk": "rows_a-b", "tokens": n, "bytes": b, "sha256": hex,
-     "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite]}}
+     "stats": {layer: [tokens, sum_l2, count, sum, sumsq, max_abs, nonfinite, first_tokens, first_l2]}}
     {"type": "reject", "row": i, "reason": "..."}           a dataset row, or one a backend could
                                                             not compute (hsmon.contracts.rejects classes)
     {"type": "chunk", "chunk": "rows_a-b", "rows": k, "tokens": n, "bytes": b, "sha256": hex,
-     "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..}}}
+     "rejects": r, "stats": {layer: {"mean_l2": .., "std": .., "max_abs": .., "nonfinite": ..,
+                                     "mean_l2_rest": ..}}}      (mean_l2_rest: positions after the first)
 
 ``sha256`` of a row is that of its file's bytes; a chunk's is the sha256 of its rows' hex
 digests concatenated in row order. Layers are named ``final`` (the hidden state after the

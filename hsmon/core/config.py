@@ -196,7 +196,29 @@ class DaemonConfig:
     notify_format: str = "json"
     notify_repeat: float = 3600.0
     control_token_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    allow_roots: list[str] = field(default_factory=list)  # where launched trainings may read and write
     jobs: list[JobConfig] = field(default_factory=list)
+
+    def validate(self, source: str | None = None) -> None:
+        """One line naming the key (and the file when the value came from one) for a bad value."""
+        where = f"{source}: [daemon] " if source else ""
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError(f"{where}host {self.host!r} is not valid: give an address such as 127.0.0.1")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ConfigError(f"{where}port {self.port!r} is not valid: give a number from 0 to 65535")
+        for key in ("scan_interval", "notify_repeat"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{where}{key} {value!r} is not valid: give a positive number of seconds")
+        if not isinstance(self.allow_roots, list) or not all(isinstance(r, str) for r in self.allow_roots):
+            raise ConfigError(
+                f"{where}allow_roots {self.allow_roots!r} is not valid: give a list of directories")
+        for key in ("notify_webhook", "control_token_file", "tls_cert", "tls_key"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{where}{key} {value!r} is not valid: give a string")
 
 
 _JOB_KEYS = {
@@ -227,6 +249,9 @@ DAEMON_KEYS = {
     "notify_format",
     "notify_repeat",
     "control_token_file",
+    "tls_cert",
+    "tls_key",
+    "allow_roots",
 }
 
 

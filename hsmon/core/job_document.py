@@ -18,6 +18,7 @@ from hsmon.status_doc import (
     EventsSection,
     JobGpu,
     JobStatus,
+    OnlineSection,
     OutputSection,
     ProcessEntry,
     Progress,
@@ -73,6 +74,8 @@ class Sections:
     gpu_idle_since_ts: float | None = None
     last_work_ts: float | None = None  # the activity clocks (hsmon/core/job_activity.py)
     last_busy_ts: float | None = None
+    started_as: str | None = None  # the kind the job's start event shows
+    online: OnlineSection | None = None  # made with the verdict (hsmon/core/state_online.py)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -81,7 +84,8 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
     recent = sorted(sec.recent_events + history, key=lambda e: e.get("ts") or 0)[-20:]
     return JobStatus(
         job=cfg.name,
-        kind=cfg.kind,
+        # a job configured without a kind (watched through its events) is what it says it is
+        kind=sec.started_as if cfg.kind == "external" and sec.started_as else cfg.kind,
         state=st.state or "starting",
         state_since_ts=st.since_ts,
         reason=st.reason,
@@ -101,6 +105,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         training=sec.training,
         servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
+        online=sec.online if sec.online is not None else msgspec.UNSET,
     )
 
 

@@ -21,6 +21,7 @@ from hsmon.core.job_document import JobState, Sections, job_status, not_measured
 from hsmon.core.job_ending import EndingWatch, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.state import decide
+from hsmon.core.state_blind import blind_decision, blind_entries
 from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot
 from hsmon.core.tracker_errors import TrackerErrors
 from hsmon.core.trackers import disk
@@ -193,7 +194,9 @@ class JobRuntime:
         snap = self._snapshot(now, procs, dump, out, disks)
         snap.rows_total = rows_total
         snap.rows_done = max(progress.rows_done or 0, (out.rows if out else None) or 0) if progress else None
-        self.decision = decide(snap)
+        snap.online = sec.get("online")
+        blind = self.errors.blind(job)
+        self.decision = blind_decision(decide(snap), blind)
 
         if prog and out and out.layout == "hsmon" and progress.bytes_per_s is None:
             progress.bytes_per_s = self.disk.out_bytes_rate.rate() if self.disk else None
@@ -212,8 +215,12 @@ class JobRuntime:
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
+            started_as=prog.started_as if prog else None,
+            online=self.decision.online,
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
+        if blind:
+            self.doc = replace(self.doc, blind=blind_entries(blind))
         return previous
 
     def status(self, now: float) -> JobStatus:
@@ -244,6 +251,7 @@ class JobRuntime:
                 stdout_buffered=p.stdout_buffered,
                 cmdline=p.cmdline,
                 oom_kill=p.oom_kill,
+                oom_in_cgroup=t.oom_hint(),
             )
             for p, t in zip(procs, self.processes, strict=False)
         ]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.core.trackers import disk, dump_dir, output_metrics, processes, progress
+from hsmon.core.trackers import disk, dump_dir, online, online_metrics, output_metrics, processes, progress
 from hsmon.core.trackers.base import MetricsHook, Tracker
 from hsmon.status_doc import DiskEntry, DumpSection, OutputSection, ProcessEntry, Progress, ServerEntry
 
@@ -138,6 +138,34 @@ class OutputDirJob(JobTracker):
         return cls(rt) if rt.output is not None else None
 
 
+class OnlineJob(JobTracker):
+    """The spool and its following trainer (hsmon/core/trackers/online.py), when the output is a
+    spool; its section is the facts the online verdict (hsmon/core/state_online.py) reads, from
+    this tick's output section."""
+
+    name = "online"
+    reads_sections = True
+
+    def __init__(self, rt: JobRuntime) -> None:
+        super().__init__(rt)
+        self.tracker = online.OnlineTracker(rt.cfg.out_dir)
+
+    def poll(self, now: float) -> None:
+        self.tracker.poll(now)
+
+    def section(self, now: float) -> Any:
+        tick: TickFigures = self.rt.tick
+        paused = self.rt.progress.paused_reason if self.rt.progress is not None else None
+        facts = self.tracker.facts(now, tick.out, paused)
+        if facts is not None and facts.limit_bytes is not None:
+            tick.spool_room = max(0, facts.limit_bytes - facts.spool_bytes)
+        return facts
+
+    @classmethod
+    def of(cls, rt: JobRuntime) -> Tracker | None:
+        return cls(rt) if rt.cfg.out_dir else None
+
+
 class DiskJob(JobTracker):
     """The output's and the dump directory's filesystems (hsmon/core/trackers/disk.py): read each tick;
     the headroom is figured from this tick's output and dump sections and the job's progress."""
@@ -150,7 +178,7 @@ class DiskJob(JobTracker):
 
     def section(self, now: float) -> list[DiskEntry]:
         tick: TickFigures = self.rt.tick
-        return self.rt.disk.entries(now, tick.dump, tick.out, tick.rows_total, tick.progress)
+        return self.rt.disk.entries(now, tick.dump, tick.out, tick.rows_total, tick.progress, tick.spool_room)
 
     @classmethod
     def of(cls, rt: JobRuntime) -> Tracker | None:
@@ -166,6 +194,7 @@ class TickFigures:
     out: OutputSection | None = None
     rows_total: int | None = None
     progress: Progress | None = None
+    spool_room: int | None = None  # a spool's room left below its limit (online): the most it still takes
 
 
 # The job's trackers, in polling order (progress first: the processes follow its PID, the servers
@@ -176,6 +205,7 @@ JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
     ProcessesJob,
     DumpDirJob.of,
     OutputDirJob.of,
+    OnlineJob.of,
     DiskJob.of,
 ]
 
@@ -189,4 +219,5 @@ TRACKER_METRICS: list[MetricsHook] = [
     disk.metrics,
     processes.metrics,
     progress.event_metrics,
+    online_metrics.metrics,
 ]

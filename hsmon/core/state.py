@@ -28,6 +28,7 @@ from hsmon.core import logtail
 from hsmon.core.state_data import data_hints
 from hsmon.core.state_engine import engine_hints, server_blame
 from hsmon.core.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
+from hsmon.core.state_online import online_decision
 
 
 def hints_for(snap: Snapshot) -> list[Hint]:
@@ -138,7 +139,19 @@ def _ended_without_word(snap: Snapshot, what: str, hints: list[Hint]) -> Decisio
 
 
 def decide(snap: Snapshot) -> Decision:
-    """The job's state, a one-line reason, and hints."""
+    """The job's state, a one-line reason, and hints; an online job's (a spool with its following
+    trainer, hsmon/core/state_online.py) judged from both sides, with its section."""
+    decision = _decide_job(snap)
+    if snap.online is None:
+        return decision
+    decision, section = online_decision(snap.online, decision, snap.now, snap.stall_after,
+                                        snap.paused_reason)
+    decision.online = section
+    return decision
+
+
+def _decide_job(snap: Snapshot) -> Decision:
+    """The job's own state, a one-line reason, and hints."""
     hints = hints_for(snap)
 
     if snap.terminal_kind is not None:
@@ -161,7 +174,24 @@ def decide(snap: Snapshot) -> Decision:
 
 
 def _process_verdict(snap: Snapshot, hints: list[Hint]) -> Decision | None:
-    """dead or starting when the job's watched main process is gone; None while it lives."""
+    """dead or starting when the job's watched main process is gone; None while it lives. A shared
+    cgroup's OOM count (nothing names this process) is a hint beside that ending, never the verdict."""
+    decision = _gone_verdict(snap, hints)
+    main = snap.processes[0] if snap.processes else None
+    if decision is not None and main is not None and main.oom_in_cgroup and decision.state != "starting":
+        hints.append(oom_in_cgroup_hint(main.oom_in_cgroup, snap, decision))
+    return decision
+
+
+def oom_in_cgroup_hint(counted: str, snap: Snapshot, decision: Decision) -> Hint:
+    """"The job's cgroup counted an OOM kill; the job's log ends with a traceback: ..." (warning)."""
+    failure = snap.last_error or logtail.failure_line(snap.exit_log_tail or [])
+    ending = (f"the job's log ends with a traceback: {failure}" if failure
+              else f"nothing names this job's process as the one killed; its ending: {decision.reason}")
+    return Hint("oom-in-cgroup", "warning", f"the job's cgroup counted an OOM kill ({counted}); {ending}")
+
+
+def _gone_verdict(snap: Snapshot, hints: list[Hint]) -> Decision | None:
     main = snap.processes[0] if snap.processes else None
     gone = main is not None and not (main.alive and main.status != "zombie")
     # a process started by `hsmon run` is not judged while hsmon run is still recording its end

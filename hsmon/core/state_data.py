@@ -8,7 +8,8 @@ from hsmon.contracts.data_facts import DataSummary, Drift
 from hsmon.core.state_facts import Hint, Snapshot
 from hsmon.core.verify_watch import VerifyResult
 
-FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std"}
+FIGURE_NAMES = {"mean_l2": "mean L2 norm per token", "std": "std",
+                "mean_l2_rest": "mean L2 norm per token after the first position"}
 
 
 def _rows(rows: tuple[int, ...], total: int) -> str:

@@ -8,12 +8,14 @@ hsmon/core/state_data.py add the engine's and the data's hints, all from these f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hsmon.contracts.data_facts import DataSummary
 from hsmon.core.verify_watch import VerifyResult
 from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
+from hsmon.status_doc.online import OnlineSection
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet")
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet", "unknown")
 ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
 
 
@@ -28,6 +30,7 @@ class ProcessFacts:
     stdout_buffered: bool = False
     cmdline: str = ""
     oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
+    oom_in_cgroup: str | None = None  # gone: its shared cgroup counted an OOM kill naming no one (a hint)
 
 
 @dataclass
@@ -87,6 +90,8 @@ class Snapshot:
     data: DataSummary | None = None
     # The engine check's last verdict (hsmon/core/verify_watch.py; None: --verify-every not set):
     verify: VerifyResult | None = None
+    # An online job's spool and its following trainer (hsmon/core/state_online.py; None: no spool):
+    online: Any = None  # state_online.OnlineFacts
 
 
 @dataclass
@@ -94,6 +99,7 @@ class Decision:
     state: str
     reason: str
     hints: list[Hint]
+    online: OnlineSection | None = None  # an online job's section, made with its verdict
 
 
 def age(now: float, ts: float | None) -> float | None:

@@ -69,7 +69,11 @@ def _moved(look: ServerLook, since: float) -> str:
         signs.append((look.job_progress_ts, f"the job's rows arrived {_ago(now, look.job_progress_ts)}"))
     if signs:
         return max(signs)[1]
-    return "counters frozen since" if look.counters_read else "no /metrics counters to see progress by"
+    if not look.counters_read:
+        return "no /metrics counters to see progress by"
+    # frozen since they last moved, or (never seen moving) at least since the first unanswered check
+    frozen = look.counters_moved_ts if look.counters_moved_ts is not None else since
+    return f"counters frozen for {max(0.0, now - frozen):.0f} s"
 
 
 def _checks(look: ServerLook, in_flight: float | None) -> str:

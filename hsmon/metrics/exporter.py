@@ -50,6 +50,13 @@ class MonitorCollector(Collector):
         for tracker, count in sorted(daemon.tracker_errors.items()):
             errors.add_metric([tracker], count)
         yield errors
+        blind = _g("hsmon_tracker_blind_since_timestamp_seconds", "since when a job's tracker has failed "
+                   "every call (blind: what it feeds is unknown; hsmon/core/state_blind.py)",
+                   ("job", "tracker"))
+        for job in jobs:
+            for entry in job.blind or []:
+                blind.add_metric([job.job, entry.tracker], entry.since_ts)
+        yield blind
         tick = _g("hsmon_tick_duration_seconds", "how long the last monitor pass took", ())
         tick.add_metric([], daemon.tick_seconds_last)
         yield tick

@@ -44,6 +44,7 @@ from hsmon.status_doc.job import (
     StateEvent,
     TrainingSection,
 )
+from hsmon.status_doc.online import OnlineSection, OnlineSide, online_of
 from hsmon.status_doc.output import (
     ChunkStats,
     DataSection,
@@ -58,7 +59,9 @@ from hsmon.status_doc.output import (
 __all__ = [
     "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry", "DriftEntry",
     "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
-    "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OutputSection", "ProcessEntry",
+    "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OnlineSection", "OnlineSide",
+    "OutputSection", "ProcessEntry",
     "Progress", "Reading", "ServerEntry", "ServerInfo", "StateEvent", "StatusDocument",
-    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "schema", "to_builtins",
+    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "online_of", "schema",
+    "to_builtins",
 ]

@@ -10,7 +10,14 @@ from hsmon.status_doc.base import Section
 from hsmon.status_doc.engine import GpuSection
 from hsmon.status_doc.job import JobStatus
 
+# The schema's major version (docs/status-api.md, "Compatibility"): a field added later is optional
+# with a default and does not change it; removing or retyping a field does, and readers refuse a
+# document of a major version newer than theirs in one line.
 STATUS_VERSION = 1
+
+
+class FutureVersionError(msgspec.ValidationError):
+    """A status document of a major version newer than this reader's."""
 
 
 class DaemonInfo(Section):
@@ -37,8 +44,13 @@ class StatusDocument(Section):
     gpus: GpuSection
 
 
+class _Versioned(msgspec.Struct):
+    v: int
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(StatusDocument)
+_version_decoder = msgspec.json.Decoder(_Versioned)
 
 
 def encode(doc: StatusDocument) -> bytes:
@@ -46,8 +58,24 @@ def encode(doc: StatusDocument) -> bytes:
     return _encoder.encode(doc)
 
 
+def check_version(v: object) -> None:
+    """Refuse (one line) a document of a major version newer than this reader's."""
+    if isinstance(v, int) and v > STATUS_VERSION:
+        raise FutureVersionError(
+            f"status document v{v} is newer than this hsmon reads (v{STATUS_VERSION} and older): "
+            "upgrade hsmon where you read it"
+        )
+
+
 def decode(data: bytes | str) -> StatusDocument:
-    """A JSON status document as types; raises ``msgspec.ValidationError`` naming the bad field."""
+    """A JSON status document as types; raises ``msgspec.ValidationError`` naming the bad field, or
+    ``FutureVersionError`` for a newer major version. Fields it does not know are ignored; fields
+    added after v1 are optional (docs/status-api.md, "Compatibility")."""
+    try:
+        version = _version_decoder.decode(data).v
+    except msgspec.DecodeError:
+        version = None  # the full decoding names what is wrong
+    check_version(version)
     return _decoder.decode(data)
 
 
@@ -58,6 +86,8 @@ def to_builtins(value: Any) -> Any:
 
 def from_builtins(value: Any, type_: type = StatusDocument) -> Any:
     """A parsed JSON document (or section of ``type_``) as types."""
+    if type_ is StatusDocument and isinstance(value, dict):
+        check_version(value.get("v"))
     return msgspec.convert(value, type_)
 
 

@@ -10,6 +10,7 @@ from msgspec import UNSET, UnsetType
 
 from hsmon.status_doc.base import Num, Section
 from hsmon.status_doc.engine import ServerEntry
+from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
 
 
@@ -159,6 +160,16 @@ class JobGpu(Section):
     idle_since_ts: float | None
 
 
+class BlindTracker(Section):
+    """A tracker failing call after call (hsmon/core/state_blind.py): its sections are stale."""
+
+    tracker: str
+    since_ts: float
+    failures: int
+    error: str  # the last one: "PermissionError: ..."
+    stale: list[str]  # the job's sections it feeds, standing on old figures
+
+
 class JobStatus(Section):
     """One job: its state and why, and every tracker's section (null when not watched)."""
 
@@ -183,3 +194,7 @@ class JobStatus(Section):
     training: TrainingSection | None
     servers: list[ServerEntry]
     gpu: JobGpu
+    blind: list[BlindTracker] | UnsetType = UNSET  # added after v1: optional; absent while none is blind
+    # an online job's spool and both sides (status_doc/online.py); omitted for any other job
+    # (readers: ``online_of(job)``)
+    online: OnlineSection | UnsetType = UNSET

@@ -16,6 +16,7 @@ class ChunkStats(Section):
     std: Num
     max_abs: Num
     nonfinite: Num
+    mean_l2_rest: Num | UnsetType = UNSET  # over positions after the first (the drift figure); added after v1
 
 
 class LayerReference(Section):
@@ -23,6 +24,7 @@ class LayerReference(Section):
 
     mean_l2: Num
     std: Num
+    mean_l2_rest: Num | UnsetType = UNSET  # added after v1
 
 
 class LayerStats(Section):
@@ -43,7 +45,7 @@ class DriftEntry(Section):
 
     chunk: str
     layer: str
-    figure: str  # mean_l2 | std
+    figure: str  # mean_l2_rest (mean_l2 | std for manifests without it)
     value: Num
     reference: Num
 

@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help="file holding the daemons' control token, for launching and stopping "
                              "(default: $HSMON_CONTROL_TOKEN)")
+    parser.add_argument("--ca", metavar="FILE", help="check https:// daemons' certificates against this PEM "
+                        "file (their CA, or a self-signed certificate itself)")
     parser.add_argument("--refresh", type=float, default=DEFAULT_REFRESH_S, metavar="SECONDS",
                         help=f"how often to read each source (default {DEFAULT_REFRESH_S:g})")
     parser.add_argument("--status-file", default=None, metavar="FILE",
@@ -55,6 +57,7 @@ def read_token(path: str | None) -> str | None:
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
     """The sources the options ask for; raises ValueError naming the bad option."""
+    from hsmon.status_client import check_url
     from hsmon.tui.sources import FixedSource, HttpStatusSource, InProcessSource
 
     if args.refresh <= 0:
@@ -70,9 +73,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         except ValueError as exc:
             raise ValueError(f"--status-file {args.status_file}: not a JSON status document ({exc})") from exc
     for url in args.url:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {url}: give a full URL such as http://127.0.0.1:9108")
-        sources.append(HttpStatusSource(url, token=token, interval=args.refresh))
+        sources.append(HttpStatusSource(check_url(url), token=token, interval=args.refresh, ca=args.ca))
     from hsmon.core.config import ConfigError
 
     try:

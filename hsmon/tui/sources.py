@@ -154,9 +154,10 @@ class HttpStatusSource(StatusSource):
     """Polls a daemon's ``/api/v1/status``; launches and stops through its token-guarded API."""
 
     def __init__(self, url: str, token: str | None = None, interval: float = 1.0,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, ca: str | None = None) -> None:
         super().__init__(interval)
-        self._client = StatusClient(url, timeout)
+        self._client = StatusClient(url, timeout, ca=ca, token=token)
+        self.ca = ca
         self.base_url = self._client.base_url
         self.label = self.base_url.split("://", 1)[-1]
         self.token = token
@@ -208,7 +209,8 @@ class HttpStatusSource(StatusSource):
 
         try:
             response = requests.post(f"{self.base_url}{path}", json=body, timeout=max(self.timeout, 30.0),
-                                     headers={"Authorization": f"Bearer {self.token}"})
+                                     headers={"Authorization": f"Bearer {self.token}"},
+                                     verify=self.ca or True)
         except requests.RequestException as exc:
             return ActionResult(False, f"{self.label}: {_one_line(exc)}")
         try:

@@ -14,7 +14,7 @@ from typing import Any
 from msgspec import UNSET
 
 from hsmon.contracts.units import format_bytes, format_duration
-from hsmon.status_doc import DiskEntry, JobStatus, ProcessEntry, Progress, TrainingSection
+from hsmon.status_doc import DiskEntry, JobStatus, ProcessEntry, Progress, TrainingSection, online_of
 from hsmon.status_text import disk_verdict, verdict_alarming
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
@@ -37,6 +37,7 @@ STATE_STYLES: dict[str, str] = {
     "done": "state-done",
     "exited": "state-exited",
     "quiet": "state-quiet",
+    "unknown": "state-unknown",
 }
 # Hints by which the monitor already reports a filesystem's trouble (then not said twice).
 DISK_HINTS: dict[str, set[str]] = {"output": {"disk-wont-fit"}, "shm": {"shm-full-soon"}}
@@ -192,9 +193,12 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     defaults = {
         "data_dir": "", "target_model": "", "out_dir": "", "epochs": "1", "lr": "1e-4",
         "batch_tokens": "4096", "ttt_length": "7", "draft_vocab_size": "", "gpus": "1",
+        "follow": "no", "passes": "1", "consume": "no",
     }
     if job is None:
         return defaults
+    if online_of(job) is not None and job.state != "done":  # a spool being written: follow it
+        defaults.update(follow="yes", consume="yes")
     start = find_start_event(job) or {}
     output_path = job.output.path if job.output is not None else None
     data_dir = output_path or start.get("out_dir") or start.get("output_dir") or ""

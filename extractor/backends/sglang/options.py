@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="one request's time limit; a timeout is retried (default 600)")
     group.add_argument("--give-up-after", type=float, default=600.0, metavar="SECONDS",
                        help="stop with an error after this long with every server failing (default 600)")
+    group.add_argument("--wait-for-server", type=float, default=0.0, metavar="SECONDS",
+                       help="before the first row, wait up to this long for a server that does not "
+                       "answer yet (one still loading its model; a line every 30 s); default 0: refuse "
+                       "at once")
     group.add_argument("--row-attempts", type=int, default=3, metavar="N",
                        help="reject a row after N failures (5xx, timeouts) while its server answers a "
                        "control request (default 3)")
@@ -59,6 +63,7 @@ class SGLangOptions:
     give_up_after: float = 600.0
     longest_row: int = 1
     row_attempts: int = 3  # failures of one row while its server serves others: then rejected
+    wait_for_server: float = 0.0  # the preflight's wait for a server that does not answer yet
     # seconds from the response to the file's rename (the plugin's writer thread may lag behind)
     dump_wait: float = field(default_factory=lambda: float(os.environ.get(DUMP_WAIT_ENV) or 120.0))
     facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
@@ -97,7 +102,7 @@ def check_servers(opts: Any, layers: list[int], dtype: str, max_length: int | No
     from extractor.backends.sglang import preflight
 
     opts.facts = preflight.check_servers(opts.urls, layers, opts.transport, dtype, opts.dump_dir,
-                                         timeout=min(opts.request_timeout, 30.0))
+                                         timeout=min(opts.request_timeout, 30.0), wait_s=opts.wait_for_server)
     return preflight.resolve_max_length(max_length, opts.facts, max_positions)
 
 
@@ -123,4 +128,5 @@ def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions
     return SGLangOptions(urls=urls, transport=args.transport, dump_dir=dump_dir,
                          concurrency=args.concurrency, max_dump_bytes=max_dump, dump_min_free=min_free,
                          request_timeout=args.request_timeout, give_up_after=args.give_up_after,
-                         longest_row=longest_row, row_attempts=args.row_attempts)
+                         longest_row=longest_row, row_attempts=args.row_attempts,
+                         wait_for_server=max(0.0, args.wait_for_server))

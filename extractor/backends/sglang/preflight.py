@@ -25,6 +25,10 @@ class PreflightError(UsageError):
     """The server cannot serve this extraction as launched: one line, exit status 2."""
 
 
+class ServerNotReady(PreflightError):
+    """No answer, or /health not 200 yet: a server that may still be loading its model."""
+
+
 @dataclass
 class ServerFacts:
     """What the client needs from one server's info."""
@@ -47,10 +51,10 @@ def fetch_info(url: str, timeout: float) -> dict[str, Any]:
     try:
         health = requests.get(url + "/health", timeout=timeout)
     except requests.RequestException as exc:
-        raise PreflightError(f"--url {url}: no SGLang server answers ({type(exc).__name__}); start one "
+        raise ServerNotReady(f"--url {url}: no SGLang server answers ({type(exc).__name__}); start one "
                              "(hsmon sglang-serve) or fix the URL") from None
     if health.status_code != 200:
-        raise PreflightError(f"--url {url}: /health answered {health.status_code}; wait until the server "
+        raise ServerNotReady(f"--url {url}: /health answered {health.status_code}; wait until the server "
                              "is ready, then run again")
     for path in INFO_PATHS:
         try:
@@ -184,14 +188,40 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
 
 
 def check_servers(urls: list[str], capture_points: list[int], transport: str, dtype: str,
-                  dump_dir: str | None, timeout: float = 10.0) -> list[ServerFacts]:
-    """Preflight every URL; all must capture the same layers in the same dtype."""
+                  dump_dir: str | None, timeout: float = 10.0, wait_s: float = 0.0) -> list[ServerFacts]:
+    """Preflight every URL; all must capture the same layers in the same dtype. A server that does
+    not answer yet is waited for up to ``wait_s`` (a unit started beside a server that still
+    loads its model), with a line every 30 s; any other refusal is at once."""
     facts = []
     for url in urls:
-        fact = facts_of(url, fetch_info(url, timeout))
+        fact = facts_of(url, wait_for_info(url, timeout, wait_s))
         check_server(fact, capture_points, transport, dtype, dump_dir)
         facts.append(fact)
     return facts
+
+
+def wait_for_info(url: str, timeout: float, wait_s: float, poll_s: float = 2.0) -> dict[str, Any]:
+    """``fetch_info`` again until it answers or ``wait_s`` has passed (then its refusal)."""
+    import sys
+    import time
+
+    start = next_line = time.monotonic()
+    while True:
+        try:
+            return fetch_info(url, timeout)
+        except ServerNotReady as exc:
+            waited = time.monotonic() - start
+            if waited + poll_s > wait_s:
+                if wait_s > 0:
+                    raise ServerNotReady(f"{exc} (waited {waited:.0f}s of --wait-for-server "
+                                         f"{wait_s:.0f})") from None
+                raise
+            if time.monotonic() >= next_line:
+                why = str(exc).split(": ", 1)[-1].split(";")[0]
+                print(f"hsmon extract: waiting for --url {url} to answer ({why}): {waited:.0f}s of "
+                      f"{wait_s:.0f}s", file=sys.stderr, flush=True)
+                next_line = time.monotonic() + 30.0
+            time.sleep(poll_s)
 
 
 def default_concurrency(facts: list[ServerFacts], longest_row: int, transport: str) -> int:

@@ -43,7 +43,8 @@ MetricsHook = Callable[[Sequence[Any], Any], Iterable[Any]]
 def poll_all(trackers: Sequence[Tracker], errors: TrackerErrors, job: str, now: float) -> None:
     """Poll each due tracker; an exception is counted and logged once per kind, the rest run on."""
     for tracker in trackers:
-        errors.guard(tracker.name, lambda t=tracker: t.poll(now) if t.due(now) else None, None, job)
+        if errors.guard(tracker.name, lambda t=tracker: t.due(now), False, job, "due"):
+            errors.guard(tracker.name, lambda t=tracker: t.poll(now), None, job, "poll")
 
 
 def sections(trackers: Sequence[Tracker], errors: TrackerErrors, job: str, now: float,
@@ -51,5 +52,5 @@ def sections(trackers: Sequence[Tracker], errors: TrackerErrors, job: str, now: 
     """Each tracker's section by name; a tracker that raises keeps its last section (in ``last``)."""
     for tracker in trackers:
         last[tracker.name] = errors.guard(tracker.name, lambda t=tracker: t.section(now),
-                                          last.get(tracker.name), job)
+                                          last.get(tracker.name), job, "section")
     return {t.name: last.get(t.name) for t in trackers}

@@ -129,14 +129,19 @@ class DiskTracker:
         self._shm_fs = usage(self.shm_path) if self.shm_path is not None else None
 
     def entries(self, now: float, dump: DumpSection | None, out: OutputSection | None,
-                rows_total: int | None, progress: Progress | None) -> list[DiskEntry]:
+                rows_total: int | None, progress: Progress | None,
+                spool_room: int | None = None) -> list[DiskEntry]:
         """Headroom (bytes and inodes) of the output filesystem and of the dump directory's (shm)
-        one, from this tick's output and dump sections and the job's merged progress."""
+        one, from this tick's output and dump sections and the job's merged progress. For a spool
+        (``spool_room``: its limit less the bytes in it) what is still written on top of today's
+        files is at most that room, not the rest of the dataset."""
         disks: list[DiskEntry] = []
         eta = progress.eta_s if progress else None
         if out is not None and self.out_dir is not None:
             self.out_bytes_rate.add(now, out.bytes or 0)
             needed = needed_bytes(out.bytes, out.rows, rows_total, self.needed_estimate)
+            if spool_room is not None:
+                needed = spool_room if needed is None else min(needed, float(spool_room))
             started = (out.chunks_complete or 0) + (out.chunks_in_progress or 0)
             files = needed_inodes(out.rows, rows_total, started,
                                   progress.chunks_total if progress else None)

@@ -6,8 +6,13 @@ buffered log, so by its own traces it looks like a clean exit. The kernel keeps 
 - its memory cgroup counts OOM kills: ``oom_kill N`` in ``memory.events.local`` (cgroup v2; its
   own kills, not its descendants') or in ``memory.oom_control`` (cgroup v1, local), read once
   while the process lives and once when it is gone. A count that rose says an OOM kill happened
-  in the process's cgroup while it ran, not that it was the one killed: the kernel log names the
-  PID, so its line is the reason whenever it is readable;
+  in the process's cgroup while it ran, not that it was the one killed. It is a verdict only when
+  the cgroup holds this job alone: its ``cgroup.procs`` listed nothing but the process and its
+  descendants at every look (each poll while it lived, and once when it was gone: a process left
+  there that was never its descendant makes it shared). In a shared cgroup (a container, a pod,
+  a Slurm step, a service with other processes) the count is only a hint beside the job's real
+  ending (``OomEvidence.hint``); a sibling that joined and was killed between two looks is not
+  seen, which is why the kernel log's line, naming the PID, is the reason whenever readable;
 - the kernel log (``/dev/kmsg``, readable as root) has the line "Out of memory: Killed process
   PID (NAME) ..." ("Memory cgroup out of memory: ..." for a cgroup's limit).
 
@@ -20,12 +25,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)")
 KMSG = "/dev/kmsg"
 KMSG_MAX_RECORDS = 20000  # the ring buffer holds a few thousand; never read forever
+CGROUP_MAX_PROCS = 256  # a cgroup with more processes is shared; its members are not walked
 
 
 def oom_kill_count(text: str) -> int | None:
@@ -134,21 +140,74 @@ def _read(path: Path | str) -> str | None:
         return None
 
 
+def _ppid(pid: int, proc: str) -> int | None:
+    text = _read(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def _descends_from(pid: int, root: int, proc: str) -> bool:
+    """``pid`` is ``root`` or one of its descendants (a walk up /proc/PID/stat's parent PIDs)."""
+    for _ in range(64):
+        if pid == root:
+            return True
+        parent = _ppid(pid, proc)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
+def cgroup_pids(path: Path | None) -> list[int] | None:
+    """The PIDs in the cgroup whose counting file is ``path`` (its ``cgroup.procs``); None: unreadable."""
+    text = _read(path.parent / "cgroup.procs") if path is not None else None
+    if text is None:
+        return None
+    return [int(word) for word in text.split() if word.isdigit()]
+
+
 @dataclass
 class CgroupWatch:
-    """A live process's memory cgroup file and its OOM-kill count then."""
+    """A live process's memory cgroup file, its OOM-kill count then, and whether the cgroup held only
+    the process and its descendants at every look (``shared`` None: not known, e.g. unreadable)."""
 
     pid: int
     path: Path | None
     count: int | None
     started: float | None = None  # seconds since boot
+    shared: str | None = None  # why the cgroup is not the job's own ("PID 812 (not its descendant)")
+    members: set[int] = field(default_factory=set)  # the process and descendants seen in it
+    proc: str = "/proc"
 
     @classmethod
     def of(cls, pid: int, proc: str = "/proc") -> CgroupWatch:
         cgroup, mounts = _read(f"{proc}/{pid}/cgroup"), _read(f"{proc}/mounts")
         path = memory_cgroup_file(cgroup, mounts) if cgroup and mounts else None
         text = _read(path) if path is not None else None
-        return cls(pid, path, oom_kill_count(text) if text else None, start_since_boot(pid, proc))
+        watch = cls(pid, path, oom_kill_count(text) if text else None, start_since_boot(pid, proc), proc=proc)
+        watch.look()
+        return watch
+
+    def look(self, alive: bool = True) -> None:
+        """Note who is in the cgroup now (each poll while the process lives; once when it is gone)."""
+        if self.shared is not None or self.path is None:
+            return
+        pids = cgroup_pids(self.path)
+        if pids is None:
+            self.shared = "its cgroup.procs is not readable"
+        elif len(pids) > CGROUP_MAX_PROCS:
+            self.shared = f"it holds {len(pids)} processes"
+        for pid in pids or []:
+            if self.shared is not None:
+                break
+            if pid in self.members:
+                continue
+            if alive and _descends_from(pid, self.pid, self.proc):
+                self.members.add(pid)
+            else:
+                self.shared = f"it holds PID {pid}, not this job's process or a descendant of it"
 
 
 @dataclass(frozen=True)
@@ -156,14 +215,21 @@ class OomEvidence:
     """What the kernel said about a process that is gone."""
 
     line: str | None  # the kernel log's "Killed process PID ..." line
-    cgroup: str | None  # "the memory cgroup PATH counted N OOM kill(s) while it ran"
+    cgroup: str | None  # "its memory cgroup PATH ... counted N OOM kill(s) while it ran"
+    shared: bool = False  # the cgroup held other processes: its count is a hint, not a verdict
 
     @property
     def killed(self) -> bool:
-        return self.line is not None or self.cgroup is not None
+        """The evidence names this process: the kernel's line, or a count in a cgroup of its own."""
+        return self.line is not None or (self.cgroup is not None and not self.shared)
 
     def reason(self) -> str:
         return self.line if self.line is not None else str(self.cgroup)
+
+    @property
+    def hint(self) -> str | None:
+        """A shared cgroup's count that nothing ties to this process (None when it is the verdict)."""
+        return None if self.killed else self.cgroup
 
 
 def oom_evidence(watch: CgroupWatch, kmsg: str = KMSG) -> OomEvidence:
@@ -173,11 +239,14 @@ def oom_evidence(watch: CgroupWatch, kmsg: str = KMSG) -> OomEvidence:
         text = _read(watch.path)
         after = oom_kill_count(text) if text else None
         if after is not None and after > watch.count:
+            watch.look(alive=False)
+            whose = (f"shared: {watch.shared}" if watch.shared is not None
+                     else f"it held only PID {watch.pid} and its descendants at every look")  # fmt: skip
             cgroup = (
-                f"its memory cgroup {watch.path.parent} counted {after - watch.count} OOM kill(s) "
-                f"while it ran (oom_kill {watch.count} -> {after})"
+                f"its memory cgroup {watch.path.parent} ({whose}) counted {after - watch.count} OOM "
+                f"kill(s) while it ran (oom_kill {watch.count} -> {after})"
             )
     records = read_kmsg(kmsg)
     since = None if watch.started is None else watch.started - 1.0  # the two clocks' rounding
     line = oom_kill_line(records, watch.pid, since) if records else None
-    return OomEvidence(line[:300] if line else None, cgroup)
+    return OomEvidence(line[:300] if line else None, cgroup, shared=watch.shared is not None)

@@ -52,8 +52,8 @@ def _data_facts(jobs: Sequence[JobStatus]) -> Iterator[Any]:
                       "complete chunk", by_layer),
         "std": _g("hsmon_output_layer_chunk_std", "std in the newest complete chunk", by_layer),
     }
-    ratio = _g("hsmon_output_layer_chunk_drift_ratio", "newest chunk's mean L2 norm over the reference "
-               "chunks' (1 = no drift)", by_layer)
+    ratio = _g("hsmon_output_layer_chunk_drift_ratio", "newest chunk's mean L2 norm (after the first "
+               "position) over the reference chunks' (1 = no drift)", by_layer)
     rows = _g("hsmon_output_nonfinite_rows", "rows whose hidden states hold NaN/Inf (any layer)")
     drifted = _g("hsmon_output_drifted_chunks", "chunks whose statistics moved beyond the drift tolerance")
     for job in jobs:
@@ -69,8 +69,11 @@ def _data_facts(jobs: Sequence[JobStatus]) -> Iterator[Any]:
             newest, ref = facts.chunk, facts.reference
             for key, fam in chunk.items():
                 _add(fam, [name, layer], getattr(newest, key) if newest else None)
-            if newest is not None and newest.mean_l2 is not None and ref is not None and ref.mean_l2:
-                ratio.add_metric([name, layer], newest.mean_l2 / ref.mean_l2)
+            if newest is not None and ref is not None:  # the drift figure's ratio (contracts/data_facts.py)
+                if newest.mean_l2_rest and ref.mean_l2_rest:
+                    ratio.add_metric([name, layer], newest.mean_l2_rest / ref.mean_l2_rest)
+                elif newest.mean_l2 is not None and ref.mean_l2:
+                    ratio.add_metric([name, layer], newest.mean_l2 / ref.mean_l2)
     yield from (*run.values(), *chunk.values(), ratio, rows, drifted)
     yield from _verify(jobs)
 

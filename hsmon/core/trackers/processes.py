@@ -216,6 +216,13 @@ class ProcessTracker:
             return None
         return self.oom.reason()
 
+    def oom_hint(self) -> str | None:
+        """A gone process's shared cgroup OOM count that nothing ties to it (a hint, not a verdict)."""
+        watch = self._cgroup
+        if self.oom is None or watch is None or watch.pid != self.pid:
+            return None
+        return self.oom.hint
+
     def poll(self) -> dict[str, Any]:
         """Measure now; returns (and keeps) the process's section of the status document."""
         proc = self._locate()
@@ -263,6 +270,8 @@ class ProcessTracker:
             ))
             self._buffered = stdout_block_buffered(cmdline, _read_environ(proc.pid), self._stdout[1])
             self._cgroup, self.oom = CgroupWatch.of(proc.pid), None
+        elif self._cgroup is not None:
+            self._cgroup.look()  # a process not of this job in its cgroup makes the OOM count a hint
         self.seen_alive = True
         now = time.time()
         self._snap = {

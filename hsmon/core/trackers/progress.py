@@ -38,6 +38,7 @@ class ProgressTracker:
         self.pid: int | None = None
         self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
         self.started = False
+        self.started_as: str | None = None  # the job kind its start event shows (extract, train)
         self.start_ts: float | None = None
         self.rows_done = 0
         self.rows_total: int | None = None
@@ -128,6 +129,7 @@ class ProgressTracker:
 
     def _on_start(self, e: dict[str, Any], ts: float) -> None:
         self.started, self.start_ts = True, ts
+        self.started_as = started_as(e)
         self.terminal_kind = self.terminal_ts = self.paused_reason = None
         pid = e.get("pid")
         self.pid = pid if isinstance(pid, int) else None
@@ -265,6 +267,7 @@ class ProgressTracker:
                 # the trainer's values as it wrote them (status_doc.TrainingSection)
                 training=msgspec.convert(training, TrainingSection) if training is not None else None,
                 recent_events=list(self.recent)[-20:],
+                started_as=self.started_as,
             )
 
 
@@ -277,6 +280,17 @@ class ProgressSections:
     events: EventsSection
     training: TrainingSection | None
     recent_events: list[dict[str, Any]]
+    started_as: str | None = None
+
+
+def started_as(start: dict[str, Any]) -> str | None:
+    """The job kind a start event shows: ``hsmon train`` starts with backend "train", ``hsmon
+    extract`` with the capture layers it writes; None for any other writer."""
+    if start.get("backend") == "train":
+        return "train"
+    if isinstance(start.get("layers"), list) and isinstance(start.get("out_dir"), str):
+        return "extract"
+    return None
 
 
 # -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header
 
 from hsmon.contracts.layout import MANIFEST_NAME
-from hsmon.status_doc import JobStatus
+from hsmon.status_doc import JobStatus, online_of
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel
@@ -92,7 +92,12 @@ class TrainingScreen(Screen[None]):
             self._prefilled_from = key
             form.prefill(self._defaults(source_job))
         extraction = source_job[1] if source_job else None
-        if extraction_unfinished(extraction):
+        following = bool(extraction and online_of(extraction) is not None and extraction.state != "done")
+        form.show_follow(following)
+        if following:
+            form.set_warning(f"▲ extraction {extraction.job} writes a spool: follow = yes trains on its "
+                             "chunks as they complete (hsmon train --follow), consume = yes makes room")
+        elif extraction_unfinished(extraction):
             chunks = complete_chunks(extraction)
             if chunks == 0:
                 form.set_warning(f"▲ extraction {extraction.job} is unfinished and no chunk is "

@@ -19,6 +19,7 @@ BADGE_STYLES = {
     "done": "bold white on blue",
     "exited": "bold black on dark_orange",
     "quiet": "bold black on orange3",
+    "unknown": "bold white on grey37",  # a tracker the verdict stands on is blind
 }
 
 

@@ -16,6 +16,7 @@ from hsmon.tui.widgets.dump_panel import DumpPanel
 from hsmon.tui.widgets.engine_panel import EnginePanel
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_header import JobHeader
+from hsmon.tui.widgets.online_panel import OnlinePanel
 from hsmon.tui.widgets.processes import ProcessTable
 from hsmon.tui.widgets.progress_panel import ProgressPanel
 from hsmon.tui.widgets.quiet import WholeCellScrollBar
@@ -38,6 +39,9 @@ class JobOverview(VerticalScroll):
             progress = ProgressPanel(classes="panel")
             progress.border_title = "progress"
             yield progress
+            online = OnlinePanel(classes="panel")
+            online.border_title = "online: the spool and both sides"
+            yield online
             rates = RatesPanel(classes="panel")
             rates.border_title = "rates"
             yield rates
@@ -69,12 +73,13 @@ class JobOverview(VerticalScroll):
         document's machine-wide GPU section)."""
         if self._parts is None:  # found once: a query walks the page, and this runs at every document
             self._parts = tuple(self.query_one(part) for part in (
-                JobHeader, AlertsPanel, ProgressPanel, RatesPanel, DumpPanel, DiskPanel, DataPanel,
-                EnginePanel, ProcessTable, EventLog))
-        header, alerts, progress, rates, dump, disk, data, engine, processes, log = self._parts
+                JobHeader, AlertsPanel, ProgressPanel, OnlinePanel, RatesPanel, DumpPanel, DiskPanel,
+                DataPanel, EnginePanel, ProcessTable, EventLog))
+        header, alerts, progress, online, rates, dump, disk, data, engine, processes, log = self._parts
         header.show(job, stale)
         alerts.show(job)
         progress.show(job)
+        online.show(job)
         rates.show(job, history)
         dump.show(job, history)
         disk.show(job)

@@ -22,7 +22,12 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("ttt_length", "unroll length", "7"),
     ("draft_vocab_size", "draft vocab", "empty: 32000, or the target's vocabulary if smaller"),
     ("gpus", "GPUs", "torchrun processes"),
+    ("follow", "follow (online)", "yes: train while it extracts (hsmon train --follow)"),
+    ("passes", "passes (follow)", "1: batches each row is in"),
+    ("consume", "consume (follow)", "yes: delete rows after their passes (a spool needs it)"),
 )
+# shown only for an online extraction (a spool being written: hsmon extract --spool-max)
+FOLLOW_FIELDS = ("follow", "passes", "consume")
 Validator = Callable[[dict[str, str]], dict[str, str]]
 
 
@@ -53,7 +58,7 @@ class TrainingForm(Vertical):
 
     def compose(self) -> ComposeResult:
         for name, label, placeholder in FIELDS:
-            with Vertical(classes="field-box"):
+            with Vertical(classes="field-box", id=f"box-{name}"):
                 with Horizontal(classes="field"):
                     yield Label(label)
                     yield Input(placeholder=placeholder, id=f"field-{name}")
@@ -66,6 +71,14 @@ class TrainingForm(Vertical):
     def on_mount(self) -> None:
         for name, _, _ in FIELDS:
             self.query_one(f"#error-{name}", Static).display = False
+        self.show_follow(False)
+
+    def show_follow(self, shown: bool) -> None:
+        """Show the follow fields (an online extraction) or hide them (their values stay as set)."""
+        for name in FOLLOW_FIELDS:
+            box = self.query_one(f"#box-{name}", Vertical)
+            if box.display != shown:
+                box.display = shown
 
     @property
     def values(self) -> dict[str, str]:

@@ -99,6 +99,7 @@ class Stats:
     write_errors: int = 0
     sync_fallbacks: int = 0
     buffer_reuses: int = 0  # a later forward's output on a storage still held (views turned off)
+    writer_failures: int = 0  # the writer itself raised (a CUDA error, a bug): <rid>.error, thread goes on
     write_seconds: float = 0.0
     hook_seconds: float = 0.0
     # (path "async"|"sync"|"fallback", hook ms for the whole request, MB captured)
@@ -240,18 +241,44 @@ class Writer:
 
     # -- on the writer's thread ----------------------------------------------------------------
     def _run(self) -> None:
+        """Write the queued requests; nothing it meets ends the thread (``_write`` turns a failure
+        into the request's ``<rid>.error``, and this loop logs whatever escapes even that)."""
         while True:
             job = self._queue.get()
             if job is None:
                 return
-            if self.delay:
-                time.sleep(self.delay)
-            self._write(job)
-            with self._lock:
-                self.stats.queue_depth -= 1
+            try:
+                if self.delay:
+                    time.sleep(self.delay)
+                self._write(job)
+            except Exception:
+                logger.exception("hsmon capture plugin: the writer thread failed on request %s", job.rid)
+            finally:
+                with self._lock:
+                    self.stats.queue_depth -= 1
 
     def _write(self, job: Job) -> dict:
+        """Write the request's file, or its ``<rid>.error`` whatever fails (a CUDA error on the
+        copy's event, a bug): the client learns the end either way, counted and logged."""
         started = time.perf_counter()
+        try:
+            marker = self._write_file(job)
+        except Exception as exc:
+            logger.exception("hsmon capture plugin: writing request %s failed", job.rid)
+            marker = {"mode": "dump", "ok": False, "errno": None,
+                      "error": f"the capture plugin's writer failed: {type(exc).__name__}: {exc}"[:500]}
+            with self._lock:
+                self.stats.writer_failures += 1
+        if not marker["ok"]:
+            write_error(job.dump_dir, job.rid, marker)
+        with self._lock:
+            self._unhold(job.pieces)
+            self.stats.write_seconds += time.perf_counter() - started
+            self.stats.files_written += bool(marker["ok"])
+            self.stats.write_errors += not marker["ok"]
+        return marker
+
+    def _write_file(self, job: Job) -> dict:
         for piece in job.pieces:
             if piece.event is not None:
                 piece.event.synchronize()
@@ -259,20 +286,11 @@ class Writer:
         with self._lock:
             clobbered = any(key in self._clobbered for p in pieces for key in p.held)
         if clobbered:
-            marker = {"mode": "dump", "ok": False, "error": REUSED, "errno": None}
-        else:
-            # the copy out of SGLang's tensors (CPU views) is the file write itself, piece by
-            # piece, off the scheduler's thread (dump.save_parts)
-            tensors = {"hidden_state": [p.last for p in pieces], "aux_hidden_state": [p.aux for p in pieces]}
-            marker = write_dump(job.dump_dir, job.rid, tensors, job.metadata)
-        if not marker["ok"]:
-            write_error(job.dump_dir, job.rid, marker)
-        with self._lock:
-            self._unhold(pieces)
-            self.stats.write_seconds += time.perf_counter() - started
-            self.stats.files_written += bool(marker["ok"])
-            self.stats.write_errors += not marker["ok"]
-        return marker
+            return {"mode": "dump", "ok": False, "error": REUSED, "errno": None}
+        # the copy out of SGLang's tensors (CPU views) is the file write itself, piece by
+        # piece, off the scheduler's thread (dump.save_parts)
+        tensors = {"hidden_state": [p.last for p in pieces], "aux_hidden_state": [p.aux for p in pieces]}
+        return write_dump(job.dump_dir, job.rid, tensors, job.metadata)
 
     def drain(self, timeout: float = 30.0) -> None:
         """At exit: let queued writes finish (bounded), so a clean stop loses no file."""

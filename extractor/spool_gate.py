@@ -1,0 +1,103 @@
+"""`hsmon extract --spool-max SIZE`: the output directory is a spool that a following trainer
+consumes (contract 4, hsmon.contracts.spool).
+
+At start the limit is recorded in SPOOL/hsmon-spool.json (a resume may change it; a resume without
+--spool-max keeps the recorded one). Before each row file the writer asks `SpoolGate.wait_for_room`:
+when the bytes of rows not yet consumed (every manifest's row bytes minus the ledger's consumed
+bytes, read incrementally by hsmon.contracts.spool_fill) plus the row would exceed the limit, the
+writer pauses with reason ``spool`` (extractor/pauses.py, the same protocol as a full disk) and
+checks again every --disk-poll seconds until the trainer's ledger records consumption. A row is
+always written into an empty spool, so a row larger than the limit cannot stop the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from extractor.errors import UsageError, log
+from extractor.pauses import Pause
+from hsmon.contracts import spool
+from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.contracts.units import format_bytes, parse_size
+
+
+def spool_max_of(args: argparse.Namespace) -> int | None:
+    """--spool-max in bytes (None: not given); raises UsageError naming the option."""
+    text = getattr(args, "spool_max", None)
+    if text is None:
+        return None
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"--spool-max: {exc}") from None
+    if value < 1:
+        raise UsageError(f"--spool-max {text}: give a size above zero, such as 20GB")
+    return value
+
+
+def check_limit(spool_max: int, rows_left: int, bytes_left: int, chunk_size: int, shards: int) -> None:
+    """Refuse a limit that cannot hold a chunk of every shard: the trainer consumes whole chunks
+    only, so such a spool would fill with partial chunks and both sides would wait for ever."""
+    if rows_left < 1 or bytes_left < 1:
+        return
+    chunk_bytes = bytes_left * min(chunk_size, rows_left) // rows_left
+    need = chunk_bytes * shards
+    if spool_max < need:
+        per = f" per shard x {shards} shards" if shards > 1 else ""
+        raise UsageError(f"--spool-max {format_bytes(spool_max)} holds less than one chunk "
+                         f"(~{format_bytes(chunk_bytes)} "
+                         f"at --chunk-size {chunk_size}{per}) and the trainer consumes whole chunks: give "
+                         f"--spool-max of at least {format_bytes(2 * need)} or a smaller --chunk-size")
+
+
+def record_limit(out: Path, given: int | None) -> int | None:
+    """Write the limit given (a resume may change it); without one, keep the directory's recorded
+    limit (a spool stays bounded). Returns the limit in force, or None for no spool."""
+    recorded = spool.read_spool_limit(out)
+    if given is None:
+        if recorded is not None:
+            log(f"{out} is a spool (limit {format_bytes(recorded)} in {spool.SPOOL_NAME}): "
+                "keeping that limit; give --spool-max to change it")
+        return recorded
+    if recorded != given:
+        spool.write_spool_limit(out, given)
+    return given
+
+
+class SpoolGate:
+    """Holds the writer while the spool has no room for the next row (pause reason ``spool``)."""
+
+    def __init__(self, out: Path, max_bytes: int, events: Any, progress: Any, stop_event: threading.Event,
+                 poll_seconds: float, abandon: Callable[[], BaseException]) -> None:
+        self.out, self.max_bytes, self.poll_seconds = out, max_bytes, poll_seconds
+        self.stop_event, self.abandon = stop_event, abandon
+        self.fill = SpoolFill(out)
+        self.pause = Pause(spool.PAUSE_SPOOL, events, progress)
+        self.pauses = 0
+
+    def wait_for_room(self, need: int) -> None:
+        """Return once ``need`` more bytes fit below the limit (or the spool is empty); raises what
+        ``abandon`` makes when a stop is requested while it waits."""
+        while True:
+            level = self.fill.poll()
+            waiting = level.waiting_bytes
+            if waiting == 0 or waiting + need <= self.max_bytes:
+                self.pause.end(f"{format_bytes(waiting)} of rows waiting in {self.out}, limit "
+                               f"{format_bytes(self.max_bytes)}", spool_bytes=waiting,
+                               max_bytes=self.max_bytes)
+                return
+            message = f"spool full: {format_bytes(waiting)} of rows waiting for the trainer"
+            if self.pause.begin(
+                f"{message} (limit {format_bytes(self.max_bytes)}, the next row needs {format_bytes(need)})",
+                "the trainer to consume rows (its ledger, hsmon-ledger.jsonl; stop with SIGTERM)",
+                self.poll_seconds, message=message, spool_bytes=waiting, max_bytes=self.max_bytes,
+                need_bytes=need, consumed_bytes=level.consumed_bytes, path=str(self.out)):
+                self.pauses += 1
+            if self.stop_event.is_set():
+                raise self.abandon()
+            time.sleep(self.poll_seconds)

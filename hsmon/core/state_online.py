@@ -1,0 +1,200 @@
+"""An online job's verdict: the extraction writing a spool and the trainer following it, judged
+together (issue 29). Pure: the facts come from hsmon/core/trackers/online.py, the extraction's own
+verdict from `decide` (hsmon/core/state.py), which calls `online_decision` last.
+
+Each side gets a state (hsmon/status_doc/online.py ``SIDE_STATES``):
+- the extractor paused for spool room is ``paused``, never stalled: the trainer is the slower side;
+- a trainer paused for rows (its ``pause`` event, reason ``rows``) is ``waiting``, never stalled;
+- a trainer alive whose steps stopped but whose CPU moves is ``running`` (slow, not stuck); with
+  neither moving for stall_after it is ``stalled``; gone without a done/stopped it is ``dead``.
+
+The job's state: a dead or stalled trainer pages the trainer (``dead``/``stalled``, reason and hint
+naming it) even while the extraction waits for room; a dead or stalled extraction pages as any
+extraction does; an extraction paused for room while the trainer consumes is ``running`` (the
+pipeline moves; its pauses are the bottleneck's words, not alerts); both sides waiting on each
+other for stall_after is ``stalled`` (the pipeline stopped); an extraction that finished while the
+trainer goes on takes the trainer's state; the job is ``done`` when both are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hsmon.contracts.units import format_bytes
+from hsmon.core.state_facts import Decision, Hint, age, fmt_seconds
+from hsmon.status_doc.online import OnlineSection, OnlineSide
+
+# a side that waited at least this share of the window is named the bottleneck
+BOTTLENECK_SHARE = 0.05
+WINDOW_S = 600.0
+
+
+@dataclass
+class TrainerFacts:
+    """The following trainer as measured: its events (SPOOL/hsmon-train-events.jsonl), its ledger
+    and its process (the PID its start event or ledger names)."""
+
+    seen: bool = False  # its events or its ledger exist
+    started: bool = False  # a start event (or ledger start record) was seen
+    pid: int | None = None
+    alive: bool | None = None  # None: no PID known to look at
+    status: str = "gone"
+    seen_alive: bool = False
+    ended: str | None = None  # done | stopped (its events or its ledger)
+    paused_reason: str | None = None
+    waiting_since_ts: float | None = None  # paused for rows since
+    last_progress_ts: float | None = None  # a step (or any counting event) last arrived
+    last_busy_ts: float | None = None  # its CPU time last moved
+    last_error: str | None = None
+
+
+@dataclass
+class OnlineFacts:
+    """An online job's spool and both sides' figures, measured this tick."""
+
+    path: str
+    limit_bytes: int | None
+    spool_bytes: int
+    rows_written: int
+    rows_consumed: int
+    passes: int | None = None
+    consume: bool = False
+    trainer_step: int | None = None
+    producer_rows_per_s: float | None = None
+    consumer_rows_per_s: float | None = None
+    spool_wait_frac: float | None = None  # share of the window the extractor waited for room
+    rows_wait_frac: float | None = None  # share of the window the trainer waited for rows
+    window_s: float = 0.0
+    producer_paused_since_ts: float | None = None  # paused for spool room since
+    trainer: TrainerFacts = field(default_factory=TrainerFacts)
+
+
+def _window(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def bottleneck(f: OnlineFacts, producer: str, consumer: str) -> str:
+    """Which side is slower, in words."""
+    waiting = max(0, f.rows_written - f.rows_consumed)
+    if producer == "done":
+        if consumer == "done":
+            return "both sides finished"
+        return f"extraction finished; training goes on ({waiting} rows waiting)"
+    spool, rows, win = f.spool_wait_frac or 0.0, f.rows_wait_frac or 0.0, _window(f.window_s)
+    if spool >= BOTTLENECK_SHARE and spool >= rows:
+        return (f"training is the bottleneck: extraction waited for spool room {100 * spool:.0f} % "
+                f"of the last {win}")
+    if rows >= BOTTLENECK_SHARE:
+        return f"extraction is the bottleneck: training waited for rows {100 * rows:.0f} % of the last {win}"
+    if consumer in ("starting", "dead", "done"):
+        return f"no trainer is consuming ({consumer}); the spool holds {waiting} rows"
+    rates = _rates(f)
+    return f"neither side waited in the last {win}{': ' + rates if rates else ''}"
+
+
+def _rates(f: OnlineFacts) -> str:
+    if f.producer_rows_per_s is None or f.consumer_rows_per_s is None:
+        return ""
+    return f"extraction {f.producer_rows_per_s:.2f} rows/s, training {f.consumer_rows_per_s:.2f} rows/s"
+
+
+def producer_side(f: OnlineFacts, base: Decision, paused_reason: str | None) -> OnlineSide:
+    """The extractor's side, from the extraction's own verdict."""
+    state = {"silent": "running", "quiet": "stalled", "exited": "dead"}.get(base.state, base.state)
+    reason = base.reason
+    if state == "paused" and paused_reason == "spool":
+        limit = f" (limit {format_bytes(f.limit_bytes)})" if f.limit_bytes else ""
+        reason = f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}"
+    return OnlineSide(role="extractor", state=state, reason=reason, rows_per_s=f.producer_rows_per_s,
+                      wait_frac=f.spool_wait_frac)
+
+
+def consumer_side(f: OnlineFacts, now: float, stall_after: float) -> OnlineSide:
+    """The trainer's side."""
+    t = f.trainer
+    state, reason = _consumer_state(t, now, stall_after, f.path)
+    return OnlineSide(role="trainer", state=state, reason=reason, rows_per_s=f.consumer_rows_per_s,
+                      pid=t.pid, wait_frac=f.rows_wait_frac)
+
+
+def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tuple[str, str]:
+    what = f"trainer PID {t.pid}" if t.pid else "the trainer"
+    if not t.seen:
+        return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
+    if t.ended is not None:
+        return "done", "training finished" if t.ended == "done" else "training stopped on request"
+    if t.alive is False and (t.seen_alive or t.started):
+        detail = f" (last error: {t.last_error})" if t.last_error else ""
+        return "dead", f"{what} is gone without a done record{detail}"
+    if t.status == "zombie":
+        return "dead", f"{what} is a zombie"
+    if t.paused_reason == "rows":
+        since = age(now, t.waiting_since_ts)
+        return "waiting", "waiting for rows" + (f" for {fmt_seconds(since)}" if since is not None else "")
+    progress, busy = age(now, t.last_progress_ts), age(now, t.last_busy_ts)
+    if progress is not None and progress <= stall:
+        return "running", f"a step {fmt_seconds(progress)} ago"
+    if busy is not None and busy <= stall:
+        no_step = f"no step for {fmt_seconds(progress)}" if progress is not None else "no step yet"
+        return "running", f"CPU busy {fmt_seconds(busy)} ago, {no_step} (slow, not stuck)"
+    if not t.started:
+        return "starting", "its events have no start yet"
+    if t.status == "stopped":
+        return "stalled", f"{what} is stopped (SIGSTOP): resume it with `kill -CONT {t.pid}`"
+    quiet = min(a for a in (progress, busy, stall) if a is not None)
+    return "stalled", f"no step and no CPU for {fmt_seconds(quiet)} (stall-after {fmt_seconds(stall)})"
+
+
+def online_decision(f: OnlineFacts, base: Decision, now: float, stall_after: float,
+                    paused_reason: str | None) -> tuple[Decision, OnlineSection]:
+    """The online job's decision (from the extraction's ``base``) and its status section."""
+    producer = producer_side(f, base, paused_reason)
+    consumer = consumer_side(f, now, stall_after)
+    section = OnlineSection(
+        path=f.path, limit_bytes=f.limit_bytes, spool_bytes=f.spool_bytes, rows_written=f.rows_written,
+        rows_consumed=f.rows_consumed, rows_waiting=max(0, f.rows_written - f.rows_consumed),
+        passes=f.passes, consume=f.consume, trainer_step=f.trainer_step, producer=producer,
+        consumer=consumer, bottleneck=bottleneck(f, producer.state, consumer.state), window_s=f.window_s)
+    return _job_decision(f, base, producer, consumer, now, stall_after), section
+
+
+def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer: OnlineSide,
+                  now: float, stall: float) -> Decision:
+    hints = list(base.hints)
+    full = producer.state == "paused" and producer.reason.startswith("spool full")
+    holding = "; the extractor waits for spool room until it is back" if full else ""
+    if consumer.state == "dead":
+        hints.append(Hint("trainer-dead", "critical",
+                          f"{consumer.reason}: rerun it with --resume (`hsmon train {f.path} --follow "
+                          f"--resume`); the ledger keeps every row's passes{holding}"))
+        both = f"; and the extractor: {base.reason}" if producer.state == "dead" else holding
+        return Decision("dead", f"{consumer.reason}{both}", hints)
+    if base.state in ("dead", "stalled", "exited"):
+        return base  # the extraction pages as any extraction does
+    if consumer.state == "stalled":
+        hints = [h for h in hints if h.id != "stalled"]
+        hints.append(Hint("trainer-stalled", "critical", f"the trainer: {consumer.reason}{holding}"))
+        return Decision("stalled", f"the trainer: {consumer.reason}", hints)
+    if full and consumer.state == "waiting":
+        stamps = (f.producer_paused_since_ts, f.trainer.waiting_since_ts)
+        since = max(stamps) if None not in stamps else None  # type: ignore[type-var]
+        if since is not None and now - since > stall:
+            why = (f"the pipeline stopped: the spool is full ({format_bytes(f.spool_bytes)}) and the trainer "
+                   f"waits for rows, both for {fmt_seconds(now - since)}: the spool holds no complete chunk "
+                   "the trainer can take; raise --spool-max or lower --chunk-size, then resume the "
+                   "extraction")
+            hints.append(Hint("pipeline-stopped", "critical", why))
+            return Decision("stalled", why, hints)
+    if producer.state == "done":
+        if consumer.state == "done":
+            return Decision("done", f"{base.reason}; training finished", hints)
+        if consumer.state == "starting":
+            return base
+        return Decision("running" if consumer.state in ("running", "waiting") else consumer.state,
+                        f"extraction finished; the trainer: {consumer.reason}", hints)
+    if full:
+        if consumer.state == "starting":
+            hints.append(Hint("no-trainer", "warning", f"the spool is full and {consumer.reason}"))
+            return Decision(base.state, base.reason, hints)
+        return Decision("running", f"{producer.reason}; the trainer: {consumer.reason}", hints)
+    return base

@@ -1,0 +1,89 @@
+"""Suite-wide rules: parallel scheduling by module (pytest-xdist) and no silent skip in CI.
+
+Scheduling (`make test` runs ``pytest -n $(TEST_WORKERS) --dist loadgroup``): every module is its own
+xdist group, so a module's tests run on one worker and its module- and session-scoped fixtures (the
+tiny models, a module's real SGLang server) are made once there. The modules that start a real SGLang
+server or load SmolLM2 (``HEAVY_MODULES``) share one group, collected first: xdist hands that group
+to a worker before any other, it runs its modules one after the other (never two servers at once on
+this 2-core machine), and the other workers take the light modules meanwhile. Without xdist (plain
+``pytest``) the marks do nothing but the order.
+
+No silent skip: under ``CI=true`` or ``HSMON_NO_SKIP=1`` (``make test`` sets it) a skipped test, or a
+module skipped at collection, is a failure unless its node id is on ``ALLOWED_SKIPS`` with the
+reviewed reason; tests/test_no_silent_skip.py proves it in a pytest subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# The modules that start a real SGLang server (tests/sglang_server.py) or load SmolLM2-135M.
+HEAVY_MODULES = (
+    "test_smollm2.py", "test_extract_sglang.py", "test_sglang_server.py", "test_server_sglang.py",
+)
+HEAVY_GROUP = "heavy-sglang"
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in one."""
+    def heavy(item: pytest.Item) -> bool:
+        return _module_of(item).rsplit("/", 1)[-1] in HEAVY_MODULES
+
+    items.sort(key=lambda item: 0 if heavy(item) else 1)
+    for item in items:
+        group = HEAVY_GROUP if heavy(item) else _module_of(item)
+        item.add_marker(pytest.mark.xdist_group(name=group))
+
+
+# No silent skip: under CI=true or HSMON_NO_SKIP=1 (`make test` sets it) a skipped test fails unless
+# its node id starts with a key of ALLOWED_SKIPS, whose value is the reviewed reason it may skip.
+# Keep the list short; a new entry needs a reason a reviewer accepts ("no GPU on CI", not "flaky").
+ALLOWED_SKIPS: dict[str, str] = {}
+
+
+def no_skip_switch() -> bool:
+    """True under CI=true or HSMON_NO_SKIP=1: a skip not on ALLOWED_SKIPS fails."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes") or os.environ.get("HSMON_NO_SKIP") == "1"
+
+
+def allowed_skip(nodeid: str) -> str | None:
+    """The reviewed reason a skip of this test is allowed, or None."""
+    for prefix, reason in ALLOWED_SKIPS.items():
+        if nodeid.split("@", 1)[0].startswith(prefix):
+            return reason
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Under the switch, turn a skip not on ALLOWED_SKIPS into a failure that says why."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.skipped or not no_skip_switch() or hasattr(report, "wasxfail"):
+        return
+    if allowed_skip(item.nodeid) is not None:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    report.outcome = "failed"
+    report.longrepr = (  # -ra lists it under FAILED with this text
+        f"skipped under CI=true/HSMON_NO_SKIP=1 and not on ALLOWED_SKIPS (tests/conftest.py): {reason}\n"
+        "make the environment (make sysdeps) or add the test to ALLOWED_SKIPS with a reviewed reason"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """A module that skips as a whole (pytest.importorskip, a module-level skip) fails the same way."""
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and no_skip_switch() and allowed_skip(report.nodeid) is None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"module skipped under CI=true/HSMON_NO_SKIP=1, not on ALLOWED_SKIPS: {reason}"

@@ -1,0 +1,224 @@
+"""`hsmon extract --spool-max` (issue 29): the real command pauses (reason spool) while the rows not
+yet consumed would exceed the limit, and resumes as the trainer's ledger records consumption; the
+monitor reads it as an online job: paused (not stalled) however long it waits, a trainer that dies
+while the spool is full paged, /metrics and `hsmon status` saying so.
+
+The trainer's side here is the contract's other party written by the test as `hsmon train --follow
+--consume` writes it (contract 4: a ``consumed`` record appended to SPOOL/hsmon-ledger.jsonl, the
+chunk's row files deleted), not a fake of the product: the products under test are the extractor
+and the monitor. The trainer's process is real (killed for real with SIGKILL); the real following
+trainer (`hsmon train --follow`) is driven beside the real extractor in tests/test_train_follow.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
+    events_of,
+    make_dataset,
+    run_extract,
+    start_extract,
+    tiny_model,
+    wait_for_event,
+)
+
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout, spool
+from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
+from hsmon.metrics.exporter import MetricsEndpoint
+from hsmon.status_cli import render
+from hsmon.status_doc import online_of
+
+pytestmark = pytest.mark.slow
+
+OPTS = ("--chunk-size", "4", "--batch-tokens", "256")
+LIMIT = 700_000  # about two chunks of this dataset's rows: the run must pause several times
+STALL = 1.0  # the monitor's stall_after: the extractor waits for room longer than that
+
+
+@pytest.fixture
+def spool_dir(tmp_path):
+    """The spool on a real tmpfs (as /dev/shm would hold it) when root can mount one, else on disk."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        yield tmp_path / "spool"
+        return
+    mount = tmp_path / "shm"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount / "spool"
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def consume_complete_chunks(out: Path, consumed: set[str]) -> int:
+    """As the following trainer with --consume does: for each complete chunk not consumed yet,
+    delete its row files and append its ``consumed`` record (fsynced). Returns the chunks consumed."""
+    records = []
+    for name, chunk in read_manifest(out).chunks.items():
+        if name in consumed:
+            continue
+        for path in (out / name).glob("data_*.ckpt"):
+            path.unlink()
+        records.append({"type": "consumed", "ts": time.time(), "chunk": name, "rows": chunk["rows"],
+                        "bytes": chunk["bytes"]})
+        consumed.add(name)
+    if records:
+        layout.append_jsonl(spool.ledger_path(out), records)
+    return len(records)
+
+
+def monitor_of(out: Path, events: Path) -> Monitor:
+    return Monitor([JobConfig(name="online", kind="extract", out_dir=str(out), events=str(events),
+                              stall_after=STALL)], use_watchdog=False)
+
+
+def job_of(monitor: Monitor):
+    monitor.tick(force_scan=True)
+    (job,) = monitor.status().jobs
+    return job
+
+
+def start_trainer_side(out: Path) -> subprocess.Popen:
+    """A trainer starts following: a real process, its ledger's start record, its start and step events."""
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    layout.append_jsonl(spool.ledger_path(out), [{"type": "start", "ts": time.time(), "pid": trainer.pid,
+                                                  "passes": 2, "consume": True, "step": 0}])
+    with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:
+        writer.emit(ev.START, pid=trainer.pid)
+        writer.emit("step", step=1, loss=1.0, acc=0.1)
+    return trainer
+
+
+def check_paused_not_stalled(monitor: Monitor) -> None:
+    """The extractor has waited for room three stall periods, no trainer yet: paused, not stalled."""
+    job = job_of(monitor)
+    assert job.state == "paused", job.reason
+    assert not {h.id for h in job.hints} & {"stalled", "dead"} and "no-trainer" in {h.id for h in job.hints}
+    online = online_of(job)
+    assert online is not None and online.limit_bytes == LIMIT
+    assert online.producer.state == "paused" and online.producer.reason.startswith("spool full: ")
+    assert online.consumer.state == "starting" and online.rows_waiting == online.rows_written > 0
+
+
+def check_trainer_running_then_dead(monitor: Monitor, trainer: subprocess.Popen) -> None:
+    job = job_of(monitor)
+    online = online_of(job)
+    assert job.state == "running", job.reason
+    assert (online.producer.state, online.consumer.state) == ("paused", "running")
+    assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
+    assert online.consumer.pid == trainer.pid
+    text = render(monitor.status())  # `hsmon status`'s lines for the job
+    assert "online extractor   PAUSED: spool full: " in text and "online trainer     RUNNING: a step" in text
+    assert "online bottleneck  training is the bottleneck: extraction waited for spool room" in text
+    fill = f"of 700.0 kB ({100 * online.spool_bytes / LIMIT:.0f} %); {online.rows_waiting} rows waiting"
+    assert fill in text
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    job = job_of(monitor)  # the trainer died while the spool is full: it is paged, not the extractor
+    assert job.state == "dead" and job.reason.startswith(f"trainer PID {trainer.pid} is gone")
+    assert "trainer-dead" in {h.id for h in job.hints} and "the extractor waits" in job.reason
+    assert online_of(job).producer.state == "paused"
+    metrics = MetricsEndpoint(monitor).render().decode()
+    assert f'hsmon_spool_limit_bytes{{job="online"}} {float(LIMIT)}' in metrics
+    assert 'hsmon_online_side_state{job="online",side="trainer",state="dead"} 1.0' in metrics
+    assert 'hsmon_online_side_state{job="online",side="extractor",state="paused"} 1.0' in metrics
+
+
+def test_spool_pauses_when_full_the_monitor_reads_both_sides_and_it_resumes_as_rows_are_consumed(
+        tmp_path, spool_dir, tiny_model):  # noqa: F811
+    data = make_dataset(tmp_path / "d.jsonl", rows=40, seed=7, min_lines=2, max_lines=3)
+    events = tmp_path / "events.jsonl"
+    proc = start_extract(data, spool_dir, tiny_model, *OPTS, "--spool-max", str(LIMIT), events=events)
+    consumed: set[str] = set()
+    trainer = None
+    try:
+        pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc, timeout=120)
+        assert pause["reason"] == "spool" and pause["max_bytes"] == LIMIT
+        assert pause["message"].startswith("spool full: ") and "waiting for the trainer" in pause["message"]
+        assert spool.read_spool_limit(spool_dir) == LIMIT
+        level = SpoolFill(spool_dir).poll()
+        assert level.waiting_bytes + pause["need_bytes"] > LIMIT >= level.waiting_bytes
+        monitor = monitor_of(spool_dir, events)
+        job_of(monitor)
+        time.sleep(3 * STALL)  # paused, it writes nothing while nothing is consumed
+        assert SpoolFill(spool_dir).poll().row_bytes == level.row_bytes
+        check_paused_not_stalled(monitor)
+        trainer = start_trainer_side(spool_dir)
+        check_trainer_running_then_dead(monitor, trainer)
+        peak = consume_until_done(proc, spool_dir, consumed)  # the trainer resumed: it consumes
+        stderr = proc.stderr.read() if proc.stderr else ""
+        assert proc.returncode == 0, stderr
+        layout.append_jsonl(spool.ledger_path(spool_dir), [{"type": "done", "ts": time.time(), "step": 9}])
+        job = job_of(monitor)
+        assert job.state == "done" and online_of(job).producer.state == "done", job.reason
+        monitor.stop()
+    finally:
+        for p in (proc, trainer):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    kinds = [(e["kind"], e.get("reason")) for e in events_of(events)]
+    assert kinds[-1] == ("done", None)
+    pauses = kinds.count(("pause", "spool"))
+    assert pauses >= 1 and kinds.count(("resume", "spool")) == pauses
+    assert "paused (spool): spool full: " in stderr and "resumed (spool)" in stderr
+    assert peak <= LIMIT and SpoolFill(spool_dir).poll().rows == 40
+    assert SpoolFill(spool_dir).poll().waiting_bytes == 0
+    assert not list(spool_dir.glob("rows_*/data_*.ckpt")), "every consumed row file was deleted"
+
+
+def consume_until_done(proc: subprocess.Popen, out: Path, consumed: set[str]) -> int:
+    """Consume complete chunks until the extractor ends, then the last ones; the peak bytes waiting."""
+    fill, peak = SpoolFill(out), 0
+    while proc.poll() is None:
+        peak = max(peak, fill.poll().waiting_bytes)
+        consume_complete_chunks(out, consumed)
+        time.sleep(0.05)
+    consume_complete_chunks(out, consumed)
+    return peak
+
+
+def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model):  # noqa: F811
+    data = make_dataset(tmp_path / "d.jsonl", rows=24, seed=8, min_lines=2, max_lines=3)
+    out, events = tmp_path / "spool", tmp_path / "events.jsonl"
+    proc = start_extract(data, out, tiny_model, *OPTS, "--spool-max", str(LIMIT), events=events)
+    try:
+        wait_for_event(events, lambda e: e["kind"] == "pause" and e["reason"] == "spool", proc, timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert events_of(events)[-1]["kind"] == "stopped"
+    written = SpoolFill(out).poll().rows
+    assert 0 < written < 24
+    # a resume may change the limit: one that holds everything never pauses
+    again = run_extract(data, out, tiny_model, *OPTS, "--spool-max", "1G", events=events)
+    assert again.returncode == 0, again.stderr
+    assert spool.read_spool_limit(out) == 1_000_000_000
+    kinds = [e["kind"] for e in events_of(events)]
+    assert kinds[-1] == "done" and "pause" not in kinds[kinds.index("start", 1):]
+    assert SpoolFill(out).poll().rows == 24
+
+
+def test_bad_or_too_small_spool_max_is_one_line(tmp_path, tiny_model):  # noqa: F811
+    data = make_dataset(tmp_path / "d.jsonl", rows=8, seed=9)
+    bad = run_extract(data, tmp_path / "a", tiny_model, "--spool-max", "lots")
+    assert bad.returncode == 2 and "--spool-max" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    small = run_extract(data, tmp_path / "b", tiny_model, *OPTS, "--spool-max", "10k")
+    assert small.returncode == 2 and "holds less than one chunk" in small.stderr
+    assert not (tmp_path / "b" / spool.SPOOL_NAME).exists()

@@ -1,0 +1,116 @@
+"""The TUI's online panel (issue 29): both sides of an online job on its overview, hidden for any
+other job; a snapshot of a job whose trainer is the bottleneck and one whose trainer died."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import tui_run_documents as run
+from textual.pilot import Pilot
+from tui_complete import fixed_source
+from tui_screen_text import screen_lines
+
+from hsmon.tui.app import HsmonApp
+from hsmon.tui.widgets.online_panel import OnlinePanel
+
+SPOOL = "/dev/shm/spool"
+
+
+def online(dead: bool) -> dict[str, Any]:
+    """The ``online`` section of a job where training is the slower side (or its trainer died)."""
+    gone = "trainer PID 5151 is gone without a done record"
+    trainer = ({"role": "trainer", "state": "dead", "reason": gone,
+                "rows_per_s": 0.0, "pid": 5151, "wait_frac": 0.0} if dead else
+               {"role": "trainer", "state": "running", "reason": "a step 2s ago", "rows_per_s": 18.25,
+                "pid": 5151, "wait_frac": 0.0})
+    return {"path": SPOOL, "limit_bytes": 20_000_000, "spool_bytes": 19_400_000, "rows_written": 180,
+            "rows_consumed": 96, "rows_waiting": 84, "passes": 2, "consume": True, "trainer_step": 41,
+            "window_s": 600.0,
+            "producer": {"role": "extractor", "state": "paused",
+                         "reason": "spool full: 19.4 MB of rows waiting for the trainer (limit 20.0 MB)",
+                         "rows_per_s": 20.5, "pid": None, "wait_frac": 0.41},
+            "consumer": trainer,
+            "bottleneck": "training is the bottleneck: extraction waited for spool room 41 % of the "
+                          "last 10 min"}
+
+
+def documents(dead: bool) -> list[dict[str, Any]]:
+    docs = copy.deepcopy(run.running_extraction())
+    for doc in docs:
+        job = doc["jobs"][0]
+        job["online"] = online(dead)
+        if dead:
+            job["state"], job["reason"] = "dead", "trainer PID 5151 is gone without a done record"
+            job["hints"] = [{"id": "trainer-dead", "severity": "critical",
+                             "message": "trainer PID 5151 is gone without a done record: rerun it "
+                                        "with --resume"}]
+    return docs
+
+
+def run_app(dead: bool, docs: list[dict[str, Any]] | None = None) -> HsmonApp:
+    return HsmonApp([fixed_source(docs if docs is not None else documents(dead), label="127.0.0.1:9108")])
+
+
+async def shown(pilot: Pilot) -> None:
+    app = pilot.app
+    for _ in range(200):
+        if app.query(OnlinePanel) and 0 in app.documents and app.query_one(OnlinePanel).display:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause(0.3)
+
+
+@pytest.mark.asyncio
+async def test_both_sides_together_and_the_alarm_only_when_a_side_is_dead() -> None:
+    for dead in (False, True):
+        app = run_app(dead)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await shown(pilot)
+            panel = app.query_one(OnlinePanel)
+            assert panel.display and panel.has_class("-alarm") is dead
+            text = "\n".join(screen_lines(app.export_screenshot()))
+            assert "19.4 MB of 20.0 MB (97 %), 84 rows waiting" in text
+            assert "extractor  PAUSED   20.50 rows/s written, waited 41 %" in text
+            assert ("trainer    DEAD" if dead else "trainer    RUNNING  18.25 rows/s consumed") in text
+            assert "training is the bottleneck:" in text
+            assert "extraction waited for spool room 41 % of the last 10 min" in text
+
+
+@pytest.mark.asyncio
+async def test_hidden_for_a_job_that_is_not_online() -> None:
+    app = run_app(False, run.running_extraction())
+    async with app.run_test(size=(160, 48)) as pilot:
+        for _ in range(100):
+            if app.query(OnlinePanel) and 0 in app.documents:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert not app.query_one(OnlinePanel).display
+
+
+def test_snapshot_of_a_trainer_that_died_while_the_spool_is_full(snap_compare) -> None:
+    assert snap_compare(run_app(True), terminal_size=(160, 48), run_before=shown)
+
+
+@pytest.mark.asyncio
+async def test_the_training_form_offers_follow_for_an_online_extraction_only() -> None:
+    from hsmon.tui.widgets.training_form import TrainingForm
+
+    for docs, shown_follow in ((documents(False), True), (run.running_extraction(), False)):
+        app = run_app(False, docs)
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(100):
+                if 0 in app.documents:
+                    break
+                await pilot.pause(0.05)
+            await pilot.press("t")
+            await pilot.pause(0.3)
+            form = app.screen.query_one(TrainingForm)
+            boxes = [form.query_one(f"#box-{name}").display for name in ("follow", "passes", "consume")]
+            assert boxes == [shown_follow] * 3
+            values = form.values
+            assert (values["follow"], values["consume"]) == (("yes", "yes") if shown_follow else ("no", "no"))
+            text = "\n".join(screen_lines(app.export_screenshot()))
+            assert ("writes a spool: follow = yes trains on its chunks" in text) is shown_follow
