@@ -241,8 +241,9 @@ class FollowRun:
     def _thin(self, arrival: Arrival) -> bool:
         """Wait (while rows keep coming) rather than draw from fewer rows than a window half full:
         a row's passes would crowd into a few steps. Never while rows stop coming (no deadlock
-        with a full spool) or after the extraction ended."""
-        return (not arrival.ended and not self.starved and bool(arrival.chunks)
+        with a full spool) or after the extraction ended, nor with a spool limit (the spool, not the
+        window, bounds the rows on hand then: waiting would only keep the extractor paused)."""
+        return (not arrival.ended and not self.starved and bool(arrival.chunks) and not arrival.spool_limit
                 and len(self.window.active) < self.window.size // 2)
 
     def _wait(self, arrival: Arrival, why: str, soft: bool = False) -> None:
