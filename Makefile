@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: setup sysdeps sglang-env demo test lint clean bench
+.PHONY: setup sysdeps sglang-env demo test test-floors lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -62,8 +62,33 @@ test: setup sysdeps sglang-env
 	$(VENV)/bin/lint-imports
 	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
+# make test-floors: the declared floors (pyproject's >=), tested. A venv of its own with every direct
+# dependency at the lowest version allowed (uv's --resolution lowest-direct; torch stays the pinned
+# CPU build), then the TUI, daemon and extractor tests. Left out there: the frame snapshots and the
+# committed JSON Schema, exact outputs of the pinned Textual and msgspec. A separate CI lane, not
+# part of make test (its time).
+FLOORS_VENV ?= .venv-floors
+FLOORS_TESTS ?= tests/test_tui_pilot.py tests/test_tui_view.py tests/test_tui_repaint.py \
+	tests/test_tui_rough_edges.py tests/test_tui_engine.py tests/test_tui_data_panel.py \
+	tests/test_tui_clocks.py tests/test_tui_event_text.py tests/test_tui_spark.py tests/test_status_doc.py \
+	tests/test_status_compat.py tests/test_daemon.py tests/test_exporter.py tests/test_state.py \
+	tests/test_trackers.py tests/test_extract_units.py tests/test_extract_run.py
+test-floors:
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install -q uv "$(TORCH_PIN)"
+	echo "$(TORCH_PIN)" > $(FLOORS_VENV)/overrides.txt
+	$(FLOORS_VENV)/bin/uv pip install --python $(FLOORS_VENV)/bin/python --resolution lowest-direct \
+	  --override $(FLOORS_VENV)/overrides.txt -e .
+	$(FLOORS_VENV)/bin/uv pip install --python $(FLOORS_VENV)/bin/python pytest pytest-timeout \
+	  pytest-asyncio pytest-xdist
+	$(FLOORS_VENV)/bin/uv pip list --python $(FLOORS_VENV)/bin/python | grep -iE \
+	  '^(torch|transformers|safetensors|tokenizers|textual|psutil|watchdog|requests|prometheus.client|orjson|msgspec) '
+	HSMON_NO_SKIP=1 $(FLOORS_VENV)/bin/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup \
+	  --no-loadscope-reorder $(FLOORS_TESTS) -k "not snapshot" \
+	  --deselect tests/test_status_doc.py::test_the_schema_in_docs_is_the_one_the_types_generate
+
 bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .sglang-venv .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) .sglang-venv .pytest_cache build *.egg-info

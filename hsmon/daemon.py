@@ -272,7 +272,12 @@ class Handler(BaseHTTPRequestHandler):
         if outside:
             self._refuse(400, {"errors": outside})
             return
-        outcome = launch_and_watch(self.server.monitor, body)
+        try:
+            outcome = launch_and_watch(self.server.monitor, body)
+        except OSError as exc:  # the launch itself failed (systemd-run refused, the disk is full)
+            log.error("launch failed: %s", exc)
+            self._json(500, {"error": f"the launch failed: {exc}"})
+            return
         if outcome.errors:
             self._refuse(400, {"errors": outcome.errors})
         elif outcome.conflict or outcome.job is None:
@@ -368,6 +373,9 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _shutdown)
     signal.signal(signal.SIGINT, _shutdown)
+    from hsmon.daemon_reload import Reloader
+
+    Reloader(lambda: build_config(args), cfg, monitor, stopping).install()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

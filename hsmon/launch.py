@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hsmon import launch_unit
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
@@ -89,6 +90,7 @@ class LaunchedJob:
     out_dir: str
     log: str
     argv: list[str] = field(default_factory=list)
+    unit: str | None = None  # the transient systemd unit it runs as, when it does
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,7 @@ class LaunchedJob:
             "out_dir": self.out_dir,
             "log": self.log,
             "argv": self.argv,
+            "unit": self.unit,
         }
 
 
@@ -319,13 +322,16 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
 def launch_training(
     req: TrainingRequest, argv: list[str] | None = None, env: dict[str, str] | None = None
 ) -> LaunchedJob:
-    """Start the training detached (own session: it survives the TUI or daemon that started it),
-    stdout and stderr appended to OUT/train.log, its PID in OUT/train.pid."""
+    """Start the training detached (own session: it survives the TUI or daemon that started it;
+    under the daemon's systemd unit a transient unit of its own, hsmon/launch_unit.py), stdout and
+    stderr appended to OUT/train.log, its PID in OUT/train.pid."""
     argv = argv or training_argv(req)
     os.makedirs(req.out_dir, exist_ok=True)
     log_path = os.path.join(req.out_dir, LOG_NAME)
     child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")  # its log is a file: the story's empty log, avoided
+    child_env.setdefault("PYTHONUNBUFFERED", "1")  # its log is a file: an empty buffered log, avoided
+    if launch_unit.wanted():
+        return _launch_as_unit(req, argv, log_path, child_env)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -344,6 +350,27 @@ def launch_training(
     return LaunchedJob(
         pid=proc.pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path, argv=argv
     )
+
+
+def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: dict[str, str]) -> LaunchedJob:
+    """The training as a transient systemd unit (see hsmon/launch_unit.py); OSError when systemd-run
+    refuses (its own words)."""
+    import pwd
+
+    unit = launch_unit.unit_name(req.job_name)
+    user = pwd.getpwuid(os.getuid()).pw_name if os.getuid() != 0 else None
+    cmd = launch_unit.unit_argv(unit, argv, req.out_dir, log_path, user, env)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    if res.returncode != 0:
+        why = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+        raise OSError(f"systemd-run could not start {unit}: {why} (docs/operations.md, 'The units')")
+    pid = launch_unit.main_pid(unit)
+    if pid is None:
+        raise OSError(f"{unit} started but systemd reports no main PID; see journalctl -u {unit}")
+    with open(os.path.join(req.out_dir, PIDFILE_NAME), "w") as fh:
+        fh.write(f"{pid}\n")
+    return LaunchedJob(pid=pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path,
+                       argv=argv, unit=unit)
 
 
 def stop_job(pid: int) -> bool:

@@ -1,13 +1,13 @@
-"""`hsmon online DATA.jsonl --out DIR`: extract and train at once, through a spool (issue 29).
+"""`hsmon online DATA.jsonl --out DIR`: extract and train at once, through a spool.
 
-Starts three real processes and waits for them: `hsmon extract DATA --out DIR/spool` (with
+Starts real processes and waits for them: `hsmon extract DATA --out DIR/spool` (with
 `--spool-max SIZE` when given and when this build's extractor has it), `hsmon train DIR/spool
 --follow --passes E --consume --out DIR/drafter` and, with --daemon, `hsmon daemon` watching both
-(DIR/hsmon.toml). The threads are split between the two sides (--extract-threads, the rest to the
-trainer). Logs: DIR/extract.log, DIR/train.log, DIR/daemon.log; events: DIR/extract-events.jsonl
-and DIR/spool/hsmon-train-events.jsonl. Either side failing stops the other (SIGTERM: it
-checkpoints or records where it was; rerun the same command with --resume to go on). SIGINT or
-SIGTERM stops both the same way. Exit status 0 when both ended well.
+(DIR/hsmon.toml: one online job). The threads are split between the two sides (--extract-threads,
+the rest to the trainer). Logs: DIR/extract.log, DIR/train.log, DIR/daemon.log; events:
+DIR/extract-events.jsonl and DIR/spool/hsmon-train-events.jsonl. Either side failing stops the
+other (SIGTERM: it checkpoints or records where it was; rerun the same command with --resume to go
+on). SIGINT or SIGTERM stops both the same way. Exit status 0 when both ended well.
 """
 
 from __future__ import annotations
@@ -105,17 +105,14 @@ def make_plan(args: argparse.Namespace, spool_max_ok: bool) -> Plan:
     return Plan(extract, train, passed, ext_threads, train_threads)
 
 
-def daemon_config(out: Path, extract_pid: int, train_pid: int) -> Path:
-    """DIR/hsmon.toml: the two sides as two jobs of one daemon."""
+def daemon_config(out: Path, extract_pid: int) -> Path:
+    """DIR/hsmon.toml: one online job, the extraction's; the daemon reads the following trainer from
+    the spool itself (its ledger, events and PID: docs/daemon.md, "An online job")."""
     path = out / "hsmon.toml"
-    jobs = [("extract", "extract", out / "spool", out / "extract-events.jsonl", extract_pid),
-            ("train", "train", out / "drafter", spool.train_events_path(out / "spool"), train_pid)]
-    text = "".join(
-        f'[[job]]\nname = "{name}"\nkind = "{kind}"\nout_dir = {json.dumps(str(o))}\n'
-        f"events = {json.dumps(str(e))}\npid = {pid}\n\n"
-        for name, kind, o, e, pid in jobs
+    path.write_text(
+        f'[[job]]\nname = "online"\nkind = "extract"\nout_dir = {json.dumps(str(out / "spool"))}\n'
+        f"events = {json.dumps(str(out / 'extract-events.jsonl'))}\npid = {extract_pid}\n"
     )
-    path.write_text(text)
     return path
 
 
@@ -174,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
     from hsmon import daemon as daemon_process
 
-    config = daemon_config(out, procs["extract"].pid, procs["train"].pid)
+    config = daemon_config(out, procs["extract"].pid)
     with open(out / "daemon.log", "ab") as log:
         proc, url = daemon_process.spawn(["--config", str(config)], out / "daemon.port",
                                          stdout=log, stderr=log)
@@ -206,7 +203,8 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             break
         time.sleep(0.2)
     ledger = spool.read_ledger(out / "spool")
-    print(f"hsmon online: done: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
+    how = "done" if ledger.ended == "done" else "the training ended early (--max-steps or --time-limit)"
+    print(f"hsmon online: {how}: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
           f"(E = {ledger.passes_target}); {ledger.consumed_rows} rows consumed "
           f"({ledger.consumed_bytes / 1e6:.1f} MB freed); drafter in {out / 'drafter'}", flush=True)
     return 0

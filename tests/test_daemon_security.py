@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
 import ssl
 import subprocess
@@ -113,10 +112,11 @@ def test_the_control_api_refuses_the_attacks_and_logs_them(procs, tmp_path):  # 
 
 
 def test_command_lines_only_for_this_machine_or_the_token(procs, tmp_path):  # noqa: F811
-    """The daemon watches a process (its own test runner's PID here): a caller from another
-    address sees its command line only with the token."""
+    """The daemon watches a process with a known command line: a caller from another address
+    sees it only with the token."""
     address = lan_address()
-    daemon = Daemon(procs, tmp_path, ["--pid", str(os.getpid()), "--control-token-file",
+    watched = procs.start([sys.executable, "-c", "import time; time.sleep(120)", "secret-marker"])
+    daemon = Daemon(procs, tmp_path, ["--pid", str(watched.pid), "--control-token-file",
                                       str(token_file(tmp_path)), "--allow-root", str(tmp_path)],
                     host="0.0.0.0")
     port = daemon.url.rsplit(":", 1)[1]
@@ -125,6 +125,6 @@ def test_command_lines_only_for_this_machine_or_the_token(procs, tmp_path):  # n
         doc = decode(StatusClient(url, timeout=10, token=token).get())
         return doc.jobs[0].processes[0].cmdline
 
-    assert "pytest" in cmdline(daemon.url)  # loopback: anyone here can run ps
+    assert "secret-marker" in cmdline(daemon.url)  # loopback: anyone here can run ps
     assert cmdline(f"http://{address}:{port}") == security.REDACTED
-    assert "pytest" in cmdline(f"http://{address}:{port}", token=TOKEN)
+    assert "secret-marker" in cmdline(f"http://{address}:{port}", token=TOKEN)

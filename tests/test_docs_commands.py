@@ -150,3 +150,28 @@ def test_pages_name_only_files_that_exist_and_no_internal_issue_numbers(page):
     assert not missing, f"{page.name} names files that are not in the repository: {missing}"
     numbers = re.findall(r"\b(?:issues?|task) #?\d+\b", text)
     assert not numbers, f"{page.name} cites internal tracker numbers: {numbers}"
+
+
+@pytest.mark.parametrize(("page", "number", "name", "text"), SYNOPSES,
+                         ids=[f"{p.name}:{n}" for p, n, _, _ in SYNOPSES])
+def test_synopsis_defaults_are_the_parsers(page, number, name, text):
+    """A concrete value a synopsis shows in `[--flag VALUE]` is the flag's default, read from the
+    parser (or from the daemon's configuration defaults, for flags whose parser default is None)."""
+    from hsmon.core import config as cfgmod
+
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"hsmon {name}")
+    module.add_arguments(parser)
+    actions = parser._option_string_actions
+    fallback = {"--host": cfgmod.DEFAULT_HOST, "--port": cfgmod.DEFAULT_PORT,
+                "--scan-interval": cfgmod.DEFAULT_SCAN_INTERVAL, "--notify-repeat": 3600.0,
+                "--stall-after": cfgmod.DEFAULT_STALL_AFTER}
+    for flag, value in re.findall(r"\[(--[a-z0-9-]+)[ =]([^\s\[\]|]+)\]", text.split(" -- ")[0]):
+        action = actions[flag]
+        if value.isupper() or not re.search(r"[0-9]", value) or action.nargs == 0:
+            continue  # a placeholder or a word, not a default
+        default = action.default if action.default is not None else fallback.get(flag)
+        if default is None or isinstance(default, list):
+            continue
+        parsed = action.type(value) if callable(action.type) else value
+        assert parsed == default, f"{page.name}:{number}: {flag} {value} but the default is {default!r}"

@@ -94,7 +94,7 @@ def job_of(monitor: Monitor):
 
 def start_trainer_side(out: Path) -> subprocess.Popen:
     """A trainer starts following: a real process, its ledger's start record, its start and step events."""
-    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)  # hsmon train stand-in"])
     layout.append_jsonl(spool.ledger_path(out), [{"type": "start", "ts": time.time(), "pid": trainer.pid,
                                                   "passes": 2, "consume": True, "step": 0}])
     with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:

@@ -4,8 +4,17 @@ the spool where the monitor reads the online job's trainer (contract 4)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
+from daemon_helpers import STANDIN_TRAIN, Daemon, child_env, post_json, procs, wait_until  # noqa: F401
+
+from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.launch import training_argv, validate_training_request
+
+STANDIN = f"{sys.executable} {STANDIN_TRAIN}"
 
 
 def spool_dir(tmp_path):
@@ -39,3 +48,37 @@ def test_follow_fields_are_checked_and_named(tmp_path):
     assert set(errors) == {"passes", "consume"} and "set follow to yes" in errors["passes"]
     _, errors = validate_training_request({**base, "follow": True, "passes": "0"})
     assert errors == {"passes": "passes must be at least 1 and at most 1000 (got 0)"}
+
+
+def test_the_daemon_launches_a_following_training_and_reads_it_as_the_online_jobs_trainer(procs, tmp_path):  # noqa: F811
+    """POST /api/v1/train with follow: the trainer (the launch tests' stand-in, which writes events
+    to --events) is started with --follow --passes E --consume, its events land in the spool, and
+    the daemon's extraction job of that spool shows it as its trainer side."""
+    data = spool_dir(tmp_path)
+    ext_events = tmp_path / "extract-events.jsonl"
+    with ev.EventWriter("extract", str(ext_events)) as writer:
+        writer.emit(ev.START, pid=os.getpid(), rows_total=100, out_dir=str(data))
+    token = "a-long-enough-control-token"
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "token").chmod(0o600)
+    daemon = Daemon(procs, tmp_path, ["--out", str(data), "--events", str(ext_events), "--control-token-file",
+                                      str(tmp_path / "token"), "--scan-interval", "0.5"],
+                    env=child_env(HSMON_TRAIN_COMMAND=STANDIN))
+    fields = {"data_dir": str(data), "out_dir": str(tmp_path / "drafter"), "follow": True, "passes": 2,
+              "consume": True}
+    code, body = post_json(daemon.url + "/api/v1/train", fields, token=token)
+    assert code == 201, body
+    try:
+        assert body["argv"][-4:] == ["--follow", "--passes", "2", "--consume"] and body["warning"] is None
+        assert body["events"] == str(spool.train_events_path(data))
+        def trainer_seen() -> dict | None:
+            (job,) = [j for j in daemon.status()["jobs"] if j["job"] != body["job"]]  # the extraction's
+            online = job.get("online")
+            return online if online and online["consumer"]["pid"] == body["pid"] else None
+
+        online = wait_until(trainer_seen, 20, what="the trainer in the extraction's online section")
+        assert online["limit_bytes"] == 20_000_000 and online["consumer"]["state"] in ("running", "starting")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(body["pid"], 9)
+    daemon.stop()

@@ -92,6 +92,30 @@ def test_a_slow_trainer_with_cpu_moving_is_running_one_with_nothing_moving_stall
     assert "kill -CONT 77" in decide(snap(facts(stopped))).reason
 
 
+def test_a_trainer_never_seen_on_this_host_is_judged_by_its_steps_never_dead_by_pid():
+    remote = trainer(alive=False, status="gone", seen_alive=False, last_busy_ts=None)
+    assert decide(snap(facts(remote))).state == "running"  # its steps arrive: it runs elsewhere
+    quiet = trainer(alive=False, status="gone", seen_alive=False, last_busy_ts=None,
+                    last_progress_ts=NOW - 2 * STALL)
+    d = decide(snap(facts(quiet)))
+    assert d.state == "stalled" and "trainer-dead" not in ids(d)
+    assert "PID 77 is not a trainer on this host (gone, or on another host)" in d.reason
+
+
+def test_an_extractor_watched_without_events_waiting_for_room_is_paused_not_stalled():
+    """A spool watched by --out and --pid alone: no pause event, nothing moves for ten stall periods;
+    the spool has no room for a row, so it waits for room (and with no room left it pages nothing)."""
+    quiet = dict(paused=None, events_watched=False, started=False, last_progress_ts=None,
+                 last_work_ts=NOW - 10 * STALL, last_busy_ts=NOW - 10 * STALL)
+    d = decide(snap(facts(spool_full=True), **quiet))
+    assert d.state == "running" and not ids(d) & {"stalled", "quiet"}
+    assert d.online.producer.state == "paused" and "seen from the spool" in d.online.producer.reason
+    d = decide(snap(facts(TrainerFacts(), spool_full=True), **quiet))
+    assert d.state == "paused" and "stalled" not in ids(d) and "no-trainer" in ids(d)
+    d = decide(snap(facts(spool_full=False, spool_bytes=1000), **quiet))  # room left: really stuck
+    assert d.state == "stalled" and "stalled" in ids(d) and d.online.producer.state == "stalled"
+
+
 def test_a_dead_extractor_pages_the_extractor_as_today():
     gone = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
     d = decide(snap(facts(trainer(paused_reason="rows", waiting_since_ts=NOW - 5)), paused=None,
@@ -106,6 +130,12 @@ def test_extraction_finished_takes_the_trainers_state_then_done_with_both():
     assert d.online.bottleneck == "extraction finished; training goes on (2000 rows waiting)"
     done = decide(snap(facts(trainer(ended="done")), paused=None, terminal_kind="done"))
     assert done.state == "done" and done.online.bottleneck == "both sides finished"
+    # waiting for rows that will never come: a moment is fine, past stall_after it pages
+    late = trainer(paused_reason="rows", waiting_since_ts=NOW - 5)
+    assert decide(snap(facts(late), paused=None, terminal_kind="done")).state == "running"
+    stuck = trainer(paused_reason="rows", waiting_since_ts=NOW - 2 * STALL)
+    d = decide(snap(facts(stuck), paused=None, terminal_kind="done"))
+    assert d.state == "stalled" and "trainer-stalled" in ids(d) and "the extraction finished" in d.reason
 
 
 def test_both_sides_waiting_on_each_other_for_stall_after_is_the_pipeline_stopped():

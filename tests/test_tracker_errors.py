@@ -149,6 +149,7 @@ def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_al
     from hsmon.core.trackers.processes import ProcessTracker
     from hsmon.status_cli import render
     from hsmon.status_doc import decode, encode
+    from hsmon.tui.view import process_rows, stale_sections
 
     events = tmp_path / "e.jsonl"
     writer = ev.EventWriter("job", events)
@@ -181,7 +182,10 @@ def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_al
         family = 'hsmon_tracker_blind_since_timestamp_seconds{job="job",tracker="processes"}'
         (value,) = [line.split()[-1] for line in text.splitlines() if line.startswith(family)]
         assert float(value) == blind["since_ts"]
-        shown = render(decode(encode(monitor.status())))
+        doc = decode(encode(monitor.status()))
+        shown = render(doc)
+        cells = process_rows(doc.jobs[0].processes, "processes" in stale_sections(doc.jobs[0]))[0]
+        assert cells[2] == "stale: running"  # the TUI's processes table: never a plain last-known state
         assert "job [external]: UNKNOWN" in shown
         assert "~ stale: processes (the processes tracker is blind for 0s: PermissionError" in shown
         monkeypatch.setattr(ProcessTracker, "poll", real_poll)

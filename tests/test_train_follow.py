@@ -170,6 +170,9 @@ def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, t
         if gone:
             assert rec["chunk"] in ledger.consumed_chunks and ledger.passes.get(row) == PASSES, row
     assert any(n < PASSES for n in ledger.passes.values()) or len(ledger.consumed_chunks) < 8
+    wrong = subprocess.run(trainer_cmd(spool_dir, tmp_path / "elsewhere", tiny_model, "--resume"),
+                           capture_output=True, text=True, timeout=120, env=extract_env())
+    assert wrong.returncode == 2 and "has no checkpoint" in wrong.stderr  # refused: nothing written
     resumed = start_trainer(spool_dir, out, tiny_model, "--window", "24", "--resume")
     finish(resumed)
     assert_every_row_exactly_e(spool_dir)

@@ -126,3 +126,20 @@ def test_engine_panel_snapshot(snap_compare, size: tuple[int, int]) -> None:
         await _shown(pilot, docs)
 
     assert snap_compare(HsmonApp([fixed_source(docs, label="fixture")]), terminal_size=size, run_before=shown)
+
+
+@pytest.mark.asyncio
+async def test_engine_panel_resized_before_its_first_document() -> None:
+    """A pane mounted during a layout pass (a tab added or removed) gets a resize before any
+    document: it draws nothing instead of failing on the job it does not have yet."""
+    from textual.app import App
+
+    from hsmon.tui.widgets.engine_panel import EnginePanel
+
+    app = App()
+    async with app.run_test() as pilot:
+        panel = EnginePanel()
+        await app.mount(panel)
+        panel.on_resize()
+        assert panel.render().plain == ""
+        await pilot.pause()

@@ -428,3 +428,18 @@ async def test_the_process_table_repaints_a_changed_figure_on_screen() -> None:
     assert len(changed) == 1, (before, after)
     assert "extractor" in after[changed[0]] and "7%" in after[changed[0]] and "5%" in before[changed[0]]
     assert any("server" in line and "50%" in line for line in after)
+
+
+async def test_a_job_the_daemon_retires_leaves_the_tabs() -> None:
+    """After a reload removed a job (and its grace ended), the daemon's document no longer holds
+    it: its tab goes, the others stay."""
+    docs = documents(4)
+    later = [{**doc, "jobs": [j for j in doc["jobs"] if j["job"] != "train"]} for doc in docs[2:]]
+    server = StatusServer(docs[:2] + later)
+    try:
+        async with running([HttpStatusSource(server.url, interval=0.2)]) as (app, pilot):
+            tabs = app.screen.query_one(TabbedContent)
+            await wait_for(pilot, lambda: [str(t.label) for t in tabs.query("Tab")] == ["extract"])
+            assert "extract" in screen_text(app)
+    finally:
+        server.close()

@@ -52,6 +52,9 @@ NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has n
 def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
            stop_requested: threading.Event) -> int:
     """The body `trainer.train.train` runs for --follow (same signals, events and process group)."""
+    # the optimizer's first construction imports torch's compiler stack (~2 s): done now, while the
+    # extractor is still starting, rather than after the first chunk
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
     resume_from = latest_checkpoint(settings.out) if settings.resume else None
     ckpt = load_checkpoint(resume_from) if resume_from else None
     ledger: LedgerWriter | None = None
@@ -238,8 +241,9 @@ class FollowRun:
     def _thin(self, arrival: Arrival) -> bool:
         """Wait (while rows keep coming) rather than draw from fewer rows than a window half full:
         a row's passes would crowd into a few steps. Never while rows stop coming (no deadlock
-        with a full spool) or after the extraction ended."""
-        return (not arrival.ended and not self.starved and bool(arrival.chunks)
+        with a full spool) or after the extraction ended, nor with a spool limit (the spool, not the
+        window, bounds the rows on hand then: waiting would only keep the extractor paused)."""
+        return (not arrival.ended and not self.starved and bool(arrival.chunks) and not arrival.spool_limit
                 and len(self.window.active) < self.window.size // 2)
 
     def _wait(self, arrival: Arrival, why: str, soft: bool = False) -> None:
@@ -285,7 +289,9 @@ class FollowRun:
         if cursor.step == self.saved_step and not force:
             return
         pending = self.window.take_pending()
-        if cursor.step != self.saved_step:
+        # at the end, passes of steps skipped since the last checkpoint (non-finite) are written
+        # too, with that checkpoint written again at the same step so that the two agree
+        if cursor.step != self.saved_step or (force and pending):
             if self.ledger is not None:
                 self.ledger.trained(cursor.step, pending)
             self.training.extra_state = {"follow": {"passes_total": self.window.passes_total(),

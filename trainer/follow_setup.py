@@ -63,6 +63,14 @@ def open_ledger(settings: TrainSettings, ckpt: dict[str, Any] | None) -> tuple[L
             f"{spool.ledger_path(data)}: the ledger's trainer gives {first.get('passes')} passes, not "
             f"--passes {settings.follow_passes}; resume with --passes {first.get('passes')}"
         )
+    if first is not None and ckpt is None:
+        before = spool.read_ledger(data)
+        if before.step > 0 or before.consumed_chunks:
+            raise DataError(
+                f"{spool.ledger_path(data)}: the ledger records training up to step {before.step} "
+                f"({len(before.consumed_chunks)} chunks consumed) but {settings.out} has no checkpoint; "
+                "resume with the --out of that training"
+            )
     heldout = (HeldOut.from_record(first.get("heldout") or {}) if first is not None
                else HeldOut.new(settings.eval_fraction))
     writer = LedgerWriter(data)

@@ -199,6 +199,7 @@ class DaemonConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     allow_roots: list[str] = field(default_factory=list)  # where launched trainings may read and write
+    retire_grace: float = 900.0  # seconds a removed or finished launched job stays readable
     jobs: list[JobConfig] = field(default_factory=list)
 
     def validate(self, source: str | None = None) -> None:
@@ -208,7 +209,7 @@ class DaemonConfig:
             raise ConfigError(f"{where}host {self.host!r} is not valid: give an address such as 127.0.0.1")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ConfigError(f"{where}port {self.port!r} is not valid: give a number from 0 to 65535")
-        for key in ("scan_interval", "notify_repeat"):
+        for key in ("scan_interval", "notify_repeat", "retire_grace"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}{key} {value!r} is not valid: give a positive number of seconds")
@@ -252,6 +253,7 @@ DAEMON_KEYS = {
     "tls_cert",
     "tls_key",
     "allow_roots",
+    "retire_grace",
 }
 
 

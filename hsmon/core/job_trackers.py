@@ -157,6 +157,8 @@ class OnlineJob(JobTracker):
         tick: TickFigures = self.rt.tick
         paused = self.rt.progress.paused_reason if self.rt.progress is not None else None
         facts = self.tracker.facts(now, tick.out, paused)
+        if facts is not None and self.rt.progress is not None:
+            facts.spool_full = False  # its events say whether it waits for room: no guess from the level
         if facts is not None and facts.limit_bytes is not None:
             tick.spool_room = max(0, facts.limit_bytes - facts.spool_bytes)
         return facts

@@ -73,6 +73,8 @@ class Monitor:
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._jobs: dict[str, JobRuntime] = {}
+        # jobs no longer watched whose last status stays readable (and exported) until a deadline
+        self._retired: dict[str, tuple[JobStatus, float]] = {}
         self._listeners: list[TransitionListener] = []
         self._tick_listeners: list[Callable[[], None]] = []
         self._wake = threading.Event()
@@ -119,6 +121,18 @@ class Monitor:
             with contextlib.suppress(KeyError, ValueError):
                 self._observer.unschedule(runtime.watch)
         return runtime is not None
+
+    def retire_job(self, name: str, grace_s: float) -> bool:
+        """Stop watching a job; its last status stays in the document (and /metrics) for
+        ``grace_s`` seconds, then goes."""
+        with self._lock:
+            runtime = self._jobs.get(name)
+            doc = runtime.status(time.time()) if runtime is not None else None
+        if doc is None or not self.remove_job(name):
+            return False
+        with self._lock:
+            self._retired[name] = (doc, time.time() + grace_s)
+        return True
 
     def job_names(self) -> list[str]:
         with self._lock:
@@ -315,7 +329,10 @@ class Monitor:
         now = time.time()
         with self._lock:
             runtimes = list(self._jobs.values())
-        return [runtime.status(now) for runtime in runtimes]
+            for name in [n for n, (_, until) in self._retired.items() if until <= now or n in self._jobs]:
+                del self._retired[name]
+            retired = [doc for doc, _ in self._retired.values()]
+        return [runtime.status(now) for runtime in runtimes] + retired
 
     def status(self) -> StatusDocument:
         """The status document of docs/status-api.md, typed (hsmon.status_doc)."""

@@ -6,7 +6,9 @@ Each side gets a state (hsmon/status_doc/online.py ``SIDE_STATES``):
 - the extractor paused for spool room is ``paused``, never stalled: the trainer is the slower side;
 - a trainer paused for rows (its ``pause`` event, reason ``rows``) is ``waiting``, never stalled;
 - a trainer alive whose steps stopped but whose CPU moves is ``running`` (slow, not stuck); with
-  neither moving for stall_after it is ``stalled``; gone without a done/stopped it is ``dead``.
+  neither moving for stall_after it is ``stalled``; seen alive here and gone without a done/stopped
+  it is ``dead``. A trainer this host never saw (on another host: the spool is shared) is judged by
+  its steps and ledger alone: stalled when they stop for stall_after, never dead by a PID.
 
 The job's state: a dead or stalled trainer pages the trainer (``dead``/``stalled``, reason and hint
 naming it) even while the extraction waits for room; a dead or stalled extraction pages as any
@@ -66,6 +68,9 @@ class OnlineFacts:
     rows_wait_frac: float | None = None  # share of the window the trainer waited for rows
     window_s: float = 0.0
     producer_paused_since_ts: float | None = None  # paused for spool room since
+    # no events watched (a spool watched by --out alone) and no room for a row of the mean size:
+    # the extractor waits for room (with its events watched, its pause event says so instead)
+    spool_full: bool = False
     trainer: TrainerFacts = field(default_factory=TrainerFacts)
 
 
@@ -102,9 +107,14 @@ def producer_side(f: OnlineFacts, base: Decision, paused_reason: str | None) -> 
     """The extractor's side, from the extraction's own verdict."""
     state = {"silent": "running", "quiet": "stalled", "exited": "dead"}.get(base.state, base.state)
     reason = base.reason
+    limit = f" (limit {format_bytes(f.limit_bytes)})" if f.limit_bytes else ""
     if state == "paused" and paused_reason == "spool":
-        limit = f" (limit {format_bytes(f.limit_bytes)})" if f.limit_bytes else ""
         reason = f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}"
+    elif state == "stalled" and paused_reason is None and f.spool_full:
+        # nothing moves because there is no room: its pause event is not watched, the spool says so
+        state = "paused"
+        reason = (f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}; "
+                  "seen from the spool (no pause event watched)")
     return OnlineSide(role="extractor", state=state, reason=reason, rows_per_s=f.producer_rows_per_s,
                       wait_frac=f.spool_wait_frac)
 
@@ -123,7 +133,7 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
     if t.ended is not None:
         return "done", "training finished" if t.ended == "done" else "training stopped on request"
-    if t.alive is False and (t.seen_alive or t.started):
+    if t.alive is False and t.seen_alive:  # seen alive here, now gone (not merely on another host)
         detail = f" (last error: {t.last_error})" if t.last_error else ""
         return "dead", f"{what} is gone without a done record{detail}"
     if t.status == "zombie":
@@ -142,7 +152,9 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
     if t.status == "stopped":
         return "stalled", f"{what} is stopped (SIGSTOP): resume it with `kill -CONT {t.pid}`"
     quiet = min(a for a in (progress, busy, stall) if a is not None)
-    return "stalled", f"no step and no CPU for {fmt_seconds(quiet)} (stall-after {fmt_seconds(stall)})"
+    where = f"; PID {t.pid} is not a trainer on this host (gone, or on another host)" if t.alive is not True \
+        and t.pid else ""
+    return "stalled", f"no step and no CPU for {fmt_seconds(quiet)} (stall-after {fmt_seconds(stall)}){where}"
 
 
 def online_decision(f: OnlineFacts, base: Decision, now: float, stall_after: float,
@@ -169,8 +181,11 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
                           f"--resume`); the ledger keeps every row's passes{holding}"))
         both = f"; and the extractor: {base.reason}" if producer.state == "dead" else holding
         return Decision("dead", f"{consumer.reason}{both}", hints)
-    if base.state in ("dead", "stalled", "exited"):
+    if base.state in ("dead", "exited") or (base.state == "stalled" and not full):
         return base  # the extraction pages as any extraction does
+    if full and base.state in ("stalled", "quiet"):  # quiet because it waits for room, not stuck
+        hints = [h for h in hints if h.id not in ("stalled", "quiet")]
+        base = Decision("paused", producer.reason, hints)
     if consumer.state == "stalled":
         hints = [h for h in hints if h.id != "stalled"]
         hints.append(Hint("trainer-stalled", "critical", f"the trainer: {consumer.reason}{holding}"))
@@ -186,6 +201,12 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
     if producer.state == "done":
+        waited = age(now, f.trainer.waiting_since_ts)
+        if consumer.state == "waiting" and waited is not None and waited > stall:
+            why = (f"the trainer waits for rows for {fmt_seconds(waited)} but the extraction finished: "
+                   "it should end once every row had its passes (check its log)")
+            hints.append(Hint("trainer-stalled", "critical", why))
+            return Decision("stalled", why, hints)
         if consumer.state == "done":
             return Decision("done", f"{base.reason}; training finished", hints)
         if consumer.state == "starting":

@@ -64,8 +64,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--online",
         action="store_true",
-        help="the online recipe instead: `hsmon online` (extract and train --follow at once, "
-        "with the daemon), then eval-drafter (headless)",
+        help="the online recipe instead: `hsmon online` (extract and train --follow --passes 2 "
+        "at once, with the daemon; 3x --train-seconds of steps at most), then eval-drafter (headless)",
     )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -98,11 +98,18 @@ def disk_alarming(line: DiskLine) -> bool:
     return verdict_alarming(line.verdict)
 
 
-def process_rows(processes: Iterable[ProcessEntry]) -> list[tuple[str, ...]]:
-    """Rows of the processes table: role, PID, state, CPU %, RSS, uptime, restarts."""
+def stale_sections(job: JobStatus) -> set[str]:
+    """The job's sections standing on old figures: those a blind tracker feeds (``job.blind``)."""
+    return {name for entry in job.blind or [] for name in entry.stale}
+
+
+def process_rows(processes: Iterable[ProcessEntry], stale: bool = False) -> list[tuple[str, ...]]:
+    """Rows of the processes table: role, PID, state, CPU %, RSS, uptime, restarts; ``stale``: the
+    processes tracker is blind, its last figures are marked so (never a plain "running")."""
     rows = []
     for proc in processes:
         status = proc.status or ("running" if proc.alive else "gone")
+        status = f"stale: {status}" if stale else status
         rows.append((
             proc.role, "-" if proc.pid is None else str(proc.pid), status,
             fmt_pct(proc.cpu_percent), format_bytes(proc.rss_bytes),

@@ -74,8 +74,15 @@ class OnlineTracker:
         self.proc: ProcessTracker | None = None
         self._cpu: float | None = None
         self.last_busy_ts: float | None = None
+        self._trainer_seen_pid: int | None = None
         self.spool_wait, self.rows_wait = WaitShare(), WaitShare()
         self.producer_rate, self.consumer_rate = RateWindow(120.0), RateWindow(120.0)
+
+    def _seen_trainer(self, alive: bool | None) -> bool:
+        """Whether this PID was ever seen here as the trainer (alive, with a trainer's command line)."""
+        if alive:
+            self._trainer_seen_pid = self.proc.spec.pid if self.proc is not None else None
+        return self.proc is not None and self._trainer_seen_pid == self.proc.spec.pid
 
     @property
     def is_spool(self) -> bool:
@@ -102,7 +109,7 @@ class OnlineTracker:
             self._cpu = None
         snap = self.proc.poll()
         cpu = snap.get("cpu_seconds")
-        if isinstance(cpu, (int, float)):
+        if isinstance(cpu, (int, float)) and _is_trainer(self.proc.entry().cmdline):
             if self._cpu is not None and cpu > self._cpu + 0.05:
                 self.last_busy_ts = now
             self._cpu = cpu
@@ -128,22 +135,32 @@ class OnlineTracker:
             producer_rows_per_s=self.producer_rate.rate(), consumer_rows_per_s=self.consumer_rate.rate(),
             spool_wait_frac=spool_frac, rows_wait_frac=rows_frac if self.train.exists else None,
             window_s=span, producer_paused_since_ts=self.spool_wait.since,
+            spool_full=self.limit is not None and rows > 0
+            and self.limit - spool.waiting_bytes(row_bytes, ledger) < row_bytes / rows,
             trainer=self._trainer(ledger))
 
     def _trainer(self, ledger: spool.Ledger) -> TrainerFacts:
         tr, proc = self.train, self.proc
-        alive = None
+        alive, seen = None, False
         if proc is not None:
             entry = proc.entry()
             alive = entry.alive and entry.status != "zombie"
+            if alive and not _is_trainer(entry.cmdline):
+                alive = None  # that PID here is another program: the trainer runs on another host
+            seen = proc.seen_alive and self._seen_trainer(alive)
         ended = tr.terminal_kind or ledger.ended
         return TrainerFacts(
             seen=tr.exists or ledger.starts > 0, started=tr.started or ledger.starts > 0,
             pid=tr.pid or ledger.trainer_pid, alive=alive, status=proc.entry().status if proc else "gone",
-            seen_alive=bool(proc and proc.seen_alive), ended=ended, paused_reason=tr.paused_reason,
+            seen_alive=seen, ended=ended, paused_reason=tr.paused_reason,
             waiting_since_ts=self.rows_wait.since,
             last_progress_ts=_latest(tr.last_progress_ts, ledger.last_ts),
             last_busy_ts=self.last_busy_ts, last_error=tr.last_error)
+
+
+def _is_trainer(cmdline: str) -> bool:
+    """Whether a command line is a trainer's (`hsmon train`, torchrun of it, a site wrapper naming it)."""
+    return "train" in cmdline.lower()
 
 
 def _step(training: dict | None) -> int | None:

@@ -57,6 +57,9 @@ class OverviewScreen(Screen[None]):
             return
         tabs = self.query_one("#jobs", TabbedContent)
         existing = {pane.id for pane in tabs.query(TabPane)}
+        for gone in sorted(existing - set(ordered)):  # a job the daemon no longer watches
+            await tabs.remove_pane(gone)
+            existing.discard(gone)
         for index, (key, _job, _doc) in enumerate(self._app.jobs()):
             pid = ordered[index]
             if pid not in existing:

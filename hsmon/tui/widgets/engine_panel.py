@@ -37,7 +37,8 @@ class EnginePanel(Widget):
             self._redraw()
 
     def on_resize(self) -> None:
-        self._redraw()
+        if self._job is not None:  # a pane mounted by a layout pass before its first document
+            self._redraw()
 
     def _lines(self) -> Text:
         width = max(20, self.content_size.width or self.size.width)
@@ -55,4 +56,6 @@ class EnginePanel(Widget):
         self.refresh(layout=layout)
 
     def render(self) -> Text:
+        if self._text is None and self._job is None:
+            return Text("")
         return self._text if self._text is not None else self._lines()

@@ -12,7 +12,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from hsmon.status_doc import JobStatus
-from hsmon.tui.view import process_rows
+from hsmon.tui.view import process_rows, stale_sections
 
 MAX_HEIGHT = 9  # rows shown at most, with the header and the border; more scroll
 COLUMNS = ("role", "PID", "state", "CPU", "RSS", "uptime", "restarts")
@@ -59,7 +59,7 @@ class ProcessTable(ScrollView):
         return self._widths
 
     def show(self, job: JobStatus) -> None:
-        rows = process_rows(job.processes) or [NO_PROCESS]
+        rows = process_rows(job.processes, stale="processes" in stale_sections(job)) or [NO_PROCESS]
         if rows == self._rows:
             return
         widths = column_widths(rows)

@@ -1,0 +1,66 @@
+"""`hsmon daemon`'s reload: SIGHUP (`systemctl reload hsmon-daemon`, the unit's ExecReload) reads the
+configuration again and applies it without a restart (the plan: hsmon/core/reload.py)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hsmon.core import config as cfgmod
+
+log = logging.getLogger("hsmon.daemon")
+
+
+class Reloader:
+    """SIGHUP (`systemctl reload hsmon-daemon`): the configuration read again and applied without a
+    restart (hsmon/core/reload.py); a configuration with an error is refused in one log line and
+    the running jobs go on. Also retires the trainings it launched once they ended ``retire_grace``
+    ago."""
+
+    def __init__(self, read_config: Callable[[], cfgmod.DaemonConfig], cfg: cfgmod.DaemonConfig,
+                 monitor: Any, stopping: threading.Event) -> None:
+        self.read_config, self.cfg, self.monitor, self.stopping = read_config, cfg, monitor, stopping
+        self.configured = {job.name: job for job in cfg.jobs}
+        self.requested = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.requested.set())
+        threading.Thread(target=self._run, name="hsmon-reload", daemon=True).start()
+        self.monitor.add_tick_listener(self._retire_finished)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            if self.requested.wait(timeout=0.5):
+                self.requested.clear()
+                self.reload()
+
+    def reload(self) -> None:
+        from hsmon.core.reload import apply_reload, plan_reload
+
+        started = time.perf_counter()
+        try:
+            new = self.read_config()
+        except cfgmod.ConfigError as exc:
+            log.error("reload refused: %s; the %d jobs watched go on unchanged", exc, len(self.configured))
+            return
+        fixed = [k for k in ("host", "port", "tls_cert", "tls_key", "control_token_file")
+                 if getattr(new, k) != getattr(self.cfg, k)]
+        if fixed:
+            log.warning("reload: %s changed, which takes a restart; the rest is applied", ", ".join(fixed))
+        plan = plan_reload(self.configured, new.jobs)
+        apply_reload(self.monitor, plan, new.retire_grace)
+        self.configured = {job.name: job for job in new.jobs}
+        self.cfg.retire_grace = new.retire_grace
+        log.info("reloaded in %.3f s: %s", time.perf_counter() - started, plan.summary())
+
+    def _retire_finished(self) -> None:
+        from hsmon.core.reload import finished_launched
+
+        grace = self.cfg.retire_grace
+        for name in finished_launched(self.monitor.job_statuses(), set(self.configured), time.time(), grace):
+            self.monitor.remove_job(name)
+            log.info("retired job %s: ended more than %.0f s ago", name, grace)

@@ -1,0 +1,73 @@
+"""`systemctl reload hsmon-daemon` (SIGHUP): jobs come and go without a restart. A real daemon, a
+real signal; the plan itself as a pure function."""
+
+from __future__ import annotations
+
+import signal
+import urllib.request
+
+from daemon_helpers import Daemon, procs, wait_until  # noqa: F401 (procs is a fixture)
+
+from hsmon.core.config import JobConfig
+from hsmon.core.reload import finished_launched, plan_reload
+
+
+def config_text(tmp_path, names: list[str], grace: float = 2.0, extra: str = "") -> str:
+    jobs = "".join(f'\n[[job]]\nname = "{n}"\nout_dir = "{tmp_path / n}"\nstall_after = 60\n' for n in names)
+    return f"[daemon]\nscan_interval = 0.5\nretire_grace = {grace}\n{extra}{jobs}"
+
+
+def test_plan_reload_adds_removes_changes_and_keeps():
+    a, b, c = (JobConfig(name=n, out_dir=f"/o/{n}") for n in "abc")
+    b2 = JobConfig(name="b", out_dir="/o/b", stall_after=30)
+    plan = plan_reload({"a": a, "b": b, "c": c}, [JobConfig(name="c", out_dir="/o/c"), b2,
+                                                   JobConfig(name="d", out_dir="/o/d")])
+    assert [j.name for j in plan.add] == ["d"] and plan.remove == ["a"]
+    assert [j.name for j in plan.change] == ["b"] and plan.keep == ["c"]
+    assert plan.summary() == "added d; removed a; changed b; kept c"
+
+
+def test_finished_launched_jobs_go_after_the_grace_only():
+    class S:
+        def __init__(self, job, state, since):
+            self.job, self.state, self.state_since_ts = job, state, since
+
+    statuses = [S("train-x", "done", 100.0), S("train-y", "done", 190.0), S("train-z", "running", 0.0),
+                S("configured", "done", 0.0)]
+    assert finished_launched(statuses, {"configured"}, now=200.0, grace_s=60.0) == ["train-x"]
+
+
+def test_sighup_adds_and_retires_jobs_keeps_the_others_and_refuses_a_bad_file(procs, tmp_path):  # noqa: F811
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    cfg = tmp_path / "hsmon.toml"
+    cfg.write_text(config_text(tmp_path, ["a", "b"]))
+    daemon = Daemon(procs, tmp_path, ["--config", str(cfg)])
+
+    def jobs() -> dict[str, dict]:
+        return {j["job"]: j for j in daemon.status()["jobs"]}
+
+    wait_until(lambda: daemon.status()["daemon"]["ticks_total"] >= 2, what="two ticks")
+    before = jobs()
+    cfg.write_text(config_text(tmp_path, ["b", "c"]))
+    daemon.proc.send_signal(signal.SIGHUP)
+    after = wait_until(lambda: "c" in (j := jobs()) and j, what="c added")
+    assert "a" in after  # retired: its last status stays readable for the grace period
+    assert after["b"]["state_since_ts"] == before["b"]["state_since_ts"]  # kept, not restarted
+    assert after["b"]["transitions_total"] == before["b"]["transitions_total"]
+
+    def metrics() -> str:
+        with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    assert 'job="a"' in metrics()
+    wait_until(lambda: "a" not in jobs(), timeout=30, what="a gone after its grace")
+    assert 'job="a"' not in metrics() and 'job="c"' in metrics()
+
+    cfg.write_text(config_text(tmp_path, ["c"], extra="bogus = 1\n"))
+    daemon.proc.send_signal(signal.SIGHUP)
+    log = wait_until(lambda: "reload refused" in (t := daemon.stderr_path.read_text()) and t, what="refusal")
+    refusal = next(line for line in log.splitlines() if "reload refused" in line)
+    assert "bogus" in refusal and "the 2 jobs watched go on unchanged" in refusal
+    assert set(jobs()) == {"b", "c"} and daemon.proc.poll() is None
+    assert "reloaded in " in log and "added c; removed a; kept b" in log
