@@ -263,6 +263,39 @@ def train_export_eval(args: argparse.Namespace, arch: str, target: Path, work: P
             "train_tok_s": rate, "eval_s": time.perf_counter() - started}
 
 
+def alternating_step_ratio(target: Path, args: argparse.Namespace, rounds: int = 4) -> float:
+    """EAGLE 3.1's optimizer-step time over EAGLE 3's, the two alternated step by step on the same
+    batch (forward, backward, AdamW) so that a change of the machine's load hits both alike:
+    returns eagle3 median seconds / eagle3.1 median seconds (a tokens/s ratio)."""
+    import torch
+
+    from trainer.model import DrafterConfig, Eagle3Drafter
+
+    torch.set_num_threads(args.threads)
+    config = json.loads((target / "config.json").read_text())
+    length = min(args.batch_tokens, 512)  # a step is seconds on CPU: a shorter batch, the same model
+    aux = torch.randn(1, length, 3 * int(config["hidden_size"]))
+    next_ids = torch.randint(0, int(config["vocab_size"]), (1, length + 6))
+    models = {}
+    for arch in ("eagle3", "eagle3.1"):
+        cfg = DrafterConfig.from_target_config(config, args.draft_vocab_size, 3)
+        cfg.set_arch(arch)
+        torch.manual_seed(args.seed)
+        model = Eagle3Drafter(cfg)
+        models[arch] = (model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad]))
+    times: dict[str, list[float]] = {arch: [] for arch in models}
+    for _ in range(rounds + 1):  # the first round warms up
+        for arch, (model, optimizer) in models.items():
+            started = time.perf_counter()
+            logits = model.ttt_logits(aux, next_ids, 7)
+            sum(x.float().logsumexp(-1).mean() for x in logits).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            times[arch].append(time.perf_counter() - started)
+    median = {arch: sorted(t[1:])[len(t[1:]) // 2] for arch, t in times.items()}
+    return median["eagle3"] / median["eagle3.1"]
+
+
 def main() -> int:
     args = parse_args()
     from trainer.target import resolve_target
@@ -285,6 +318,7 @@ def main() -> int:
         sets = prompt_sets(args, target, held_files, row_tokens, work)
         runs = {arch: train_export_eval(args, arch, target, work, sets, args.long_factor * row_tokens + 8)
                 for arch in archs}  # fmt: skip
+        runs["step_ratio"] = alternating_step_ratio(target, args)
     report(args, target, archs, runs, rows, row_tokens, generated / made,
            extract_done["tokens_done"] / max(extract_done["seconds"], 1e-9))
     return 0
@@ -292,6 +326,7 @@ def main() -> int:
 
 def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict, rows: list,
            row_tokens: int, gen_tok_s: float, extract_tok_s: float) -> None:
+    step_ratio = runs.pop("step_ratio")
     first = runs[archs[0]]["sets"]
     print(f"target {args.target} ({target}); {len(rows)} training rows of up to {row_tokens} tokens; "
           f"{args.threads} threads; seed {args.seed}; load {os.getloadavg()[0]:.2f}")  # fmt: skip
@@ -318,6 +353,7 @@ def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict,
         fields["long_d5_ratio"] = fields["e31_long-context_d5"] / fields["e3_long-context_d5"]
         e3_rate = max(runs["eagle3"]["train_tok_s"], 1e-9)
         fields["train_tok_s_ratio"] = runs["eagle3.1"]["train_tok_s"] / e3_rate
+    fields["alternating_step_ratio"] = step_ratio
     for a in archs:
         fields[f"{ARCH_KEYS.get(a, a)}_train_tok_s"] = runs[a]["train_tok_s"]
     fields.update(gen_tok_s=gen_tok_s, extract_tok_s=extract_tok_s, load=os.getloadavg()[0])
