@@ -53,7 +53,7 @@ PROFILES = {
     "smollm2": {"rows": 128, "new_tokens": 128, "max_steps": 400, "eval_prompts": 6, "eval_new_tokens": 48},
 }
 QUICK = {"rows": 96, "prompt_tokens": 32, "new_tokens": 64, "max_steps": 60, "eval_prompts": 4,
-         "eval_new_tokens": 24, "long_prompts": 2}
+         "eval_new_tokens": 24, "long_prompts": 2, "time_limit": 1e9}  # no time limit: the same steps
 ARCH_KEYS = {"eagle3": "e3", "eagle3.1": "e31"}
 
 
@@ -177,8 +177,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=None, help="embedded: snippet tokens a row (64)")
     parser.add_argument("--new-tokens", type=int, default=None, help="target tokens a row (192; smollm2 128)")
     parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps (450; smollm2 400)")
-    parser.add_argument("--time-limit", type=float, default=570,
-                        help="seconds of training steps at most, per architecture")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds of training steps at most, per architecture (570; --quick: none, so "
+                             "that every architecture gets the same steps)")
     parser.add_argument("--draft-vocab-size", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -191,7 +192,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--work", default=None, help="keep everything here (default: a temporary directory)")
     args = parser.parse_args()
-    for key, value in {"prompt_tokens": 64, "long_prompts": 4, **PROFILES[args.target]}.items():
+    defaults = {"prompt_tokens": 64, "long_prompts": 4, "time_limit": 570, **PROFILES[args.target]}
+    for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, QUICK.get(key, value) if args.quick else value)
     return args
@@ -356,6 +358,7 @@ def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict,
     fields["alternating_step_ratio"] = step_ratio
     for a in archs:
         fields[f"{ARCH_KEYS.get(a, a)}_train_tok_s"] = runs[a]["train_tok_s"]
+        fields[f"{ARCH_KEYS.get(a, a)}_steps"] = runs[a]["steps"]
     fields.update(gen_tok_s=gen_tok_s, extract_tok_s=extract_tok_s, load=os.getloadavg()[0])
     print(f"RESULT target={args.target} quick={int(args.quick)} "
           + " ".join(f"{k.replace('-', '_')}={v:.3f}" for k, v in fields.items()))  # fmt: skip
