@@ -1,13 +1,13 @@
-"""Online (extract and train at once through a spool) against offline (extract, then train), issue 29.
+"""Online (extract and train at once through a spool) against offline (extract, then train).
 
 Same data (the demo's sample: requests for standard-library functions answered with their
 source, on the embedded target), same seed, same threads on each side (the extractor 1 torch
 thread, the trainer 1: on a 2-core machine one core for each side), same optimizer steps (the
-offline run's: `--epochs E`; the online one gets `--passes E --max-steps S` with S the offline
-steps, so both schedules are laid over S).
+online run's S: it trains until every row had E passes, its schedule laid over the steps it
+estimates from the extraction's plan; the offline one gets `--max-steps S`, laid over S).
 
-1. Offline: `hsmon extract` alone (timed), then `hsmon train --epochs E` alone on the finished
-   data (timed).
+1. Offline: `hsmon extract` alone (timed); later `hsmon train --max-steps S` alone on the
+   finished data (timed).
 2. Online: the same extraction into a spool while `hsmon train SPOOL --follow --passes E --consume`
    trains (wall timed); a sampler reads the bytes of row files in the spool every 0.1 s (peak);
    `--spool-max` (10 % of the offline data's bytes, with chunks of a quarter of it) is passed when
@@ -265,36 +265,15 @@ def main() -> int:
     data.write_text("".join(Path(setup["data"]).read_text().splitlines(keepends=True)[:rows]))
     ext_args = ["--model", setup["model"], "--chunk-size", str(CHUNK), "--threads", "1", "--min-free", "10M"]
 
-    # 1. offline: each side alone
+    # 1. the extraction alone
     t_extract = run(
         hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log"
     )
     data_bytes = read_manifest(base / "offline").bytes
-    off_events = base / "offline-train.jsonl"
-    t_train = run(
-        hsmon(
-            "train",
-            str(base / "offline"),
-            "--epochs",
-            str(passes),
-            "--out",
-            str(base / "off-drafter"),
-            "--target-model",
-            setup["model"],
-            "--events",
-            str(off_events),
-            *TRAIN,
-        ),
-        base / "offline.log",
-    )
-    steps = int(last_event(off_events, "done")["step"])
-    print(
-        f"offline: extraction {t_extract:.1f} s, training {t_train:.1f} s ({steps} steps), "
-        f"data {data_bytes / 1e6:.1f} MB",
-        flush=True,
-    )
+    print(f"offline: extraction {t_extract:.1f} s, data {data_bytes / 1e6:.1f} MB", flush=True)
 
-    # 2. online: both at once
+    # 2. online: both at once, until every row had its E passes (a trainer ended early by
+    # --max-steps would leave a bounded extractor waiting for room for ever)
     limit = data_bytes // 10
     limited = has_spool_max()
     # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit
@@ -303,53 +282,40 @@ def main() -> int:
     sp.mkdir()
     watch = SpoolWatch(sp)
     started = time.monotonic()
-    ext = start(
-        hsmon(
-            "extract",
-            str(data),
-            "--out",
-            str(sp),
-            *ext_args,
-            *(["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []),
-        ),
-        base / "online.log",
-    )
+    spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
+    ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log")
+    follow = ["--follow", "--passes", str(passes), "--consume", "--out", str(base / "on-drafter")]
     trainer = start(
-        hsmon(
-            "train",
-            str(sp),
-            "--follow",
-            "--passes",
-            str(passes),
-            "--consume",
-            "--out",
-            str(base / "on-drafter"),
-            "--target-model",
-            setup["model"],
-            "--max-steps",
-            str(steps),
-            *TRAIN,
-        ),
-        base / "online.log",
+        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *TRAIN), base / "online.log"
     )
     wait_ok(ext, "the online extraction")
     wait_ok(trainer, "the following trainer")
     t_online = time.monotonic() - started
     peak = watch.close()
     on_done = last_event(spool.train_events_path(sp), "done")
+    steps = int(on_done["step"])
     lost0, extra0, trained = ledger_errors(sp, passes)
     enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
     print(
-        f"online: {t_online:.1f} s wall ({on_done['step']} steps), peak spool {peak / 1e6:.1f} MB "
-        f"(limit {limit / 1e6:.1f} MB {enforced}); "
+        f"online: {t_online:.1f} s wall ({steps} steps), peak spool {peak / 1e6:.1f} MB "
+        f"(limit {limit / 1e6:.1f} MB {enforced}, chunks of {chunk_rows if limited else CHUNK} rows); "
         f"rows short of E at the end {lost0}, above {extra0} of {trained}",
         flush=True,
     )
 
-    # 3. held-out acceptance
+    # 3. the training alone on the finished data, the same steps
+    off_events = base / "offline-train.jsonl"
+    t_train = run(
+        hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
+              "--target-model", setup["model"], "--events", str(off_events), *TRAIN),
+        base / "offline.log",
+    )  # fmt: skip
+    print(f"offline: training {t_train:.1f} s ({steps} steps)", flush=True)
+
+    # 4. held-out acceptance
     acc_on = acceptance(base / "on-drafter", setup, prompts, new_tokens, base / "eval.log")
     acc_off = acceptance(base / "off-drafter", setup, prompts, new_tokens, base / "eval.log")
-    # 4. faults
+    # 5. faults
     lost, extra, fault_rows = faults(base, data, setup, passes)
     overlap = t_online / max(t_extract, t_train)
     print(
