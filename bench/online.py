@@ -50,8 +50,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 TRAIN = [
     "--lr",
     "2e-3",
-    "--batch-tokens",
-    "2048",
     "--draft-vocab-size",
     "1024",
     "--threads",
@@ -66,6 +64,15 @@ TRAIN = [
     "0.02",
 ]
 CHUNK = 25
+MAX_BATCH_TOKENS = 2048  # the demo's batch; smaller when the spool limit could not hold BATCHES_IN_LIMIT
+BATCHES_IN_LIMIT = 4  # full batches the bounded spool (10 % of the data) must hold
+
+
+def batch_tokens_for(data_tokens: int) -> int:
+    """Tokens per batch, both sides: at most the demo's 2048, and small enough that a tenth of the
+    data holds BATCHES_IN_LIMIT full batches, so the spool's window never caps the online batches
+    (like with like: the same tokens in the same steps on both sides)."""
+    return max(64, min(MAX_BATCH_TOKENS, data_tokens // 10 // BATCHES_IN_LIMIT))
 
 
 def hsmon(*args: str) -> list[str]:
@@ -181,7 +188,9 @@ def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
     return lost, extra, len(rows)
 
 
-def faults(base: Path, data: Path, setup: dict[str, Any], passes: int) -> tuple[int, int, int]:
+def faults(
+    base: Path, data: Path, setup: dict[str, Any], passes: int, train_args: list[str]
+) -> tuple[int, int, int]:
     """An online run with one kill -9 of each side, each resumed; (lost, extra, rows) per the ledger."""
     sp, out = base / "fault-spool", base / "fault-drafter"
     extract = hsmon(
@@ -211,7 +220,7 @@ def faults(base: Path, data: Path, setup: dict[str, Any], passes: int) -> tuple[
         str(out),
         "--target-model",
         setup["model"],
-        *TRAIN,
+        *train_args,
         "--checkpoint-every",
         "3",
     )
@@ -269,8 +278,15 @@ def main() -> int:
     t_extract = run(
         hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log"
     )
-    data_bytes = read_manifest(base / "offline").bytes
-    print(f"offline: extraction {t_extract:.1f} s, data {data_bytes / 1e6:.1f} MB", flush=True)
+    manifest = read_manifest(base / "offline")
+    data_bytes = manifest.bytes
+    batch_tokens = batch_tokens_for(manifest.tokens)
+    train_args = [*TRAIN, "--batch-tokens", str(batch_tokens)]
+    print(
+        f"offline: extraction {t_extract:.1f} s, data {data_bytes / 1e6:.1f} MB, {manifest.tokens} tokens: "
+        f"batches of {batch_tokens} tokens on both sides ({BATCHES_IN_LIMIT} fit in 10 % of the data)",
+        flush=True,
+    )
 
     # 2. online: both at once, until every row had its E passes (a trainer ended early by
     # --max-steps would leave a bounded extractor waiting for room for ever)
@@ -286,7 +302,7 @@ def main() -> int:
     ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log")
     follow = ["--follow", "--passes", str(passes), "--consume", "--out", str(base / "on-drafter")]
     trainer = start(
-        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *TRAIN), base / "online.log"
+        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log"
     )
     wait_ok(ext, "the online extraction")
     wait_ok(trainer, "the following trainer")
@@ -307,16 +323,18 @@ def main() -> int:
     off_events = base / "offline-train.jsonl"
     t_train = run(
         hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
-              "--target-model", setup["model"], "--events", str(off_events), *TRAIN),
+              "--target-model", setup["model"], "--events", str(off_events), *train_args),
         base / "offline.log",
     )  # fmt: skip
-    print(f"offline: training {t_train:.1f} s ({steps} steps)", flush=True)
+    tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
+    print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
+          f"offline {tok_off}", flush=True)  # fmt: skip
 
     # 4. held-out acceptance
     acc_on = acceptance(base / "on-drafter", setup, prompts, new_tokens, base / "eval.log")
     acc_off = acceptance(base / "off-drafter", setup, prompts, new_tokens, base / "eval.log")
     # 5. faults
-    lost, extra, fault_rows = faults(base, data, setup, passes)
+    lost, extra, fault_rows = faults(base, data, setup, passes, train_args)
     overlap = t_online / max(t_extract, t_train)
     print(
         f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
@@ -324,6 +342,7 @@ def main() -> int:
         f"spool_peak_ratio={peak / max(limit, 1):.2f} limit_enforced={int(limited)} "
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
         f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} steps={steps} "
+        f"batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
         f"passes={passes} rows={rows} rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
         f"threads=1+1",
         flush=True,
