@@ -4,7 +4,9 @@ Same data (the demo's sample: requests for standard-library functions answered w
 source, on the embedded target), same seed, same threads on each side (the extractor 1 torch
 thread, the trainer 1: on a 2-core machine one core for each side), same optimizer steps (the
 online run's S: it trains until every row had E passes, its schedule laid over the steps it
-estimates from the extraction's plan; the offline one gets `--max-steps S`, laid over S).
+estimates from the extraction's plan; the offline one gets `--max-steps S`, laid over S), the
+same `--batch-tokens` (sized so that the 10 % spool limit holds 4 full batches: the window never
+caps the online batches, so both sides train about the same tokens; `tokens_ratio` shows it).
 
 1. Offline: `hsmon extract` alone (timed); later `hsmon train --max-steps S` alone on the
    finished data (timed).
@@ -20,7 +22,8 @@ estimates from the extraction's plan; the offline one gets `--max-steps S`, laid
 
 usage: python bench/online.py [--quick] [--rows N] [--passes E] [--keep DIR]
 Last line: RESULT accept_online=... accept_offline=... accept_ratio=... peak_spool_mb=... limit_mb=...
-           data_mb=... spool_peak_ratio=... overlap=... offline_ratio=... rows_lost=... rows_extra=...
+           data_mb=... spool_peak_ratio=... overlap=... offline_ratio=... batch_tokens=... tokens_ratio=...
+           rows_lost=... rows_extra=...
 """
 
 from __future__ import annotations
