@@ -81,7 +81,8 @@ class Job:
     fault: str | None = None
     fault_ts: float | None = None
     alert: tuple[str, float] | None = None  # (alert, ts first seen firing)
-    eta_at: dict[int, tuple[float, float]] = field(default_factory=dict)  # pct -> (ts, eta_s)
+    # pct -> (ts, eta_s, eta_low_s, eta_high_s, baseline: rows left over the 60 s row rate)
+    eta_at: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
     end_ts: float | None = None
 
 
@@ -214,7 +215,9 @@ class Soak:
             pct = 100.0 * (prog.get("rows_done") or 0) / prog["rows_total"]
             for mark in (5, 25, 50):
                 if pct >= mark and mark not in job.eta_at:
-                    job.eta_at[mark] = (now, float(prog["eta_s"]))
+                    eta, rate = float(prog["eta_s"]), prog.get("rows_per_s") or float("nan")
+                    job.eta_at[mark] = (now, eta, prog.get("eta_low_s") or eta, prog.get("eta_high_s") or eta,
+                                        (prog["rows_total"] - prog["rows_done"]) / rate)
         for job in self.jobs.values():
             if job.end_ts is None and job.proc.poll() is not None:
                 job.end_ts = now
@@ -301,16 +304,24 @@ def report(s: Soak) -> None:
         print(f"fault {job.fault} {job.name}: alert {job.alert[0] if job.alert else 'NONE'} after "
               f"{'-' if delay is None else f'{delay:.1f} s'} (limit {limit:.0f} s)")
     errors: dict[int, list[float]] = {5: [], 25: [], 50: []}
+    base: dict[int, list[float]] = {5: [], 25: [], 50: []}
+    inside = 0
     for job in s.jobs.values():
         if job.fault or job.end_ts is None or job.proc.returncode != 0:
             continue
-        for mark, (ts, eta) in job.eta_at.items():
+        for mark, (ts, eta, low, high, rows_eta) in job.eta_at.items():
             actual = job.end_ts - ts
             if actual > 2:
                 errors[mark].append(100.0 * abs(eta - actual) / actual)
+                base[mark].append(100.0 * abs(rows_eta - actual) / actual)
+                inside += low - 1.5 <= actual <= high + 1.5  # 1 s polls, 1 s scans
     medians = {m: statistics.median(v) if v else float("nan") for m, v in errors.items()}
+    base_med = {m: statistics.median(v) if v else float("nan") for m, v in base.items()}
     print("ETA error, median over steady jobs: " + ", ".join(
-        f"at {m} % {medians[m]:.1f} % (n={len(errors[m])})" for m in errors))
+        f"at {m} % {medians[m]:.1f} % (n={len(errors[m])}; rows over the 60 s row rate: {base_med[m]:.1f} %)"
+        for m in errors))
+    n_eta = sum(len(v) for v in errors.values())
+    print(f"real end inside the ETA's range (+-1.5 s): {inside} of {n_eta}")
     reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text())]
     print(f"reload: {len(reload_s)} logged, max {max(reload_s, default=float('nan')):.3f} s")
     if s.args.tui:
@@ -319,7 +330,8 @@ def report(s: Soak) -> None:
     print(f"RESULT rss_slope_mb_h={rss_slope:.2f} false_alerts={len(s.false_alerts)} "
           f"fault_alerts_missed={missed} series_growth={last['series'] - first['series']} "
           f"fd_growth={last['fds'] - first['fds']} scrape_ms_p99={p99:.2f} "
-          f"eta_error_pct={max(medians.values()):.1f} reload_s={max(reload_s, default=float('nan')):.3f}")
+          f"eta_error_pct={max(medians.values()):.1f} eta_error_baseline_pct={max(base_med.values()):.1f} "
+          f"reload_s={max(reload_s, default=float('nan')):.3f}")
 
 
 def main() -> None:
