@@ -1,13 +1,15 @@
-"""Online (extract and train at once through a spool) against offline (extract, then train), issue 29.
+"""Online (extract and train at once through a spool) against offline (extract, then train).
 
 Same data (the demo's sample: requests for standard-library functions answered with their
 source, on the embedded target), same seed, same threads on each side (the extractor 1 torch
 thread, the trainer 1: on a 2-core machine one core for each side), same optimizer steps (the
-offline run's: `--epochs E`; the online one gets `--passes E --max-steps S` with S the offline
-steps, so both schedules are laid over S).
+online run's S: it trains until every row had E passes, its schedule laid over the steps it
+estimates from the extraction's plan; the offline one gets `--max-steps S`, laid over S), the
+same `--batch-tokens` (sized so that the 10 % spool limit holds 4 full batches: the window never
+caps the online batches, so both sides train about the same tokens; `tokens_ratio` shows it).
 
-1. Offline: `hsmon extract` alone (timed), then `hsmon train --epochs E` alone on the finished
-   data (timed).
+1. Offline: `hsmon extract` alone (timed); later `hsmon train --max-steps S` alone on the
+   finished data (timed).
 2. Online: the same extraction into a spool while `hsmon train SPOOL --follow --passes E --consume`
    trains (wall timed); a sampler reads the bytes of row files in the spool every 0.1 s (peak);
    `--spool-max` (10 % of the offline data's bytes, with chunks of a quarter of it) is passed when
@@ -20,7 +22,8 @@ steps, so both schedules are laid over S).
 
 usage: python bench/online.py [--quick] [--rows N] [--passes E] [--keep DIR]
 Last line: RESULT accept_online=... accept_offline=... accept_ratio=... peak_spool_mb=... limit_mb=...
-           data_mb=... spool_peak_ratio=... overlap=... offline_ratio=... rows_lost=... rows_extra=...
+           data_mb=... spool_peak_ratio=... overlap=... offline_ratio=... batch_tokens=... tokens_ratio=...
+           rows_lost=... rows_extra=...
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 TRAIN = [
     "--lr",
     "2e-3",
-    "--batch-tokens",
-    "2048",
     "--draft-vocab-size",
     "1024",
     "--threads",
@@ -66,6 +67,15 @@ TRAIN = [
     "0.02",
 ]
 CHUNK = 25
+MAX_BATCH_TOKENS = 2048  # the demo's batch; smaller when the spool limit could not hold BATCHES_IN_LIMIT
+BATCHES_IN_LIMIT = 4  # full batches the bounded spool (10 % of the data) must hold
+
+
+def batch_tokens_for(data_tokens: int) -> int:
+    """Tokens per batch, both sides: at most the demo's 2048, and small enough that a tenth of the
+    data holds BATCHES_IN_LIMIT full batches, so the spool's window never caps the online batches
+    (like with like: the same tokens in the same steps on both sides)."""
+    return max(64, min(MAX_BATCH_TOKENS, data_tokens // 10 // BATCHES_IN_LIMIT))
 
 
 def hsmon(*args: str) -> list[str]:
@@ -181,7 +191,9 @@ def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
     return lost, extra, len(rows)
 
 
-def faults(base: Path, data: Path, setup: dict[str, Any], passes: int) -> tuple[int, int, int]:
+def faults(
+    base: Path, data: Path, setup: dict[str, Any], passes: int, train_args: list[str]
+) -> tuple[int, int, int]:
     """An online run with one kill -9 of each side, each resumed; (lost, extra, rows) per the ledger."""
     sp, out = base / "fault-spool", base / "fault-drafter"
     extract = hsmon(
@@ -211,7 +223,7 @@ def faults(base: Path, data: Path, setup: dict[str, Any], passes: int) -> tuple[
         str(out),
         "--target-model",
         setup["model"],
-        *TRAIN,
+        *train_args,
         "--checkpoint-every",
         "3",
     )
@@ -265,36 +277,22 @@ def main() -> int:
     data.write_text("".join(Path(setup["data"]).read_text().splitlines(keepends=True)[:rows]))
     ext_args = ["--model", setup["model"], "--chunk-size", str(CHUNK), "--threads", "1", "--min-free", "10M"]
 
-    # 1. offline: each side alone
+    # 1. the extraction alone
     t_extract = run(
         hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log"
     )
-    data_bytes = read_manifest(base / "offline").bytes
-    off_events = base / "offline-train.jsonl"
-    t_train = run(
-        hsmon(
-            "train",
-            str(base / "offline"),
-            "--epochs",
-            str(passes),
-            "--out",
-            str(base / "off-drafter"),
-            "--target-model",
-            setup["model"],
-            "--events",
-            str(off_events),
-            *TRAIN,
-        ),
-        base / "offline.log",
-    )
-    steps = int(last_event(off_events, "done")["step"])
+    manifest = read_manifest(base / "offline")
+    data_bytes = manifest.bytes
+    batch_tokens = batch_tokens_for(manifest.tokens)
+    train_args = [*TRAIN, "--batch-tokens", str(batch_tokens)]
     print(
-        f"offline: extraction {t_extract:.1f} s, training {t_train:.1f} s ({steps} steps), "
-        f"data {data_bytes / 1e6:.1f} MB",
+        f"offline: extraction {t_extract:.1f} s, data {data_bytes / 1e6:.1f} MB, {manifest.tokens} tokens: "
+        f"batches of {batch_tokens} tokens on both sides ({BATCHES_IN_LIMIT} fit in 10 % of the data)",
         flush=True,
     )
 
-    # 2. online: both at once
+    # 2. online: both at once, until every row had its E passes (a trainer ended early by
+    # --max-steps would leave a bounded extractor waiting for room for ever)
     limit = data_bytes // 10
     limited = has_spool_max()
     # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit
@@ -303,54 +301,43 @@ def main() -> int:
     sp.mkdir()
     watch = SpoolWatch(sp)
     started = time.monotonic()
-    ext = start(
-        hsmon(
-            "extract",
-            str(data),
-            "--out",
-            str(sp),
-            *ext_args,
-            *(["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []),
-        ),
-        base / "online.log",
-    )
+    spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
+    ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log")
+    follow = ["--follow", "--passes", str(passes), "--consume", "--out", str(base / "on-drafter")]
     trainer = start(
-        hsmon(
-            "train",
-            str(sp),
-            "--follow",
-            "--passes",
-            str(passes),
-            "--consume",
-            "--out",
-            str(base / "on-drafter"),
-            "--target-model",
-            setup["model"],
-            "--max-steps",
-            str(steps),
-            *TRAIN,
-        ),
-        base / "online.log",
+        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log"
     )
     wait_ok(ext, "the online extraction")
     wait_ok(trainer, "the following trainer")
     t_online = time.monotonic() - started
     peak = watch.close()
     on_done = last_event(spool.train_events_path(sp), "done")
+    steps = int(on_done["step"])
     lost0, extra0, trained = ledger_errors(sp, passes)
     enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
     print(
-        f"online: {t_online:.1f} s wall ({on_done['step']} steps), peak spool {peak / 1e6:.1f} MB "
-        f"(limit {limit / 1e6:.1f} MB {enforced}); "
+        f"online: {t_online:.1f} s wall ({steps} steps), peak spool {peak / 1e6:.1f} MB "
+        f"(limit {limit / 1e6:.1f} MB {enforced}, chunks of {chunk_rows if limited else CHUNK} rows); "
         f"rows short of E at the end {lost0}, above {extra0} of {trained}",
         flush=True,
     )
 
-    # 3. held-out acceptance
+    # 3. the training alone on the finished data, the same steps
+    off_events = base / "offline-train.jsonl"
+    t_train = run(
+        hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
+              "--target-model", setup["model"], "--events", str(off_events), *train_args),
+        base / "offline.log",
+    )  # fmt: skip
+    tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
+    print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
+          f"offline {tok_off}", flush=True)  # fmt: skip
+
+    # 4. held-out acceptance
     acc_on = acceptance(base / "on-drafter", setup, prompts, new_tokens, base / "eval.log")
     acc_off = acceptance(base / "off-drafter", setup, prompts, new_tokens, base / "eval.log")
-    # 4. faults
-    lost, extra, fault_rows = faults(base, data, setup, passes)
+    # 5. faults
+    lost, extra, fault_rows = faults(base, data, setup, passes, train_args)
     overlap = t_online / max(t_extract, t_train)
     print(
         f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
@@ -358,6 +345,7 @@ def main() -> int:
         f"spool_peak_ratio={peak / max(limit, 1):.2f} limit_enforced={int(limited)} "
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
         f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} steps={steps} "
+        f"batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
         f"passes={passes} rows={rows} rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
         f"threads=1+1",
         flush=True,

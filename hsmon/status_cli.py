@@ -28,7 +28,7 @@ from hsmon.status_doc import (
     decode,
     online_of,
 )
-from hsmon.status_text import disk_verdict, online_rows
+from hsmon.status_text import disk_verdict, eta_text, online_rows
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -181,7 +181,8 @@ def _progress_rows(job: JobStatus) -> list[tuple[str, str]]:
         why = rejects_summary(prog.rejects_by_reason)
         rows.append(("rejects", f"{prog.rejects}" + (f": {why}" if why else "")))
     if prog.rows_per_s:
-        rows.append(("rate", f"{prog.rows_per_s:.2f} rows/s, ETA {format_duration(prog.eta_s)}"))
+        eta = eta_text(prog, prog.eta_s, format_duration)
+        rows.append(("rate", f"{prog.rows_per_s:.2f} rows/s, ETA {eta}"))
     if prog.elapsed_s is not None:
         rows.append(("took" if job.state == "done" else "elapsed", format_duration(prog.elapsed_s)))
     return rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hsmon.contracts.units import format_duration
 from hsmon.status_doc import JobStatus, StatusDocument
+from hsmon.status_text import eta_text
 
 COLUMNS = ("DAEMON", "JOB", "KIND", "STATE", "FOR", "ROWS", "RATE", "ETA", "HINTS", "REASON")
 
@@ -39,7 +40,7 @@ def job_row(daemon: str, job: JobStatus, now: float) -> tuple[str, ...]:
         format_duration(now - since) if since else "-",
         rows,
         f"{rate:.2f}/s" if rate else "-",
-        format_duration(eta) if eta is not None else "-",
+        eta_text(prog, eta, format_duration) if eta is not None else "-",
         ", ".join(f"{n} {sev}" for sev, n in sorted(hints.items())) or "-",
         job.reason or "",
     )

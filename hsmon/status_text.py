@@ -4,8 +4,10 @@ the same figure. No Textual or Rich here: `hsmon status` must not import them.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hsmon.contracts.units import format_bytes
-from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide
+from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress
 
 WONT_FIT = "WILL NOT FIT"
 FILLS_FIRST = "fills before done"
@@ -53,3 +55,15 @@ def online_rows(online: OnlineSection) -> list[tuple[str, str]]:
         ("trainer", side_text(online.consumer) + (f" (PID {pid})" if (pid := online.consumer.pid) else "")),
         ("bottleneck", online.bottleneck),
     ]
+
+
+def eta_text(progress: Progress | None, eta: float | None, fmt: Callable[[float | None], str]) -> str:
+    """The ETA as shown: ``3h25m``, or where the rate is noisy (a range wider than a tenth of it,
+    hsmon/core/eta.py) the range a person can plan with, ``3h10m–3h40m``."""
+    low = progress.eta_low_s if progress is not None else None
+    high = progress.eta_high_s if progress is not None else None
+    if eta is None or not isinstance(low, (int, float)) or not isinstance(high, (int, float)) \
+            or progress is None or progress.eta_s != eta or high - low <= 0.1 * eta:
+        return fmt(eta)
+    lo, hi = fmt(low), fmt(high)
+    return fmt(eta) if lo == hi else f"{lo}–{hi}"

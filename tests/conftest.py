@@ -22,6 +22,7 @@ import pytest
 # The modules that start a real SGLang server (tests/sglang_server.py) or load SmolLM2-135M.
 HEAVY_MODULES = (
     "test_smollm2.py", "test_extract_sglang.py", "test_sglang_server.py", "test_server_sglang.py",
+    "test_gpu_check.py",  # scripts/gpu-check.sh starts an SGLang server of its own
 )
 HEAVY_GROUP = "heavy-sglang"
 

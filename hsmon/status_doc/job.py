@@ -56,6 +56,9 @@ class Progress(Section):
     elapsed_s: Num | None
     eta_s: Num | None
     last_progress_ts: float | None
+    # the ETA's range (hsmon/core/eta.py; null without a rate); absent (UNSET) from older daemons
+    eta_low_s: Num | UnsetType | None = UNSET
+    eta_high_s: Num | UnsetType | None = UNSET
 
 
 class DumpSection(Section):

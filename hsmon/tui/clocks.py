@@ -39,11 +39,17 @@ def _short(clock: str) -> bool:
     return clock.rstrip("s ").isdigit() and int(clock.rstrip("s ")) < 60
 
 
+def _clock(seconds: Any) -> str:
+    return fmt_clock(seconds if isinstance(seconds, (int, float)) else None)
+
+
 def _job_key(job: JobStatus) -> JobStatus:
     """The job without its clocks (a Struct compared by value; replaced fields are not checked)."""
     changes: dict[str, Any] = {"last_busy_ts": None, "reason": _reason_key(job.reason)}
     if job.progress is not None:
-        changes["progress"] = replace(job.progress, elapsed_s=None, eta_s=fmt_clock(job.progress.eta_s))
+        changes["progress"] = replace(job.progress, elapsed_s=None, eta_s=fmt_clock(job.progress.eta_s),
+                                      eta_low_s=_clock(job.progress.eta_low_s),
+                                      eta_high_s=_clock(job.progress.eta_high_s))
     if job.dump is not None:
         changes["dump"] = replace(job.dump, oldest_age_s=None)
     changes["processes"] = [replace(p, **_PROCESS_DROP) for p in job.processes]

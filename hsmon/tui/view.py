@@ -15,7 +15,7 @@ from msgspec import UNSET
 
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc import DiskEntry, JobStatus, ProcessEntry, Progress, TrainingSection, online_of
-from hsmon.status_text import disk_verdict, verdict_alarming
+from hsmon.status_text import disk_verdict, eta_text, verdict_alarming
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
     acceptance_summary,
@@ -155,7 +155,7 @@ def job_elapsed_eta(job: JobStatus, fmt: Callable[[float | None], str] = fmt_clo
     job that ended shows its elapsed time to the second (it no longer moves)."""
     elapsed = job.progress.elapsed_s if job.progress is not None else None
     ended = job.state in FINISHED_STATES
-    return (format_duration if ended else fmt)(elapsed), fmt(job_eta_s(job))
+    return (format_duration if ended else fmt)(elapsed), eta_text(job.progress, job_eta_s(job), fmt)
 
 
 def final_averages(job: JobStatus) -> dict[str, float | None]:

@@ -18,6 +18,7 @@ import msgspec
 
 from hsmon.contracts import events as ev
 from hsmon.contracts.rejects import classify, clean_counts
+from hsmon.core.eta import EtaModel, job_eta
 from hsmon.core.trackers.families import add_sample as _add
 from hsmon.core.trackers.families import counter as _c
 from hsmon.core.trackers.families import gauge as _g
@@ -67,6 +68,7 @@ class ProgressTracker:
         self._tokens_rate = RateWindow(60.0)
         self._bytes_rate = RateWindow(60.0)
         self._steps_rate = RateWindow(120.0)
+        self._rows_eta, self._tokens_eta = EtaModel(), EtaModel()  # hsmon/core/eta.py
 
     def poll(self) -> int:
         """Read new events; returns how many arrived."""
@@ -121,6 +123,8 @@ class ProgressTracker:
             self._rows_rate.add(ts, self.rows_done)
             self._tokens_rate.add(ts, self.tokens_done)
             self._bytes_rate.add(ts, self.bytes_done)
+            self._rows_eta.add(ts, self.rows_done)
+            self._tokens_eta.add(ts, self.tokens_done)
 
     def _progress_key(self) -> tuple[Any, ...]:
         """What counts as progress: any of these moving."""
@@ -224,9 +228,13 @@ class ProgressTracker:
         with self._lock:
             rows_per_s = self._rows_rate.rate()
             tokens_per_s = self._tokens_rate.rate()
-            eta = None
+            eta = low = high = None
+            planned = job_eta(self._rows_eta, self._tokens_eta, self.rows_done, self.rows_total,
+                              self.tokens_done, self.tokens_total)
             if self.terminal_kind == ev.DONE:
                 eta = 0.0  # a time-limited training ends before its schedule says
+            elif planned is not None:
+                eta, low, high = planned.eta_s, planned.low_s, planned.high_s
             elif self.rows_total is not None and rows_per_s:
                 eta = max(0, self.rows_total - self.rows_done) / rows_per_s
             elif self.training and self.training.get("eta_s") is not None:
@@ -246,6 +254,8 @@ class ProgressTracker:
                 elapsed_s=((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
                 eta_s=eta,
                 last_progress_ts=self.last_progress_ts,
+                eta_low_s=low,
+                eta_high_s=high,
             )
             events = EventsSection(
                 path=self.path,
