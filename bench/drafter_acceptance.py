@@ -1,13 +1,19 @@
-"""The whole drafter pipeline on the embedded target, on CPU: data, extraction, training, acceptance.
+"""The whole drafter pipeline on the embedded target, on CPU: data, extraction, training, acceptance;
+EAGLE 3.1 against EAGLE 3 on the same data, steps, seed and threads.
 
 1. Training prompts: snippets of the Python standard library files the embedded target was trained
    on; each row is a snippet's first tokens (loss mask 0) followed by the target's own greedy
    continuation (loss mask 1), as EAGLE-3 trains on the target's responses.
 2. `hsmon extract` writes their hidden states; `hsmon train` trains the drafter (time-boxed by
    --max-steps; the wall time is printed); `hsmon export-drafter` exports it.
-3. `hsmon eval-drafter` measures the mean acceptance length on prompts from the held-out files
-   (CRC-32 of the path = 0 mod 10, never seen by the target or the drafter), beside the
-   prompt-lookup n-gram drafter on the same prompts.
+   Each architecture of --archs (default eagle3 and eagle3.1) is trained and exported in turn.
+3. `hsmon eval-drafter` measures the mean acceptance length on two prompt sets from the held-out
+   files (CRC-32 of the path = 0 mod 10, never seen by the target or the drafter), beside the
+   prompt-lookup n-gram drafter on the same prompts: "held-out" (short prompts) and
+   "long-context" (prompts --long-factor times as long as a training row: the length EAGLE 3.1's
+   attention-drift claim is about).
+
+--quick: a few minutes on 2 shared cores (fewer, shorter rows, fewer steps and prompts).
 
 With `--target smollm2` (the real SmolLM2-135M-Instruct, `hsmon make-target --preset smollm2`) the
 rows are chat requests ("Write a Python function `name`: <docstring>", functions of the training
@@ -16,8 +22,9 @@ the same kind of request for functions of the held-out files; fewer rows and sho
 same training budget.
 
 usage: python bench/drafter_acceptance.py [--target embedded|smollm2] [--target-model DIR] [--rows N] ...
-Last line: RESULT eagle3_d1=... eagle3_d7=... ngram_d1=... ngram_d7=... ratio_d7=... train_s=...
-           target=... gen_tok_s=... extract_tok_s=... train_tok_s=... eval_fwd_s=...
+Last line: RESULT target=... {arch}_{set}_d{1,5,7}=... ngram_{set}_d{1,5,7}=... long_d5_ratio=...
+           (eagle3.1 / eagle3 on long-context at depth 5; goal >= 1) train_tok_s_ratio=... (goal >= 0.95)
+           {arch}_train_tok_s=... gen_tok_s=... extract_tok_s=...
 """
 
 from __future__ import annotations
@@ -45,20 +52,15 @@ PROFILES = {
     # verifying forward), the same training budget
     "smollm2": {"rows": 128, "new_tokens": 128, "max_steps": 400, "eval_prompts": 6, "eval_new_tokens": 48},
 }
+QUICK = {"rows": 96, "prompt_tokens": 32, "new_tokens": 64, "max_steps": 60, "eval_prompts": 4,
+         "eval_new_tokens": 24, "long_prompts": 2, "time_limit": 1e9}  # no time limit: the same steps
+ARCH_KEYS = {"eagle3": "e3", "eagle3.1": "e31"}
 
 
 def read_events(path: Path) -> list[dict]:
     from hsmon.contracts.events import iter_events
 
     return list(iter_events(path))
-
-
-def eval_forwards(result: dict, eagle: dict, ngram: dict) -> float:
-    """Target forwards eval-drafter ran: one per round (tokens / acceptance length) per variant, plus
-    the plain greedy reference (one per token) and each variant's prefill."""
-    tokens = result["prompts"] * result["max_new_tokens"]
-    variants = list(eagle.values()) + list(ngram.values())
-    return tokens + sum(tokens / a for a in variants) + result["prompts"] * (len(variants) + 1)
 
 
 def stdlib_files() -> tuple[list[Path], list[Path]]:
@@ -157,163 +159,210 @@ def self_distilled_chat_rows(target: Path, requests: list[str], new_tokens: int,
     return rows
 
 
-def hsmon(*args: str, threads: int) -> None:
+def hsmon(*args: str, threads: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
-    subprocess.run([sys.executable, "-m", "hsmon", *args], check=True, cwd=ROOT, env=env)
+    return subprocess.run([sys.executable, "-m", "hsmon", *args], check=True, cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, text=True)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", choices=sorted(PROFILES), default="embedded",
                         help="target preset and its row kind (default embedded)")  # fmt: skip
     parser.add_argument("--target-model", default=None, help="a model directory instead of the preset's")
+    parser.add_argument("--quick", action="store_true", help="a few minutes: " + ", ".join(
+        f"{k}={v}" for k, v in QUICK.items()))  # fmt: skip
+    parser.add_argument("--archs", default="eagle3,eagle3.1", help="architectures compared (comma-separated)")
     parser.add_argument("--rows", type=int, default=None, help="training rows (768; smollm2 128)")
-    parser.add_argument("--prompt-tokens", type=int, default=64, help="embedded: snippet tokens per row")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="embedded: snippet tokens a row (64)")
     parser.add_argument("--new-tokens", type=int, default=None, help="target tokens a row (192; smollm2 128)")
     parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps (450; smollm2 400)")
-    parser.add_argument("--time-limit", type=float, default=570,
-                        help="seconds of training steps at most (the process also scans and evaluates)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds of training steps at most, per architecture (570; --quick: none, so "
+                             "that every architecture gets the same steps)")
     parser.add_argument("--draft-vocab-size", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-prompts", type=int, default=None, help="held-out prompts (16; smollm2 6)")
     parser.add_argument("--eval-new-tokens", type=int, default=None, help="tokens a prompt (64; smollm2 48)")
+    parser.add_argument("--long-prompts", type=int, default=None, help="long-context prompts (4)")
+    parser.add_argument("--long-factor", type=int, default=4,
+                        help="long-context prompt tokens = this x a training row's tokens (default 4)")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--work", default=None, help="keep everything here (default: a temporary directory)")
     args = parser.parse_args()
-    for key, value in PROFILES[args.target].items():
+    defaults = {"prompt_tokens": 64, "long_prompts": 4, "time_limit": 570, **PROFILES[args.target]}
+    for key, value in defaults.items():
         if getattr(args, key) is None:
-            setattr(args, key, value)
+            setattr(args, key, QUICK.get(key, value) if args.quick else value)
+    return args
 
+
+def make_rows(args: argparse.Namespace, target: Path, train_files: list[Path]) -> list[dict]:
+    if args.target == "smollm2":
+        requests = chat_requests(train_files, args.rows, seed=1)
+        return self_distilled_chat_rows(target, requests, args.new_tokens, args.threads)
+    texts = snippets(train_files, args.rows, 1200, seed=1)
+    return self_distilled_rows(target, texts, args.prompt_tokens, args.new_tokens, args.threads)
+
+
+def prompt_sets(args: argparse.Namespace, target: Path, held_files: list[Path], row_tokens: int,
+                work: Path) -> dict[str, Path]:
+    """held-out.jsonl (short prompts, as before) and long-context.jsonl: held-out text cut to
+    ``long_factor`` x a training row's tokens (input_ids, so the length is exact)."""
+    from transformers import AutoTokenizer
+
+    if args.target == "smollm2":
+        held = [{"messages": [{"role": "user", "content": r}]}
+                for r in chat_requests(held_files, args.eval_prompts, seed=7)]  # fmt: skip
+    else:
+        held = [{"text": t} for t in snippets(held_files, args.eval_prompts, 400, seed=7)]
+    tok = AutoTokenizer.from_pretrained(target)
+    want = args.long_factor * row_tokens
+    long = []
+    for text in snippets(held_files, 50 * args.long_prompts, want * 8, seed=11):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) >= want:
+            long.append({"input_ids": ids[:want]})
+        if len(long) == args.long_prompts:
+            break
+    sets = {"held-out": held, "long-context": long}
+    paths = {}
+    for name, rows in sets.items():
+        paths[name] = work / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return paths
+
+
+def train_export_eval(args: argparse.Namespace, arch: str, target: Path, work: Path,
+                      sets: dict[str, Path], max_prompt_tokens: int) -> dict:
+    """Train (same data, steps, seed, threads for every arch), export, evaluate on every set."""
+    run, events = work / f"run-{arch}", work / f"train-{arch}.events"
+    started = time.perf_counter()
+    hsmon("train", str(work / "data"), "--target-model", str(target), "--out", str(run), "--arch", arch,
+          "--max-steps", str(args.max_steps), "--batch-tokens", str(args.batch_tokens), "--lr", str(args.lr),
+          "--seed", str(args.seed), "--events", str(events), "--threads", str(args.threads),
+          "--checkpoint-every", "500", "--time-limit", str(args.time_limit),
+          "--draft-vocab-size", str(args.draft_vocab_size), threads=args.threads)  # fmt: skip
+    train_s = time.perf_counter() - started
+    hsmon("export-drafter", str(run), "--out", str(work / f"drafter-{arch}"), threads=args.threads)
+    prompts = [x for path in sets.values() for x in ("--prompts", str(path))]
+    started = time.perf_counter()
+    proc = hsmon("eval-drafter", "--drafter", str(work / f"drafter-{arch}"), "--target-model", str(target),
+                 *prompts, "--depth", "7", "--max-new-tokens", str(args.eval_new_tokens), "--json",
+                 "--max-prompt-tokens", str(max_prompt_tokens), "--threads", str(args.threads),
+                 threads=args.threads)  # fmt: skip
+    result = json.loads(proc.stdout)
+    evs = read_events(events)
+    done = [e for e in evs if e["kind"] == "done"][-1]
+    steps = [e for e in evs if e["kind"] == "step"]
+    # steady-state rate: tokens over the steps after the first (its start-up is not the model's cost)
+    rate = ((steps[-1]["tokens"] - steps[0]["tokens"]) / max(steps[-1]["ts"] - steps[0]["ts"], 1e-9)
+            if len(steps) > 1 else 0.0)  # fmt: skip
+    assert result["arch"] == arch, result["arch"]
+    return {"sets": result["sets"], "train_s": train_s, "steps": done["step"], "tokens": done["tokens"],
+            "train_tok_s": rate, "eval_s": time.perf_counter() - started}
+
+
+def alternating_step_ratio(target: Path, args: argparse.Namespace, rounds: int = 6) -> float:
+    """EAGLE 3.1's optimizer-step time over EAGLE 3's, the two alternated step by step on the same
+    batch (forward, backward, AdamW) so that a change of the machine's load hits both alike:
+    returns eagle3's fastest step / eagle3.1's fastest step (a tokens/s ratio; on a shared machine
+    the load only adds time, so the fastest of several is the least disturbed)."""
+    import torch
+
+    from trainer.model import DrafterConfig, Eagle3Drafter
+
+    torch.set_num_threads(args.threads)
+    config = json.loads((target / "config.json").read_text())
+    length = min(args.batch_tokens, 512)  # a step is seconds on CPU: a shorter batch, the same model
+    aux = torch.randn(1, length, 3 * int(config["hidden_size"]))
+    next_ids = torch.randint(0, int(config["vocab_size"]), (1, length + 6))
+    models = {}
+    for arch in ("eagle3", "eagle3.1"):
+        cfg = DrafterConfig.from_target_config(config, args.draft_vocab_size, 3)
+        cfg.set_arch(arch)
+        torch.manual_seed(args.seed)
+        model = Eagle3Drafter(cfg)
+        models[arch] = (model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad]))
+    times: dict[str, list[float]] = {arch: [] for arch in models}
+    for _ in range(rounds + 1):  # the first round warms up
+        for arch, (model, optimizer) in models.items():
+            started = time.perf_counter()
+            logits = model.ttt_logits(aux, next_ids, 7)
+            sum(x.float().logsumexp(-1).mean() for x in logits).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            times[arch].append(time.perf_counter() - started)
+    fastest = {arch: min(t[1:]) for arch, t in times.items()}
+    return fastest["eagle3"] / fastest["eagle3.1"]
+
+
+def main() -> int:
+    args = parse_args()
     from trainer.target import resolve_target
 
     target = resolve_target(args.target_model or args.target)
-    chat = args.target == "smollm2"
+    archs = [a.strip() for a in args.archs.split(",") if a.strip()]
     train_files, held_files = stdlib_files()
     with tempfile.TemporaryDirectory(prefix="hsmon-bench-accept-") as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        if chat:
-            requests = chat_requests(train_files, args.rows, seed=1)
-            rows = self_distilled_chat_rows(target, requests, args.new_tokens, args.threads)
-        else:
-            texts = snippets(train_files, args.rows, 1200, seed=1)
-            rows = self_distilled_rows(target, texts, args.prompt_tokens, args.new_tokens, args.threads)
+        rows = make_rows(args, target, train_files)
         generated = sum(sum(r["loss_mask"]) for r in rows)
-        dataset = work / "train.jsonl"
-        dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        row_tokens = max(len(r["input_ids"]) for r in rows)
+        (work / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         made = time.perf_counter() - started
-        started = time.perf_counter()
-        hsmon(
-            "extract",
-            str(dataset),
-            "--out",
-            str(work / "data"),
-            "--model",
-            str(target),
-            "--events",
-            str(work / "extract.jsonl"),
-            threads=args.threads,
-        )
-        extracted = time.perf_counter() - started
-        started = time.perf_counter()
-        hsmon(
-            "train",
-            str(work / "data"),
-            "--target-model",
-            str(target),
-            "--out",
-            str(work / "run"),
-            "--max-steps",
-            str(args.max_steps),
-            "--batch-tokens",
-            str(args.batch_tokens),
-            "--lr",
-            str(args.lr),
-            "--events",
-            str(work / "train.jsonl.events"),
-            "--threads",
-            str(args.threads),
-            "--checkpoint-every",
-            "500",
-            "--time-limit",
-            str(args.time_limit),
-            "--draft-vocab-size",
-            str(args.draft_vocab_size),
-            threads=args.threads,
-        )
-        train_s = time.perf_counter() - started
-        hsmon("export-drafter", str(work / "run"), "--out", str(work / "drafter"), threads=args.threads)
-        prompts = work / "prompts.jsonl"
-        if chat:
-            held = [{"messages": [{"role": "user", "content": r}]}
-                    for r in chat_requests(held_files, args.eval_prompts, seed=7)]  # fmt: skip
-        else:
-            held = [{"text": t} for t in snippets(held_files, args.eval_prompts, 400, seed=7)]
-        prompts.write_text("".join(json.dumps(p) + "\n" for p in held))
-        evaluating = time.perf_counter()
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "hsmon",
-                "eval-drafter",
-                "--drafter",
-                str(work / "drafter"),
-                "--target-model",
-                str(target),
-                "--prompts",
-                str(prompts),
-                "--depth",
-                "7",
-                "--max-new-tokens",
-                str(args.eval_new_tokens),
-                "--json",
-                "--threads",
-                str(args.threads),
-            ],
-            check=True,
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        result = json.loads(proc.stdout)
-        eval_s = time.perf_counter() - evaluating
+        hsmon("extract", str(work / "train.jsonl"), "--out", str(work / "data"), "--model", str(target),
+              "--events", str(work / "extract.jsonl"), threads=args.threads)  # fmt: skip
         extract_done = [e for e in read_events(work / "extract.jsonl") if e["kind"] == "done"][-1]
-        train_events = read_events(work / "train.jsonl.events")
-        train_done = [e for e in train_events if e["kind"] == "done"][-1]
-        train_start = [e for e in train_events if e["kind"] == "start"][-1]
-    eagle, ngram = result["acceptance_length"]["eagle3"], result["acceptance_length"]["ngram"]
-    rates = {
-        "gen_tok_s": generated / made,
-        "extract_tok_s": extract_done["tokens_done"] / max(extract_done["seconds"], 1e-9),
-        "train_tok_s": train_done["tokens"] / max(train_done["ts"] - train_start["ts"], 1e-9),
-        "eval_fwd_s": eval_forwards(result, eagle, ngram) / eval_s,
-    }
-    kind = "chat request + own answer" if chat else f"{args.prompt_tokens} prompt + {args.new_tokens} target"
-    print(
-        f"target {args.target} ({target}); {len(rows)} training rows ({kind} tokens, {generated} generated "
-        f"in {made:.0f} s: {rates['gen_tok_s']:.0f} tok/s); extracted in {extracted:.0f} s "
-        f"({rates['extract_tok_s']:.0f} tok/s); training {train_s:.0f} s, {train_done['step']} of "
-        f"{args.max_steps} steps, {train_done['tokens']} tokens ({rates['train_tok_s']:.0f} tok/s), "
-        f"{args.threads} threads; eval {eval_s:.0f} s ({rates['eval_fwd_s']:.1f} target forwards/s)"
-    )
-    print(
-        f"held-out prompts: {result['prompts']}, {result['max_new_tokens']} new tokens each; outputs equal "
-        f"plain greedy: {result['outputs_match_greedy']}"
-    )
-    print("depth  eagle3  ngram   (mean acceptance length: tokens per target forward)")
-    for d in range(1, 8):
-        print(f"{d:>5}  {eagle[str(d)]:6.3f}  {ngram[str(d)]:6.3f}")
-    print(
-        f"RESULT eagle3_d1={eagle['1']:.3f} eagle3_d7={eagle['7']:.3f} ngram_d1={ngram['1']:.3f} "
-        f"ngram_d7={ngram['7']:.3f} ratio_d7={eagle['7'] / ngram['7']:.3f} train_s={train_s:.0f} "
-        f"target={args.target} " + " ".join(f"{k}={v:.1f}" for k, v in rates.items())
-    )
+        sets = prompt_sets(args, target, held_files, row_tokens, work)
+        runs = {arch: train_export_eval(args, arch, target, work, sets, args.long_factor * row_tokens + 8)
+                for arch in archs}  # fmt: skip
+        runs["step_ratio"] = alternating_step_ratio(target, args)
+    report(args, target, archs, runs, rows, row_tokens, generated / made,
+           extract_done["tokens_done"] / max(extract_done["seconds"], 1e-9))
     return 0
+
+
+def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict, rows: list,
+           row_tokens: int, gen_tok_s: float, extract_tok_s: float) -> None:
+    step_ratio = runs.pop("step_ratio")
+    first = runs[archs[0]]["sets"]
+    print(f"target {args.target} ({target}); {len(rows)} training rows of up to {row_tokens} tokens; "
+          f"{args.threads} threads; seed {args.seed}; load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    for arch, run in runs.items():
+        print(f"{arch}: {run['steps']} of {args.max_steps} steps, {run['tokens']} tokens "
+              f"in {run['train_s']:.0f} s "
+              f"({run['train_tok_s']:.0f} tok/s steady), eval {run['eval_s']:.0f} s")  # fmt: skip
+    fields = {}
+    for name in first:
+        print(f"{name}: {first[name]['prompts']} prompts, {first[name]['max_new_tokens']} new tokens each; "
+              "mean acceptance length (tokens per target forward); outputs equal greedy: "
+              + ", ".join(f"{a} {runs[a]['sets'][name]['outputs_match_greedy']}" for a in archs))  # fmt: skip
+        print("depth  " + "  ".join(f"{a:>8}" for a in archs) + "     ngram")
+        for d in range(1, 8):
+            cells = [runs[a]["sets"][name]["acceptance_length"]["eagle3"][str(d)] for a in archs]
+            ngram = first[name]["acceptance_length"]["ngram"][str(d)]
+            print(f"{d:>5}  " + "  ".join(f"{c:8.3f}" for c in cells) + f"  {ngram:8.3f}")
+        for d in (1, 5, 7):
+            for a in archs:
+                accept = runs[a]["sets"][name]["acceptance_length"]["eagle3"]
+                fields[f"{ARCH_KEYS.get(a, a)}_{name}_d{d}"] = accept[str(d)]
+            fields[f"ngram_{name}_d{d}"] = first[name]["acceptance_length"]["ngram"][str(d)]
+    if "eagle3" in runs and "eagle3.1" in runs:
+        fields["long_d5_ratio"] = fields["e31_long-context_d5"] / fields["e3_long-context_d5"]
+        e3_rate = max(runs["eagle3"]["train_tok_s"], 1e-9)
+        fields["train_tok_s_ratio"] = runs["eagle3.1"]["train_tok_s"] / e3_rate
+    fields["alternating_step_ratio"] = step_ratio
+    for a in archs:
+        fields[f"{ARCH_KEYS.get(a, a)}_train_tok_s"] = runs[a]["train_tok_s"]
+        fields[f"{ARCH_KEYS.get(a, a)}_steps"] = runs[a]["steps"]
+    fields.update(gen_tok_s=gen_tok_s, extract_tok_s=extract_tok_s, load=os.getloadavg()[0])
+    print(f"RESULT target={args.target} quick={int(args.quick)} "
+          + " ".join(f"{k.replace('-', '_')}={v:.3f}" for k, v in fields.items()))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ FIELDS = (
     "lr",
     "batch_tokens",
     "ttt_length",
+    "arch",
     "draft_vocab_size",
     "gpus",
     "time_limit",
@@ -41,6 +42,8 @@ FIELDS = (
     "passes",
     "consume",
 )
+# drafter architectures of `hsmon train --arch` (trainer/model.py ARCHS; no torch import here)
+ARCHS = ("eagle3", "eagle3.1")
 EVENTS_NAME = "events.jsonl"
 LOG_NAME = "train.log"
 PIDFILE_NAME = "train.pid"
@@ -55,6 +58,7 @@ class TrainingRequest:
     lr: float | None = None
     batch_tokens: int | None = None
     ttt_length: int | None = None
+    arch: str | None = None  # drafter architecture (eagle3, eagle3.1); None: hsmon train's default
     draft_vocab_size: int | None = None
     gpus: int = 1
     time_limit: float | None = None  # seconds of steps; None: no limit
@@ -220,6 +224,9 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
     lr = _number(fields, "lr", float, 1e-9, 1.0, errors)
     batch_tokens = _number(fields, "batch_tokens", int, 1, None, errors)
     ttt_length = _number(fields, "ttt_length", int, 1, 64, errors)
+    arch = str(fields.get("arch") or "").strip() or None
+    if arch is not None and arch not in ARCHS:
+        errors["arch"] = f"arch must be one of {', '.join(ARCHS)} (got {arch!r}); empty: eagle3"
     draft_vocab = _number(fields, "draft_vocab_size", int, 1, None, errors)
     gpus = _number(fields, "gpus", int, 1, 1024, errors)
     time_limit = _number(fields, "time_limit", float, 1, None, errors)
@@ -242,6 +249,7 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
         lr=lr,
         batch_tokens=batch_tokens,
         ttt_length=ttt_length,
+        arch=arch,
         draft_vocab_size=draft_vocab,
         gpus=gpus or 1,
         time_limit=time_limit,
@@ -298,6 +306,7 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
         ("--lr", req.lr),
         ("--batch-tokens", req.batch_tokens),
         ("--ttt-length", req.ttt_length),
+        ("--arch", req.arch),
         ("--draft-vocab-size", req.draft_vocab_size),
         ("--time-limit", req.time_limit),
         ("--threads", req.threads),

@@ -65,3 +65,29 @@ def assert_sglang_loads_export(export: Path) -> dict:
     assert report["hot_token_id"] == expected_hot == tensors["t2d"].nonzero().flatten().tolist()
     assert report["fc_weight"] == tensors["fc.weight"].float().flatten()[:8].tolist()
     return report
+
+
+def sglang_draft_logits(runs: list[tuple[Path, dict[str, torch.Tensor]]],
+                        work: Path) -> list[list[torch.Tensor]]:
+    """For each (export, inputs): SGLang's own LlamaForCausalLMEagle3 loaded from the export
+    drafts (one process for all): a draft extend over ``aux`` [T, K*H] with ``ids[:T]``, then
+    decode steps at the last position with the rest of ``ids``; ``embed`` is the target's
+    embedding. Returns each run's logits per step ([T, V], then [1, V] each)."""
+    from safetensors.torch import load_file, save_file
+
+    python = sglang_python()
+    argv = []
+    for n, (export, inputs) in enumerate(runs):
+        save_file({k: v.contiguous() for k, v in inputs.items()}, str(work / f"inputs{n}.safetensors"))
+        argv += [str(export), str(work / f"inputs{n}.safetensors"), str(work / f"logits{n}.safetensors")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "sglang_stubs"), "SGLANG_USE_CPU_ENGINE": "1"}
+    proc = subprocess.run(
+        [str(python), str(ROOT / "tests" / "sglang_checks" / "forward_eagle3_export.py"), *argv],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = []
+    for n in range(len(runs)):
+        out = load_file(work / f"logits{n}.safetensors")
+        results.append([out[f"logits_{i}"] for i in range(len(out))])
+    return results

@@ -61,6 +61,7 @@ def test_validation_errors_name_the_field(tmp_path, data_dir):
             "lr": "-1",
             "ttt_length": 0,
             "gpus": 1.5,
+            "arch": "eagle4",
             "target_model": str(tmp_path / "no-model"),
             "colour": "red",
         }
@@ -71,6 +72,7 @@ def test_validation_errors_name_the_field(tmp_path, data_dir):
     assert "whole number" in errors["epochs"] and "at least" in errors["lr"]
     assert "ttt_length" in errors["ttt_length"] and "gpus" in errors
     assert "embedded default" in errors["target_model"] and "colour" in errors["_"]
+    assert errors["arch"] == "arch must be one of eagle3, eagle3.1 (got 'eagle4'); empty: eagle3"
     req, errors = validate_training_request({"data_dir": str(data_dir), "out_dir": str(data_dir / "drafter")})
     assert req is None and "inside data_dir" in errors["out_dir"]
     req, errors = validate_training_request(
@@ -97,7 +99,9 @@ def test_valid_request_and_argv(tmp_path, data_dir):
     assert argv[argv.index("--events") + 1] == str(tmp_path / "drafter" / "events.jsonl")
     assert argv[argv.index("--epochs") + 1] == "3" and argv[argv.index("--lr") + 1] == "0.0003"
     assert "--target-model" not in argv and "--ttt-length" not in argv
-    assert "--time-limit" not in argv and "--threads" not in argv
+    assert "--time-limit" not in argv and "--threads" not in argv and "--arch" not in argv
+    req.arch = "eagle3.1"
+    assert training_argv(req)[-2:] == ["--arch", "eagle3.1"]
     req.gpus = 4
     argv = training_argv(req)
     assert "torchrun" in " ".join(argv[:3]) or "torch.distributed.run" in argv

@@ -296,6 +296,23 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
 
 
 @pytest.mark.slow
+def test_eagle31_trains_resumes_as_itself_and_refuses_another_arch(setup, tmp_path):
+    out, events = tmp_path / "e31", tmp_path / "e31.jsonl"
+    hsmon(*train_args(setup, out, "--arch", "eagle3.1", "--max-steps", "2", "--events", str(events)))
+    state = model_state(out)
+    assert {"fc_norm.0.weight", "fc_norm.2.weight"} <= set(state["model"])
+    assert state["drafter_config"]["fc_norm"] is state["drafter_config"]["norm_output"] is True
+    # a resume without --arch keeps the checkpoint's; another --arch is refused in one line
+    hsmon(*train_args(setup, out, "--resume", "--max-steps", "3", "--events", str(events)))
+    starts = [e for e in iter_events(events) if e["kind"] == "start"]
+    assert [e["arch"] for e in starts] == ["eagle3.1", "eagle3.1"] and starts[-1]["start_step"] == 2
+    proc = hsmon(*train_args(setup, out, "--resume", "--arch", "eagle3", "--max-steps", "4"), check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "eagle3.1 drafter, --arch asks for eagle3" in proc.stderr
+    assert model_state(out)["step"] == 3
+
+
+@pytest.mark.slow
 def test_ddp_two_cpu_processes_on_gloo(setup, tmp_path):
     out = tmp_path / "ddp"
     events = tmp_path / "ddp.jsonl"
@@ -369,11 +386,14 @@ def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
 @pytest.mark.slow
 def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
     target, _, prompts = setup
+    longer = tmp_path / "longer.jsonl"  # a second prompt set, reported apart
+    longer.write_text("".join(json.dumps({"input_ids": s}) + "\n" for s in markov_sequences(2, 40, seed=9)))
     results = {}
     names = list(trained)
     procs = hsmon_together(*(
         ["eval-drafter", "--drafter", str(trained[name]), "--target-model", str(target), "--prompts",
-         str(prompts), "--depth", "3", "--max-new-tokens", "24", "--json", "--threads", "1",
+         str(prompts), "--prompts", str(longer), "--depth", "3", "--max-new-tokens", "24", "--json",
+         "--threads", "1",
          "--events", str(tmp_path / f"{name}.events.jsonl")]
         for name in names
     ))
@@ -387,6 +407,9 @@ def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
         assert seen[0]["backend"] == "eval-drafter" and seen[0]["job"] == "eval-drafter"
         assert kinds == ["start"] + ["rows"] * total + ["eval", "done"], kinds
         assert total == seen[0]["prompts"] * (1 + 2 * 3) and seen[total]["rows_done"] == total
+        assert seen[0]["prompts"] == 4 + 2 and set(results[name]["sets"]) == {"prompts", "longer"}
+        assert results[name]["sets"]["longer"]["prompts"] == 2 and results[name]["arch"] == "eagle3"
+        assert results[name]["sets"]["prompts"]["acceptance_length"] == results[name]["acceptance_length"]
         lengths = results[name]["acceptance_length"]
         assert seen[-2]["acceptance_length"] == seen[-1]["acceptance_length"] == lengths
     good, bad = results["trained"], results["untrained"]

@@ -48,6 +48,10 @@ SUMMARIES = [
         "start training: 284 rows (+16 held out), 76 steps, unroll 7 → /d/drafter",
     ),
     (
+        ev("start", backend="train", total_rows=284, total_steps=76, ttt_length=7, arch="eagle3.1"),
+        "start training: 284 rows, 76 steps, unroll 7, arch eagle3.1",
+    ),
+    (
         ev("start", backend="eval-drafter", prompts=4, depth=7, rows_total=60, drafter="/d/drafter"),
         "start eval-drafter: 4 prompts, depths 1..7, 60 decodes, drafter /d/drafter",
     ),

@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="stop after N optimizer steps (cycles epochs when --epochs is not given)",
     )
+    parser.add_argument(
+        "--arch",
+        choices=("eagle3", "eagle3.1"),
+        default=None,
+        help="drafter architecture: eagle3, or eagle3.1 (per-layer fc_norm before fc, post-norm "
+             "hidden state fed to the next draft step); default eagle3, on --resume the checkpoint's",
+    )
     parser.add_argument("--ttt-length", type=_positive_int, default=7, help="training-time-test unroll steps")
     parser.add_argument(
         "--draft-vocab-size",
@@ -126,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             epochs=args.epochs,
             max_steps=args.max_steps,
             ttt_length=args.ttt_length,
+            arch=args.arch,
             draft_vocab_size=args.draft_vocab_size,
             lr=args.lr,
             batch_tokens=args.batch_tokens,

@@ -39,9 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompts",
         required=True,
+        action="append",
         metavar="FILE",
         help='JSONL of prompts: {"input_ids": [...]}, {"text": "..."} or {"messages": [...]} '
-        "(rendered with the target's chat template) per line",
+        "(rendered with the target's chat template) per line; repeat for several prompt sets "
+        "(each measured and reported apart, named by its file name without .jsonl)",
     )
     parser.add_argument("--depth", type=int, default=7, help="measure draft depths 1..DEPTH (default 7)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt")
@@ -156,6 +158,9 @@ def _load_export(path: Path, target: Path):
         rms_norm_eps=config.get("rms_norm_eps", 1e-6),
         rope_theta=config.get("rope_theta", 10000.0),
         max_position_embeddings=config.get("max_position_embeddings", 2048),
+        # as SGLang reads them (`use_aux_norm` is its legacy name of fc_norm)
+        fc_norm=bool(config.get("fc_norm") or config.get("use_aux_norm", False)),
+        norm_output=bool(config.get("norm_output", False)),
     )
     drafter = Eagle3Drafter(cfg)
     state = {
@@ -203,6 +208,7 @@ def evaluate(
         return lambda tokens, features: ngram_draft(tokens, d, ngram_max)
 
     result: dict[str, Any] = {
+        "arch": drafter.cfg.arch,
         "acceptance_length": {"eagle3": {}, "ngram": {}},
         "prompts": len(prompts),
         "max_new_tokens": max_new,
@@ -285,34 +291,50 @@ def run(args: argparse.Namespace) -> int:
                 )
         except Exception:  # a target without a tokenizer: input_ids prompts still work
             tokenize = None
-        prompts = read_prompts(Path(args.prompts), tokenize, args.max_prompts, args.max_prompt_tokens, chat)
+        sets = {}
+        for path in args.prompts:
+            name = Path(path).name.removesuffix(".jsonl")
+            if name in sets:
+                raise PromptError(f"{path}: a second prompt set named {name}; give the files other names")
+            sets[name] = read_prompts(Path(path), tokenize, args.max_prompts, args.max_prompt_tokens, chat)
         drafter_dir = Path(args.drafter)
         if not drafter_dir.is_dir():
             raise PromptError(
                 f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
             )
-        events = _Progress(args, drafter_dir, target_dir, len(prompts))
-        result = evaluate(
-            drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max, events.decoded
-        )
+        events = _Progress(args, drafter_dir, target_dir, sum(len(p) for p in sets.values()))
+        results = {
+            name: evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max,
+                           events.decoded)
+            for name, prompts in sets.items()
+        }
     except (PromptError, TargetError, FileNotFoundError) as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
         _Progress.failed(args, str(exc))
         return 2
+    # the first set's figures at the top (as with one --prompts), every set under "sets"
+    result = {**next(iter(results.values())), "sets": results}
     events.finished(result)
     if args.json:
         print(json.dumps(result))
-    else:
+        return 0
+    print_tables(results, args.depth)
+    return 0
+
+
+def print_tables(results: dict[str, dict[str, Any]], depth: int) -> None:
+    """One table per prompt set: acceptance length by depth, the drafter beside n-gram."""
+    for name, res in results.items():
         print(
-            f"mean acceptance length (tokens per target forward), {result['prompts']} prompts, "
-            f"{result['max_new_tokens']} new tokens each"
+            f"{name} ({res['arch']} drafter): mean acceptance length (tokens per target forward), "
+            f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each"
         )
         print(f"{'depth':>5}  {'eagle3':>7}  {'ngram':>7}")
-        for d in range(1, args.depth + 1):
+        for d in range(1, depth + 1):
             print(
-                f"{d:>5}  {result['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
-                f"{result['acceptance_length']['ngram'][str(d)]:>7.3f}"
+                f"{d:>5}  {res['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
+                f"{res['acceptance_length']['ngram'][str(d)]:>7.3f}"
             )
-        if not result["outputs_match_greedy"]:
-            print("WARNING: a speculative output differed from plain greedy decoding", file=sys.stderr)
-    return 0
+        if not res["outputs_match_greedy"]:
+            print(f"WARNING: {name}: a speculative output differed from plain greedy decoding",
+                  file=sys.stderr)

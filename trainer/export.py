@@ -3,8 +3,9 @@
 The directory holds ``config.json`` (a Llama config with ``architectures:
 ["LlamaForCausalLMEagle3"]``, ``num_hidden_layers: 1`` and ``draft_vocab_size``) and
 ``model.safetensors`` with SGLang's tensor names: ``midlayer.*``, ``fc.weight``, ``norm.weight``,
-``lm_head.weight``, ``d2t``, ``t2d``. The token embedding is the target's and is not exported
-(SGLang shares the target's). Serve it with
+``lm_head.weight``, ``d2t``, ``t2d`` (and for eagle3.1 ``fc_norm.{k}.weight``, one per captured
+layer, with ``fc_norm`` and ``norm_output`` true in config.json). The token embedding is the
+target's and is not exported (SGLang shares the target's). Serve it with
 ``--speculative-algorithm EAGLE3 --speculative-draft-model-path DIR``.
 """
 
@@ -68,6 +69,10 @@ def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | Non
         "attention_bias": False,
         "mlp_bias": False,
         "torch_dtype": "bfloat16",
+        # EAGLE 3.1 (read by SGLang's LlamaModel): fc_norm.{k}.weight normalise each captured layer
+        # before fc; norm_output feeds the next draft step the post-norm hidden state
+        "fc_norm": bool(cfg.get("fc_norm", False)),
+        "norm_output": bool(cfg.get("norm_output", False)),
         **cfg.get("target_extra", {}),
     }
     if aux_layer_ids:

@@ -8,6 +8,11 @@ position the hidden state step i-1 produced there and the embedding of the token
 A query of step i at position t attends to step 0's keys at positions <= t (the real context) and
 to its own chain's keys of steps 1..i at position t, which is what the drafter sees at inference
 when it drafts i tokens past a prefix ending at t. Rotary positions are t + i.
+
+Architectures (``ARCHS``): ``eagle3`` as above; ``eagle3.1`` adds an RMSNorm on each captured
+target hidden state before ``fc`` (``fc_norm.{k}``, SGLang's name) and feeds the next step the
+post-``norm`` hidden state instead of the raw residual stream (``norm_output``), as SGLang's
+draft decode does when the drafter's config.json sets both flags.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     hidden_act: str = "silu"
+    fc_norm: bool = False
+    norm_output: bool = False
     target_extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -67,6 +74,22 @@ class DrafterConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def arch(self) -> str:
+        """The architecture name these flags make (see ``ARCHS``)."""
+        for name, (fc_norm, norm_output) in ARCHS.items():
+            if (self.fc_norm, self.norm_output) == (fc_norm, norm_output):
+                return name
+        return f"eagle3(fc_norm={self.fc_norm},norm_output={self.norm_output})"
+
+    def set_arch(self, arch: str) -> None:
+        self.fc_norm, self.norm_output = ARCHS[arch]
+
+
+# architecture name -> (fc_norm, norm_output)
+ARCHS: dict[str, tuple[bool, bool]] = {"eagle3": (False, False), "eagle3.1": (True, True)}
+DEFAULT_ARCH = "eagle3"
 
 
 class RMSNorm(nn.Module):
@@ -178,6 +201,9 @@ class Eagle3Drafter(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
         self.fc = nn.Linear(cfg.num_aux * cfg.hidden_size, cfg.hidden_size, bias=False)
+        if cfg.fc_norm:  # EAGLE 3.1: one RMSNorm per captured layer, before fc
+            norms = (RMSNorm(cfg.hidden_size, cfg.rms_norm_eps) for _ in range(cfg.num_aux))
+            self.fc_norm = nn.ModuleList(norms)
         self.midlayer = MidLayer(cfg)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
@@ -195,13 +221,19 @@ class Eagle3Drafter(nn.Module):
     def step(self, token_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
              query_index: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]]
              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One drafting step. Returns (hidden state for the next step, logits over the draft vocab)."""
+        """One drafting step. Returns (hidden state for the next step, logits over the draft vocab).
+        With ``norm_output`` the next step gets the normed state the logits are read from."""
         embeds = self.embed_tokens(token_ids).to(hidden.dtype)
         out = self.midlayer(embeds, hidden, positions, query_index, cache)
-        return out, self.lm_head(self.norm(out))
+        normed = self.norm(out)
+        return (normed if self.cfg.norm_output else out), self.lm_head(normed)
 
     def project(self, aux_hidden: torch.Tensor) -> torch.Tensor:
-        """Target features [.., K*H] -> the drafter's hidden size."""
+        """Target features [.., K*H] -> the drafter's hidden size (each layer's slice normed
+        first with ``fc_norm``)."""
+        if self.cfg.fc_norm:
+            chunks = aux_hidden.chunk(self.cfg.num_aux, dim=-1)
+            aux_hidden = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks, strict=True)], dim=-1)
         return self.fc(aux_hidden)
 
     def ttt_logits(self, aux_hidden: torch.Tensor, next_ids: torch.Tensor, length: int) -> list[torch.Tensor]:

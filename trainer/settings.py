@@ -19,6 +19,8 @@ class TrainSettings:
     epochs: int | None = None
     max_steps: int | None = None
     ttt_length: int = 7
+    # drafter architecture (trainer/model.py ARCHS); None: eagle3 for a new run, the checkpoint's on resume
+    arch: str | None = None
     draft_vocab_size: int | None = None
     lr: float = 1e-4
     batch_tokens: int = 4096

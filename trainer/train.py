@@ -33,7 +33,7 @@ from trainer.data import (
     save_index,
 )
 from trainer.loop import Cursor, Training
-from trainer.model import DrafterConfig, Eagle3Drafter
+from trainer.model import DEFAULT_ARCH, DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import (
     check_bad_fraction,
     rows_text,
@@ -156,7 +156,8 @@ def _train(
             eval_rows=len(held_rows), total_tokens=sum(r.length for r in train_rows),
             nonfinite_rows=len(index.nonfinite_rows), nonfinite_row_ids=index.nonfinite_rows[:20],
             hidden_size=cfg.hidden_size, layers=index.num_aux, draft_vocab_size=cfg.draft_vocab_size,
-            ttt_length=settings.ttt_length, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+            arch=cfg.arch, ttt_length=settings.ttt_length, total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
             world_size=world.world, resumed_from=str(resume_from) if resume_from else None,
             start_step=cursor.step, dtype="bfloat16" if training.autocast else "float32",
             device=world.device.type,
@@ -178,8 +179,14 @@ def _build_drafter(
         )
     if ckpt is not None:
         cfg = DrafterConfig(**ckpt["drafter_config"])
+        if settings.arch is not None and settings.arch != cfg.arch:
+            raise DataError(
+                f"{settings.out}: the checkpoint trains a {cfg.arch} drafter, --arch asks for "
+                f"{settings.arch}; resume without --arch (or --arch {cfg.arch}), or train into a new --out"
+            )
     else:
         cfg = DrafterConfig.from_target_config(target_config, 0, index.num_aux)
+        cfg.set_arch(settings.arch or DEFAULT_ARCH)
         d2t, t2d = build_draft_vocab(index.token_counts, cfg.vocab_size, settings.draft_vocab_size)
         cfg.draft_vocab_size = int(d2t.shape[0])
     torch.manual_seed(settings.seed)

@@ -72,6 +72,7 @@ def _start(e: dict[str, Any]) -> str:
                 + (f" (+{fmt_count(held)} held out)" if held else ""),
                 f"{fmt_count(_n(e, 'total_steps'))} steps" if _n(e, "total_steps") is not None else None,
                 f"unroll {e['ttt_length']}" if "ttt_length" in e else None,
+                f"arch {e['arch']}" if e.get("arch") else None,
             )
             + _into(e)
         )

@@ -199,7 +199,7 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     """Training form values prefilled from an (extraction) job."""
     defaults = {
         "data_dir": "", "target_model": "", "out_dir": "", "epochs": "1", "lr": "1e-4",
-        "batch_tokens": "4096", "ttt_length": "7", "draft_vocab_size": "", "gpus": "1",
+        "batch_tokens": "4096", "ttt_length": "7", "arch": "", "draft_vocab_size": "", "gpus": "1",
         "follow": "no", "passes": "1", "consume": "no",
     }
     if job is None:

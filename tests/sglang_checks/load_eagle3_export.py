@@ -22,15 +22,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def main(export_dir: str) -> int:
+def sglang_draft_model(export_dir: str, set_up: bool = True):
+    """(sglang.srt.models.llama_eagle3, its LlamaForCausalLMEagle3 built from ``export_dir``'s
+    config.json on CPU in float32, weights not loaded), after SGLang's single-process set-up
+    (done once per process: ``set_up=False`` for a further model)."""
     os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
     import sglang.srt.models.llama_eagle3 as eagle3
-    from safetensors.torch import load_file
     from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import ServerArgs
     from transformers import AutoConfig
 
+    if not set_up:
+        return eagle3, eagle3.LlamaForCausalLMEagle3(AutoConfig.from_pretrained(export_dir))
     args = ServerArgs(
         model_path=export_dir,
         device="cpu",
@@ -50,7 +54,13 @@ def main(export_dir: str) -> int:
 
     config = AutoConfig.from_pretrained(export_dir)
     torch.set_default_dtype(torch.float32)
-    model = eagle3.LlamaForCausalLMEagle3(config)
+    return eagle3, eagle3.LlamaForCausalLMEagle3(config)
+
+
+def main(export_dir: str) -> int:
+    from safetensors.torch import load_file
+
+    eagle3, model = sglang_draft_model(export_dir)
     params = dict(model.named_parameters())
     for param in params.values():
         param.data.fill_(float("nan"))  # so that an unwritten parameter shows

@@ -9,6 +9,7 @@ from rich.text import Text
 from hsmon.status_doc import JobStatus, TrainingSection
 from hsmon.tui.view import (
     eval_lines,
+    find_start_event,
     fmt_num,
     fmt_pct_of,
     fmt_rate,
@@ -41,6 +42,9 @@ class TrainingStatus(QuietStatic):
         if job_eta_s(job) is not None:  # a finished training has no ETA
             text.append(f"  ETA {eta}")
         text.append("\n" + _step_line(training))
+        arch = (find_start_event(job) or {}).get("arch")
+        if arch:  # the drafter architecture, from the trainer's start event
+            text.append(f"  {arch}")
         extras = [f"{name} {fmt(value)}" for value, name, fmt in
                   ((_figure(training, "lr"), "lr", lambda v: fmt_num(v, trim=True)),
                    (_figure(training, "grad_norm"), "grad norm", fmt_num),
