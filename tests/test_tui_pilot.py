@@ -441,5 +441,6 @@ async def test_a_job_the_daemon_retires_leaves_the_tabs() -> None:
             tabs = app.screen.query_one(TabbedContent)
             await wait_for(pilot, lambda: [str(t.label) for t in tabs.query("Tab")] == ["extract"])
             assert "extract" in screen_text(app)
+            assert sorted(app.histories) == [(0, "extract")]  # its figures went with it (memory)
     finally:
         server.close()

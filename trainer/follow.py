@@ -40,10 +40,9 @@ from trainer.follow_setup import (
 )
 from trainer.loop import Cursor, Interval, Training
 from trainer.nonfinite import LossGuard
-from trainer.objective import TTTForward
-from trainer.runtime import Dist, Heartbeat, lr_lambda_factory
+from trainer.runtime import Dist, Heartbeat
 from trainer.settings import TrainSettings
-from trainer.train import _aux_layer_ids, _build_drafter, _restore
+from trainer.train import _aux_layer_ids, _build_drafter, _optimization, _restore
 from trainer.window import ChunkRows, SpoolSource, Window
 
 NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has no epochs
@@ -129,19 +128,7 @@ def _training(settings: TrainSettings, world: Dist, writer: ev.EventWriter | Non
               stop_requested: threading.Event, index: DataIndex, ckpt: dict[str, Any] | None,
               resume_from: Any, total_steps: int) -> Training:
     drafter, cfg, target_head = _build_drafter(settings, index, ckpt, world.device)
-    forward: torch.nn.Module = TTTForward(drafter)
-    if world.enabled:
-        forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[world.device.index] if world.device.type == "cuda" else None
-        )
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
-    )
-    warmup = max(1, int(settings.warmup_ratio * total_steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
-    )
+    forward, params, optimizer, scheduler = _optimization(settings, drafter, world, total_steps)
     cursor = _restore(ckpt, resume_from, world, optimizer, scheduler) if ckpt is not None else Cursor()
     return Training(
         settings=settings, world=world, writer=writer, stop_requested=stop_requested, drafter=drafter,

@@ -112,19 +112,7 @@ def _train(
     train_rows, held_rows = index.split(settings.eval_fraction)
     drafter, cfg, target_head = _build_drafter(settings, index, ckpt, world.device)
     steps_per_epoch, total_steps = _step_budget(settings, train_rows, world)
-    forward: torch.nn.Module = TTTForward(drafter)
-    if world.enabled:
-        forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[world.device.index] if world.device.type == "cuda" else None
-        )
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
-    )
-    warmup = max(1, int(settings.warmup_ratio * total_steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
-    )
+    forward, params, optimizer, scheduler = _optimization(settings, drafter, world, total_steps)
     cursor = Cursor()
     if ckpt is not None:
         cursor = _restore(ckpt, resume_from, world, optimizer, scheduler)
@@ -200,6 +188,26 @@ def _build_drafter(
         drafter.load_state_dict(ckpt["model"], strict=False)
     drafter.to(device)
     return drafter, cfg, head.to(device)
+
+
+def _optimization(settings: TrainSettings, drafter: torch.nn.Module, world: Dist, total_steps: int
+                  ) -> tuple[torch.nn.Module, list[torch.nn.Parameter], torch.optim.Optimizer, Any]:
+    """The TTT forward (DDP-wrapped on several ranks), the trained parameters, AdamW and its
+    warm-up-then-decay schedule: the same for an offline and a following training."""
+    forward: torch.nn.Module = TTTForward(drafter)
+    if world.enabled:
+        forward = torch.nn.parallel.DistributedDataParallel(
+            forward, device_ids=[world.device.index] if world.device.type == "cuda" else None
+        )
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
+    )
+    warmup = max(1, int(settings.warmup_ratio * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
+    )
+    return forward, params, optimizer, scheduler
 
 
 def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist) -> tuple[int, int]:

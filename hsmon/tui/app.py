@@ -93,11 +93,15 @@ class HsmonApp(App[None]):
         self.documents[message.source_id] = document
         self.errors[message.source_id] = None
         self.last_update[message.source_id] = time.monotonic()
+        present = set()
         for job in document.jobs:
             key = (message.source_id, job.job)
+            present.add(key)
             if key not in self.histories:
                 self._backfill_from_events(key, job)
             self.history(key).add(job, document.generated_ts, message.skipped)
+        for key in [k for k in self.histories if k[0] == message.source_id and k not in present]:
+            del self.histories[key]  # a job the daemon retired: its figures go with its tab
         self._schedule_render()
 
     def _schedule_render(self) -> None:
