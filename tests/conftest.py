@@ -31,6 +31,7 @@ def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in one."""
     def heavy(item: pytest.Item) -> bool:
