@@ -123,3 +123,20 @@ def test_verify_data_refuses_a_chunk_without_rows_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"hsmon verify-data: --chunk rows_4000-6000: no rows of {tmp_path} in that chunk; give a chunk "
         "directory's name"]
+
+
+@pytest.mark.parametrize("against", ["hf", "http://127.0.0.1:30000"])
+def test_the_check_command_is_one_verify_data_accepts(tmp_path, against):
+    """The daemon's engine check runs `hsmon verify-data` with options of its backend only (an SGLang
+    option on an hf check is refused in one line since verify-data checks them)."""
+    from extractor import verify
+    from extractor.backend_options import VERIFY_OPTIONS, misplaced_option
+    from hsmon.core.verify_watch import VerifySpec, VerifyWatch
+
+    argv = VerifyWatch(VerifySpec(5, against, sample=2, budget=60), str(tmp_path)).argv("rows_0-16")
+    argv = argv[argv.index("verify-data") + 1:]
+    parser = argparse.ArgumentParser()
+    verify.add_arguments(parser)
+    args = parser.parse_args(argv)
+    backend = args.backend or ("sglang" if args.against else "hf")
+    assert misplaced_option(args, backend, VERIFY_OPTIONS, verify.add_arguments) is None, argv

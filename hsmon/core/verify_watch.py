@@ -169,12 +169,11 @@ class VerifyWatch:
     def argv(self, chunk: str) -> list[str]:
         """The check's command line (`hsmon verify-data ... --json`, under nice)."""
         cmd = [sys.executable, "-m", "hsmon", "verify-data", self.out_dir, "--chunk", chunk,
-               "--sample", str(self.spec.sample), "--json",
-               "--request-timeout", str(max(1.0, self.spec.budget))]
+               "--sample", str(self.spec.sample), "--json"]
         if self.spec.against == "hf":
-            cmd += ["--backend", "hf"]
+            cmd += ["--backend", "hf"]  # in-process: no request to time out (the budget still applies)
         else:
-            cmd += ["--against", self.spec.against]
+            cmd += ["--against", self.spec.against, "--request-timeout", str(max(1.0, self.spec.budget))]
         if self.spec.model:
             cmd += ["--model", self.spec.model]
         nice = shutil.which("nice")
