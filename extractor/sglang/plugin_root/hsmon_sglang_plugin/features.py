@@ -9,6 +9,9 @@ why they are the ones that matter are in docs/extract.md, "Supported SGLang rele
 - ``last_hidden_states`` in ``sglang/srt/layers/logits_processor.py``: the logits processor keeps the
   last layer beside the captured ones (``--enable-return-aux-hidden-states``, 0.5.23): adapter
   ``aux-return``, SGLang captures everything and the plugin only reads it.
+- ``_append_prefill_hidden_states(..., capture_hidden_mode, store)`` in the scheduler's batch-result
+  processor: called for every chunked-prefill piece (0.5.18 on). 0.5.14 calls it for the last
+  piece only and drops the others before any hook sees them: refused, as without the registry.
 - otherwise adapter ``layer-capture``: the plugin turns on the model's own EAGLE-3 layer capture
   (``set_eagle3_layers_to_capture``; forward hooks on the decoder layers for a model class without
   it) and splits the logits processor's input into the captured layers and the last layer.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,11 +69,17 @@ def detect(root: Path | None = None) -> Features:
     registry = (root / "srt" / "plugins" / "hook_registry.py").is_file()
     logits = root / "srt" / "layers" / "logits_processor.py"
     aux = logits.is_file() and "last_hidden_states" in logits.read_text()
-    if not registry:
-        refusal = (f"hsmon capture plugin: SGLang {version} has no plugin hook registry "
-                   f"(sglang.srt.plugins); the oldest supported release is {OLDEST_SUPPORTED}: "
-                   "upgrade SGLang")
-        return Features(version, False, aux, None, refusal)
+    processor = root / "srt" / "managers" / "scheduler_components" / "batch_result_processor.py"
+    match = re.search(r"def _append_prefill_hidden_states\(([^)]*)\)",
+                      processor.read_text() if processor.is_file() else "")
+    every_piece = match is not None and "store:" in match.group(1) and "capture_hidden_mode" in match.group(1)
+    lacks = ("no plugin hook registry (sglang.srt.plugins)" if not registry else
+             None if every_piece else "no per-piece prefill hidden-state hook (its scheduler drops the "
+             "middle chunked-prefill pieces)")
+    if lacks:
+        refusal = (f"hsmon capture plugin: SGLang {version} has {lacks}; the oldest supported release is "
+                   f"{OLDEST_SUPPORTED}: upgrade SGLang")
+        return Features(version, registry, aux, None, refusal)
     return Features(version, True, aux, AUX_RETURN if aux else LAYER_CAPTURE, None)
 
 
