@@ -70,7 +70,7 @@ def test_server_info_announces_the_plugin_and_the_capture_flags(server):
     assert info["hsmon_plugin_version"] == "1"
     release = sglang_release()
     expected = {"version": "1", "sglang_version": release["sglang_version"], "modes": ["dump", "pack"],
-                "adapter": release["adapter"], "dump_root": str(server.dump_root)}
+                "adapter": release["adapter"], "tested": True, "dump_root": str(server.dump_root)}
     assert info["enable_return_hidden_states"]
     if release["adapter"] == "aux-return":  # SGLang captures the layers (0.5.23)
         assert info["return_aux_hidden_state_layer_ids"] == [p - 1 for p in POINTS]

@@ -102,7 +102,11 @@ def release_line(facts: ServerFacts) -> str:
     """``SGLang X, capture adapter Y`` for the start of a run (what the server's plugin says)."""
     plugin = facts.plugin or {}
     version = plugin.get("sglang_version") or facts.raw.get("version") or "unknown"
-    return f"{facts.url}: SGLang {version}, capture adapter {plugin.get('adapter', 'aux-return')}"
+    line = f"{facts.url}: SGLang {version}, capture adapter {plugin.get('adapter', 'aux-return')}"
+    if plugin.get("tested") is False:  # started with --allow-untested-sglang
+        line += ("; an untested release: check the first chunk against transformers with hsmon "
+                 "verify-data OUT --backend hf --chunk rows_0-N before hours are spent")
+    return line
 
 
 def _int(value: Any) -> int | None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from hsmon_sglang_plugin import PLUGIN_VERSION, dump_root, pp_refusal
+from hsmon_sglang_plugin import PLUGIN_VERSION, TESTED_SGLANG_VERSIONS, dump_root, pp_refusal
 from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, error_path, final_path
 from hsmon_sglang_plugin.features import AUX_RETURN, LAYER_CAPTURE
 from hsmon_sglang_plugin.writer import Job, Piece, get_writer
@@ -99,6 +99,7 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
         "sglang_version": sglang.__version__,
         "modes": ["dump", "pack"],
         "adapter": _process_facts.get("adapter", AUX_RETURN),
+        "tested": sglang.__version__ in TESTED_SGLANG_VERSIONS,
         "dump_root": dump_root(),
     }
     if _process_facts.get("adapter") == LAYER_CAPTURE:  # no SGLang flag holds them: the plugin's
