@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: setup sysdeps sglang-env demo test test-floors lint clean bench
+.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench
 
 setup: $(VENV)/.hsmon-setup
 
@@ -51,10 +51,16 @@ sysdeps:
 
 # SGLang's own model classes, in a CPU environment of their own (see scripts/setup-sglang-env.sh);
 # the drafter-export test loads an export with them. Skips when already built.
-sglang-env: .sglang-venv/.hsmon-sglang-ready
+# SGLANG_VERSION=X builds .sglang-venv-X instead (a release of the capture plugin's matrix).
+SGLANG_NEWEST := 0.5.23
+SGLANG_VERSION ?= $(SGLANG_NEWEST)
+SGLANG_VENV := $(if $(filter $(SGLANG_NEWEST),$(SGLANG_VERSION)),.sglang-venv,.sglang-venv-$(SGLANG_VERSION))
+# The older releases the conformance tests also run on (make test-sglang-matrix; docs/extract.md).
+SGLANG_MATRIX ?= 0.5.18
+sglang-env: $(SGLANG_VENV)/.hsmon-sglang-ready
 
-.sglang-venv/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
-	scripts/setup-sglang-env.sh .sglang-venv
+$(SGLANG_VENV)/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
+	SGLANG_VERSION=$(SGLANG_VERSION) scripts/setup-sglang-env.sh $(SGLANG_VENV)
 
 # HSMON_NO_SKIP=1: a skip is a failure unless the test is on tests/conftest.py's ALLOWED_SKIPS; -ra
 # prints the skips met (the allowed ones) with their reasons.
@@ -64,6 +70,20 @@ test:
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# make test-sglang-matrix: the capture plugin's conformance tests (tests/test_sglang_server.py and
+# tests/test_extract_sglang.py: equality with transformers on both transports at chunked prefill 64,
+# rows == tokens, the writer's counters, kill and resume, refusals) on each older release of
+# SGLANG_MATRIX, each in its own .sglang-venv-X (built here when missing). make test runs them on the
+# newest; this lane adds the others (its time does not fit make test's budget). CI runs both.
+SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py
+test-sglang-matrix: setup
+	for v in $(SGLANG_MATRIX); do \
+	  $(MAKE) --no-print-directory sglang-env SGLANG_VERSION=$$v || exit 1; \
+	  echo "== SGLang $$v: conformance tests"; \
+	  HSMON_SGLANG_VENV=$(CURDIR)/.sglang-venv-$$v HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 \
+	    $(PY) -m pytest -q -ra -p no:xdist $(SGLANG_CONFORMANCE) || exit 1; \
+	done
 
 # make test-floors: the declared floors (pyproject's >=), tested. A venv of its own with every direct
 # dependency at the lowest version allowed (uv's --resolution lowest-direct; torch stays the pinned
@@ -94,4 +114,4 @@ bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) .sglang-venv .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) .sglang-venv .sglang-venv-* .pytest_cache build *.egg-info

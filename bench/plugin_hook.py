@@ -2,6 +2,7 @@
 thread, and the server's tokens/s with no capture, dump and pack, on a real SGLang server on CPU.
 
     python bench/plugin_hook.py [--tokens 512,2048,8192] [--requests 8] [--hidden 768] [--rounds 2]
+                                [--sglang-venv .sglang-venv-0.5.18]
 
 One `hsmon sglang-serve` server (a random Llama: 4 layers, hidden ``--hidden``, fp32, capture
 points 1,2,3, so a dump is (3+1) x hidden x 4 bytes a token: 12 KB at hidden 768, ~100 MB at
@@ -23,6 +24,10 @@ Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run
 dump >= 0.97x no-capture tokens/s at 2,048-token prompts.
 Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
 before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
+
+``--sglang-venv DIR``: the same measurement on another SGLang release's environment (issue 32's
+matrix), then on the baseline ``.sglang-venv`` (0.5.23) in the same run, one server at a time;
+the RESULT line adds ``baseline_hook_ms_p99=... hook_p99_over_baseline=...`` (goal <= 2).
 """
 
 from __future__ import annotations
@@ -48,10 +53,11 @@ CHUNK = 2048
 CONCURRENCY = 4
 
 
-def start_server(model: Path, dump_root: Path, log: Path, context: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path, dump_root: Path, log: Path, context: int,
+                 python: str | None = None) -> tuple[subprocess.Popen, str]:
     return start_sglang_serve(model, dump_root, log, LAYERS, [
         "--chunked-prefill-size", str(CHUNK), "--context-length", str(context),
-        "--max-total-tokens", str(CONCURRENCY * context + 64)])
+        "--max-total-tokens", str(CONCURRENCY * context + 64)], python)
 
 
 def post(url: str, body: dict) -> dict:
@@ -109,27 +115,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="512,2048,8192")
-    parser.add_argument("--requests", type=int, default=8)
-    parser.add_argument("--hidden", type=int, default=768)
-    parser.add_argument("--pack-max", type=int, default=2048,
-                        help="longer prompts: only before and dump, --long-requests of them, one round")
-    parser.add_argument("--long-requests", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (best tokens/s counts)")
-    args = parser.parse_args()
-    lengths = [int(t) for t in args.tokens.split(",")]
-    from extractor.tiny_model import make_tiny_llama
-
+def measure(model: Path, log: Path, context: int, lengths: list[int], args: argparse.Namespace,
+            python: str | None) -> tuple[dict[tuple[str, int], dict], dict]:
+    """Every mode and length on one server from ``python``'s SGLang environment."""
     results: dict[tuple[str, int], dict] = {}
-    with tempfile.TemporaryDirectory(prefix="hsmon-bench-hook-") as tmp, \
-            tempfile.TemporaryDirectory(prefix="hsmon-bench-", dir="/dev/shm") as shm:
-        scratch = Path(tmp)
-        context = max(lengths) + 16
-        model = make_tiny_llama(scratch / "model", num_layers=4, hidden_size=args.hidden, vocab_size=512,
-                                max_positions=context)
-        server, url = start_server(model, Path(shm), scratch / "server.log", context)
+    with tempfile.TemporaryDirectory(prefix="hsmon-bench-", dir="/dev/shm") as shm:
+        server, url = start_server(model, Path(shm), log, context, python)
         try:
             batch(url, "dump", 64, CONCURRENCY, Path(shm) / "job", "warm")  # warm up every path
             batch(url, "none", 64, CONCURRENCY, Path(shm) / "job", "warm")
@@ -152,6 +143,39 @@ def main() -> int:
             final = capture_state(url)
         finally:
             stop_sglang_serve(server)
+    return results, final
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", default="512,2048,8192")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--pack-max", type=int, default=2048,
+                        help="longer prompts: only before and dump, --long-requests of them, one round")
+    parser.add_argument("--long-requests", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (best tokens/s counts)")
+    parser.add_argument("--sglang-venv", help="an SGLang environment to measure (e.g. .sglang-venv-0.5.18), "
+                        "then the baseline .sglang-venv in the same run, for the ratio")
+    args = parser.parse_args()
+    lengths = [int(t) for t in args.tokens.split(",")]
+    from extractor.tiny_model import make_tiny_llama
+
+    venv = Path(args.sglang_venv) if args.sglang_venv else None
+    baseline = ROOT / ".sglang-venv"
+    with tempfile.TemporaryDirectory(prefix="hsmon-bench-hook-") as tmp:
+        scratch = Path(tmp)
+        context = max(lengths) + 16
+        model = make_tiny_llama(scratch / "model", num_layers=4, hidden_size=args.hidden, vocab_size=512,
+                                max_positions=context)
+        python = str(venv / "bin" / "python") if venv else None
+        results, final = measure(model, scratch / "server.log", context, lengths, args, python)
+        base_p99 = None
+        if venv is not None and venv.resolve() != baseline.resolve():
+            print(f"baseline: the same on {baseline}", flush=True)
+            base, _ = measure(model, scratch / "baseline.log", context, lengths, args,
+                              str(baseline / "bin" / "python"))
+            base_p99 = pct([s[1] for (m, _), r in base.items() if m == "dump" for s in r["samples"]], .99)
     after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"]]
     old = [s for (m, _), r in results.items() if m == "before" for s in r["samples"]]
     biggest = max((s[2] for s in after), default=0.0)
@@ -174,7 +198,9 @@ def main() -> int:
     print(f"RESULT hook_ms_p50={pct(ms_after, .5):.3f} hook_ms_p99={pct(ms_after, .99):.3f} "
           f"hook_ms_per_mb={per_mb:.3f} before_hook_ms_p50={pct(ms_old, .5):.3f} "
           f"before_hook_ms_p99={pct(ms_old, .99):.3f} before_hook_ms_per_mb={per_mb_old:.3f} "
-          f"dump_over_none={dump_ratio:.3f} pack_over_none={pack_ratio:.3f}")
+          f"dump_over_none={dump_ratio:.3f} pack_over_none={pack_ratio:.3f}"
+          + ("" if base_p99 is None else f" sglang_venv={venv.name} baseline_hook_ms_p99={base_p99:.3f} "
+             f"hook_p99_over_baseline={pct(ms_after, .99) / base_p99:.3f}"))
     return 0
 
 

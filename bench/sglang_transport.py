@@ -48,12 +48,14 @@ def start_server(model: Path, dump_root: Path, log: Path, tokens: int) -> tuple[
 
 
 def start_sglang_serve(model: Path, dump_root: Path, log: Path, layers: tuple[int, ...] | list[int],
-                       sglang_args: list[str]) -> tuple[subprocess.Popen, str]:
-    """`hsmon sglang-serve` on CPU (float32) on a free port, ``sglang_args`` passed to SGLang;
-    returns once it says it is ready (the process, its URL)."""
+                       sglang_args: list[str], python: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`hsmon sglang-serve` on CPU (float32) on a free port, ``sglang_args`` passed to SGLang, from
+    the SGLang environment of ``python`` (default: sglang-serve's, .sglang-venv); returns once it
+    says it is ready (the process, its URL)."""
     port = free_port()
     cmd = [sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(model), "--port", str(port),
-           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, layers)), "--device", "cpu", "--",
+           "--dump-dir", str(dump_root), "--layers", ",".join(map(str, layers)), "--device", "cpu",
+           *(["--python", python] if python else []), "--",
            "--dtype", "float32", *sglang_args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,

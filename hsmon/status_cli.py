@@ -133,6 +133,9 @@ def _server_summary(srv: ServerEntry) -> str:
     version = srv.info.version if srv.info is not None else None
     if srv.model:
         parts.append(f"{srv.model}" + (f" v{version}" if version else ""))
+    capture = srv.capture
+    if capture is not None and capture.sglang_version:  # the capture plugin's release and adapter
+        parts.append(f"SGLang {capture.sglang_version}, capture adapter {capture.adapter or 'aux-return'}")
     if srv.health.sglang_timeout_s is not None:  # SGLang's own /health_generate timeout
         parts.append(f"SGLang's health check gives up at {srv.health.sglang_timeout_s:g} s")
     load = srv.load

@@ -6,6 +6,8 @@ module-scoped ``sglang_server`` fixture (the embedded target, fp32, default capt
     from tests.sglang_server import sglang_server  # noqa: F401  (pytest finds the fixture)
 
 A missing .sglang-venv skips, or fails when HSMON_REQUIRE_SGLANG=1 (as `make test` sets).
+HSMON_SGLANG_VENV=DIR runs every server on another SGLang environment (make test-sglang-matrix:
+.sglang-venv-X, one per release of docs/extract.md's support table).
 The server runs in its own process group; stop()/kill() end the whole group.
 """
 
@@ -28,7 +30,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SGLANG_PYTHON = ROOT / ".sglang-venv" / "bin" / "python"
+SGLANG_VENV = Path(os.environ.get("HSMON_SGLANG_VENV") or ROOT / ".sglang-venv")
+SGLANG_PYTHON = SGLANG_VENV / "bin" / "python"
 EMBEDDED_MODEL = ROOT / "extractor" / "embedded"
 READY_TIMEOUT = 420.0  # seconds; a CPU server is ready in ~15 s alone, minutes on a loaded machine
 # SGLang's scheduler polls its sockets without sleeping while idle: half a core to a whole one per
@@ -46,6 +49,21 @@ def sglang_python() -> Path:
             raise AssertionError(f"{SGLANG_PYTHON} missing: run `make sglang-env`")
         pytest.skip("no .sglang-venv (make sglang-env builds it)")
     return SGLANG_PYTHON
+
+
+_release: dict = {}
+
+
+def sglang_release() -> dict:
+    """The SGLang release of the environment the servers run on and the capture adapter it gets
+    (the plugin's own probe, ``python -m hsmon_sglang_plugin.features``): the conformance tests
+    run unchanged on every release of the matrix and take the release-specific facts from here."""
+    if not _release:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "extractor" / "sglang" / "plugin_root")}
+        out = subprocess.run([str(sglang_python()), "-m", "hsmon_sglang_plugin.features"], env=env,
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        _release.update(json.loads(out.strip().splitlines()[-1]))
+    return _release
 
 
 def free_port() -> int:

@@ -304,6 +304,30 @@ def test_capture_counters_sum_over_schedulers_and_are_null_without_the_plugin():
     assert empty is not None and empty.requests == 0 and empty.hook_seconds_p99 is None
 
 
+def test_the_capture_section_names_the_sglang_release_and_adapter_and_status_shows_them():
+    import msgspec
+
+    from hsmon import status_doc
+    from hsmon.core.trackers.server_capture import parse_capture
+    from hsmon.status_cli import _server_summary
+    from hsmon.tui.engine_view import capture_line
+
+    states = [{"hsmon_capture": _plugin_snapshot(1, [0.2])}]
+    info = {"hsmon_plugin": {"version": "1", "sglang_version": "0.5.18", "adapter": "layer-capture"},
+            "internal_states": states}
+    facts = parse_capture(info, now=1.0)
+    assert facts is not None and (facts.sglang_version, facts.adapter) == ("0.5.18", "layer-capture")
+    old = parse_capture({"hsmon_plugin": {"version": "1"}, "internal_states": states}, now=1.0)
+    assert old is not None and old.sglang_version is None and old.adapter is None
+    # optional in the document: absent when unknown (the v1 fixture's capture has neither)
+    assert "sglang_version" not in msgspec.json.decode(msgspec.json.encode(old))
+    assert msgspec.json.decode(msgspec.json.encode(facts))["adapter"] == "layer-capture"
+    doc = status_doc.decode((Path(__file__).parent / "fixtures" / "status_document.json").read_bytes())
+    server = msgspec.structs.replace(doc.jobs[0].servers[0], capture=facts)
+    assert "SGLang 0.5.18, capture adapter layer-capture" in _server_summary(server)
+    assert "SGLang 0.5.18 layer-capture" in capture_line(facts, 200).plain
+
+
 def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
     import shutil
     import subprocess

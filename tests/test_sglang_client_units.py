@@ -87,6 +87,23 @@ def test_pool_wait_honours_a_stop():
         pool.wait(5.0)
 
 
+def test_preflight_takes_the_layer_ids_from_a_layer_capture_plugin_and_names_the_release(capsys):
+    # SGLang 0.5.18 (adapter layer-capture): no aux flags in /server_info, the plugin holds the ids
+    plugin = {**INFO["hsmon_plugin"], "sglang_version": "0.5.18", "adapter": "layer-capture",
+              "layer_ids": "1,3,4", "tested": True}
+    info = {k: v for k, v in INFO.items() if k not in ("enable_return_aux_hidden_states",
+                                                     "return_aux_hidden_state_layer_ids")}
+    check({**info, "hsmon_plugin": plugin})
+    with pytest.raises(preflight.PreflightError, match="captures SGLang layer ids \\[1, 3, 4\\]"):
+        check({**info, "hsmon_plugin": plugin}, points=(1, 2, 3))
+    with pytest.raises(preflight.PreflightError, match="--enable-return-aux-hidden-states"):
+        check({**info, "hsmon_plugin": {**plugin, "adapter": "aux-return"}})  # 0.5.23 needs the flag
+    facts = preflight.facts_of("http://s", {**info, "hsmon_plugin": plugin})
+    assert preflight.release_line(facts) == "http://s: SGLang 0.5.18, capture adapter layer-capture"
+    untested = preflight.facts_of("http://s", {**info, "hsmon_plugin": {**plugin, "tested": False}})
+    assert "untested release: check the first chunk" in preflight.release_line(untested)
+
+
 def check(info: dict, points=(2, 4, 5), transport="shm", dtype="float32", dump_dir="/dev/shm/hsmon/j"):
     facts = preflight.facts_of("http://s", info)
     preflight.check_server(facts, list(points), transport, dtype, dump_dir)

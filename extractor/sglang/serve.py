@@ -33,6 +33,9 @@ CPU_STUBS = REPO_ROOT / "tests" / "sglang_stubs"
 PLUGIN_NAME = "hsmon_capture"
 DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
 CPU_MAX_TOTAL_TOKENS = "8192"
+# The plugin's adapters (extractor/sglang/plugin_root/hsmon_sglang_plugin/features.py).
+AUX_RETURN = "aux-return"
+LAYER_CAPTURE = "layer-capture"
 
 
 class ServeError(ValueError):
@@ -71,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0,
         help="give up (and stop the server) when it is not ready after this many seconds; 0 = wait",
+    )
+    parser.add_argument(
+        "--allow-untested-sglang",
+        action="store_true",
+        help="start an SGLang release outside the tested set (docs/extract.md's support table); "
+        "then check the first dumps with hsmon verify-data",
     )
     parser.add_argument(
         "sglang_args",
@@ -123,19 +132,22 @@ def build_command(
     port: int,
     cpu: bool,
     extra: list[str],
+    adapter: str = AUX_RETURN,
 ) -> list[str]:
-    """The ``sglang.launch_server`` command line with the extraction flags."""
+    """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
+    capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
+    (``HSMON_PLUGIN_AUX_LAYER_IDS``, see ``build_env``) and SGLang returns the last layer."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", model_path]
-    cmd += ["--host", host, "--port", str(port)]
-    cmd += [
-        "--enable-return-hidden-states",
-        "--enable-return-aux-hidden-states",
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--return-aux-hidden-state-layer-ids",
-        *[str(i) for i in sglang_layer_ids(capture_points)],
-        "--disable-radix-cache",
-    ]
+    cmd += ["--host", host, "--port", str(port), "--enable-return-hidden-states"]
+    if adapter == AUX_RETURN:
+        cmd += [
+            "--enable-return-aux-hidden-states",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--return-aux-hidden-state-layer-ids",
+            *[str(i) for i in sglang_layer_ids(capture_points)],
+        ]
+    cmd += ["--disable-radix-cache"]
     if cpu:
         cmd += ["--device", "cpu"]
         if not _given(extra, "--attention-backend"):
@@ -161,6 +173,29 @@ def build_env(base: dict[str, str], dump_root: str, cpu: bool) -> dict[str, str]
     if allowed and PLUGIN_NAME not in {x.strip() for x in allowed.split(",")}:
         env["SGLANG_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
     return env
+
+
+def probe(python: str, env: dict[str, str]) -> dict:
+    """The SGLang release and capture adapter of ``python``'s environment (the plugin's
+    ``features.py``, run there: it reads SGLang's files without importing it)."""
+    try:
+        out = subprocess.run([python, "-m", "hsmon_sglang_plugin.features"], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        raise ServeError(f"--python {python}: cannot read its SGLang's features ({exc}); "
+                         "pass the Python of an SGLang environment (make sglang-env)") from exc
+
+
+def check_release(found: dict, allow_untested: bool) -> str | None:
+    """The one-line refusal for the probed SGLang, or None."""
+    if found.get("refusal"):
+        return str(found["refusal"])
+    if not found.get("tested") and not allow_untested:
+        return (f"SGLang {found.get('sglang_version')} is outside the tested releases (docs/extract.md, "
+                "\"Supported SGLang releases\"); install one, or pass --allow-untested-sglang and check "
+                "the first dumps with hsmon verify-data")
+    return None
 
 
 def plain_launch_line(cmd: list[str], env: dict[str, str], base: dict[str, str]) -> str:
@@ -215,8 +250,25 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     cpu = on_cpu(args.device)
-    cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra)
     env = build_env(dict(os.environ), os.path.abspath(args.dump_dir), cpu)
+    try:
+        found = probe(python, env)
+    except ServeError as exc:
+        print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
+        return 2
+    refusal = check_release(found, args.allow_untested_sglang)
+    if refusal:
+        print(f"hsmon sglang-serve: {refusal}", file=sys.stderr)
+        return 2
+    adapter = str(found["adapter"])
+    print(f"hsmon sglang-serve: SGLang {found['sglang_version']}, capture adapter {adapter}"
+          f"{'' if found.get('tested') else ' (untested release: --allow-untested-sglang)'}",
+          file=sys.stderr, flush=True)
+    if args.allow_untested_sglang:
+        env["HSMON_PLUGIN_ALLOW_UNTESTED"] = "1"
+    if adapter == LAYER_CAPTURE:
+        env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in sglang_layer_ids(points))
+    cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter)
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
     return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
 

@@ -47,7 +47,7 @@ class Load(Section):
     prompt_tokens_per_s: Num | None
 
 
-class Capture(Section):
+class Capture(Section, omit_defaults=True):
     """hsmon's capture plugin inside the server, summed over its schedulers."""
 
     schedulers: int
@@ -65,6 +65,10 @@ class Capture(Section):
     hook_seconds_p50: Num | None
     hook_seconds_p99: Num | None
     read_ts: float
+    # issue 32: the SGLang release and the plugin's capture adapter in it (docs/extract.md's support
+    # table); optional: left out of the document (omit_defaults) when the plugin does not say
+    sglang_version: str | None = None
+    adapter: str | None = None
 
 
 class ServerEntry(Section):

@@ -88,6 +88,8 @@ def capture_line(capture: Capture | None, width: int) -> Text | None:
         line.append(f"  buffer reuses {fmt_count(reuses)}", style="bold red")
     if capture.hook_seconds_p99 is not None:
         line.append(f"  hook p99 {1000 * float(capture.hook_seconds_p99):.1f} ms", style="grey70")
+    if capture.sglang_version:  # issue 32: which release, which adapter
+        line.append(f"  SGLang {capture.sglang_version} {capture.adapter or 'aux-return'}", style="grey70")
     line.truncate(width, overflow="ellipsis")
     return line
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -50,6 +51,8 @@ class SGLangBackend(Backend):
         self.facts = options.facts or preflight.check_servers(
             options.urls, self.capture_points, self.transport, info.dtype, options.dump_dir,
             timeout=min(options.request_timeout, 30.0))
+        for facts in self.facts:  # which SGLang and capture adapter each server runs
+            print(f"hsmon extract: {preflight.release_line(facts)}", file=sys.stderr, flush=True)
         self.concurrency = options.concurrency or preflight.default_concurrency(
             self.facts, options.longest_row, self.transport)
         self._chunk_size = {f.url: f.chunked_prefill_size for f in self.facts}

@@ -78,11 +78,35 @@ def facts_of(url: str, info: dict[str, Any]) -> ServerFacts:
 
     chunk = info.get("chunked_prefill_size")
     return ServerFacts(
-        url=url, layer_ids=[int(i) for i in info.get("return_aux_hidden_state_layer_ids") or []],
+        url=url, layer_ids=[int(i) for i in info.get("return_aux_hidden_state_layer_ids")
+                            or (_plugin_layer_ids(info) if _plugin_captures(info) else [])],
         dtype=str(info.get("dtype", "auto")), chunked_prefill_size=int(chunk) if chunk else -1,
         max_running_requests=opt_int("max_running_requests"), max_total_tokens=opt_int("max_total_tokens"),
         model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info,
         max_input=max_input_of(info), context_length=opt_int("context_length"))
+
+
+def _plugin_captures(info: dict[str, Any]) -> bool:
+    """The plugin captures the layers itself (adapter ``layer-capture``: SGLang releases without
+    ``--enable-return-aux-hidden-states``, docs/extract.md "Supported SGLang releases")."""
+    plugin = info.get("hsmon_plugin")
+    return isinstance(plugin, dict) and plugin.get("adapter") == "layer-capture"
+
+
+def _plugin_layer_ids(info: dict[str, Any]) -> list[int]:
+    ids = info["hsmon_plugin"].get("layer_ids") or ""
+    return [int(i) for i in str(ids).replace(",", " ").split()]
+
+
+def release_line(facts: ServerFacts) -> str:
+    """``SGLang X, capture adapter Y`` for the start of a run (what the server's plugin says)."""
+    plugin = facts.plugin or {}
+    version = plugin.get("sglang_version") or facts.raw.get("version") or "unknown"
+    line = f"{facts.url}: SGLang {version}, capture adapter {plugin.get('adapter', 'aux-return')}"
+    if plugin.get("tested") is False:  # started with --allow-untested-sglang
+        line += ("; an untested release: check the first chunk against transformers with hsmon "
+                 "verify-data OUT --backend hf --chunk rows_0-N before hours are spent")
+    return line
 
 
 def _int(value: Any) -> int | None:
@@ -140,7 +164,7 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
     missing = []  # every flag to add, so that one relaunch fixes them all
     if not info.get("enable_return_hidden_states"):
         missing.append("--enable-return-hidden-states")
-    if not info.get("enable_return_aux_hidden_states"):
+    if not info.get("enable_return_aux_hidden_states") and not _plugin_captures(info):
         missing.append(f"--enable-return-aux-hidden-states --speculative-algorithm EAGLE3 "
                        f"--return-aux-hidden-state-layer-ids {ids}")
     if not info.get("disable_radix_cache"):

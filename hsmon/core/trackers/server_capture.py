@@ -38,8 +38,12 @@ def parse_capture(info: Any, now: float) -> Capture | None:
     sums = {key: sum(_int(p.get(src)) for p in parts) for key, src in _SUMMED.items()}
     hook_ms = sorted(float(s[1]) for p in parts for s in p.get("hook_samples") or []
                      if isinstance(s, list | tuple) and len(s) >= 2 and _number(s[1]))
-    version = info["hsmon_plugin"].get("version")
+    plugin = info["hsmon_plugin"]
+    version = plugin.get("version")
+    release, adapter = plugin.get("sglang_version"), plugin.get("adapter")
     return Capture(
+        sglang_version=str(release) if release is not None else None,
+        adapter=str(adapter) if adapter is not None else None,
         schedulers=len(parts),
         plugin_version=str(version) if version is not None else None,
         write_seconds=sum(_float(p.get("write_seconds")) for p in parts),

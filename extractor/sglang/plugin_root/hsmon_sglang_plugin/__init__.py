@@ -15,7 +15,8 @@ import os
 from collections.abc import Mapping
 
 PLUGIN_VERSION = "1"
-TESTED_SGLANG_VERSIONS = ("0.5.23",)
+# The releases the conformance tests run on (make test-sglang-matrix; docs/extract.md's table).
+TESTED_SGLANG_VERSIONS = ("0.5.18", "0.5.23")
 ALLOW_UNTESTED_ENV = "HSMON_PLUGIN_ALLOW_UNTESTED"
 DUMP_ROOT_ENV = "HSMON_PLUGIN_DUMP_ROOT"
 DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
@@ -31,7 +32,8 @@ def version_refusal(sglang_version: str, env: Mapping[str, str]) -> str | None:
     return (
         f"hsmon capture plugin {PLUGIN_VERSION}: SGLang {sglang_version} is untested (tested: {tested}); "
         f"the hooks patch SGLang internals that change between versions. Install a tested SGLang, "
-        f"or set {ALLOW_UNTESTED_ENV}=1 to try anyway (then check the dumps with hsmon verify-data)"
+        f"or set {ALLOW_UNTESTED_ENV}=1 to try anyway (hsmon sglang-serve --allow-untested-sglang; "
+        f"then check the dumps with hsmon verify-data)"
     )
 
 
@@ -53,14 +55,18 @@ def dump_root(env: Mapping[str, str] | None = None) -> str:
 
 
 def register() -> None:
-    """Entry point: refuse an untested SGLang, then register the hooks (see ``capture.py``)."""
+    """Entry point: refuse an untested SGLang, then register the hooks of the adapter its code
+    calls for (``features.py``; ``capture.py``, ``layer_capture.py``)."""
     import sglang
 
-    refusal = version_refusal(sglang.__version__, os.environ)
+    from hsmon_sglang_plugin.features import detect
+
+    features = detect()
+    refusal = version_refusal(sglang.__version__, os.environ) or features.refusal
     if refusal:
         # SGLang logs and ignores ordinary exceptions from a plugin; a refused plugin must stop
         # the server instead of letting it serve requests that silently lack the capture.
         raise SystemExit(refusal)
     from hsmon_sglang_plugin import capture
 
-    capture.install()
+    capture.install(features.adapter or "")

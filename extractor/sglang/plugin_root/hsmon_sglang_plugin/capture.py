@@ -1,4 +1,8 @@
-"""The hooks inside SGLang 0.5.23 (registered by ``install``, applied by SGLang's plugin loader).
+"""The hooks inside SGLang (registered by ``install``, applied by SGLang's plugin loader).
+
+This module's hooks are adapter ``aux-return`` (0.5.23); adapter ``layer-capture`` (0.5.18,
+``layer_capture.py``) makes the logits output carry the same two tensors, then shares
+``_append_prefill_hidden_states`` and everything after it.
 
 Where the data is: with ``--enable-return-aux-hidden-states`` the logits processor's output
 carries ``hidden_states`` (the captured layers, ``[batch tokens, K*H]``) and
@@ -30,8 +34,9 @@ from typing import Any
 
 import torch
 
-from hsmon_sglang_plugin import PLUGIN_VERSION, dump_root, pp_refusal
+from hsmon_sglang_plugin import PLUGIN_VERSION, TESTED_SGLANG_VERSIONS, dump_root, pp_refusal
 from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, error_path, final_path
+from hsmon_sglang_plugin.features import AUX_RETURN, LAYER_CAPTURE
 from hsmon_sglang_plugin.writer import Job, Piece, get_writer
 
 logger = logging.getLogger("hsmon_sglang_plugin")
@@ -60,10 +65,19 @@ _pending: dict[str, Pending] = {}
 _process_facts: dict[str, Any] = {}
 
 
-def install() -> None:
-    """Register the hooks with SGLang's HookRegistry (called from ``register``)."""
+def install(adapter: str = AUX_RETURN) -> None:
+    """Register the hooks with SGLang's HookRegistry (called from ``register``): the adapter's
+    own (``layer_capture.py`` for ``layer-capture``), then the batch-result hook both share."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    _process_facts["adapter"] = adapter
+    if adapter == LAYER_CAPTURE:
+        from hsmon_sglang_plugin import layer_capture
+
+        layer_capture.install(HookRegistry.register, HookType, _add_server_info, _add_internal_state,
+                              _refuse_pipeline_parallel)
+        HookRegistry.register(APPEND_PREFILL, _append_prefill_hidden_states, HookType.AROUND)
+        return
     HookRegistry.register(SERVER_ARGS_RESOLVE, _refuse_pipeline_parallel, HookType.BEFORE)
     HookRegistry.register(SERVER_INFO, _add_server_info, HookType.AFTER)
     HookRegistry.register(INTERNAL_STATE, _add_internal_state, HookType.AFTER)
@@ -84,8 +98,14 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
         "version": PLUGIN_VERSION,
         "sglang_version": sglang.__version__,
         "modes": ["dump", "pack"],
+        "adapter": _process_facts.get("adapter", AUX_RETURN),
+        "tested": sglang.__version__ in TESTED_SGLANG_VERSIONS,
         "dump_root": dump_root(),
     }
+    if _process_facts.get("adapter") == LAYER_CAPTURE:  # no SGLang flag holds them: the plugin's
+        from hsmon_sglang_plugin.layer_capture import layer_ids
+
+        result["hsmon_plugin"]["layer_ids"] = ",".join(str(i) for i in layer_ids())
     return result
 
 
@@ -116,13 +136,18 @@ def _set_marker(req: Any, marker: dict) -> None:
 
 def _facts() -> dict[str, Any]:
     """Per-process facts, read once: whether this rank writes, the captured layer ids."""
-    if not _process_facts:
+    if "writer" not in _process_facts:
         import sglang
         from sglang.srt.runtime_context import get_exec, get_parallel
 
         parallel = get_parallel()
         writer = getattr(parallel, "attn_tp_rank", 0) == 0 and getattr(parallel, "attn_cp_rank", 0) == 0
-        layer_ids = get_exec().features.return_aux_hidden_state_layer_ids
+        if _process_facts.get("adapter") == LAYER_CAPTURE:
+            from hsmon_sglang_plugin.layer_capture import layer_ids as env_layer_ids
+
+            layer_ids = env_layer_ids()
+        else:
+            layer_ids = get_exec().features.return_aux_hidden_state_layer_ids
         _process_facts.update(
             writer=writer,
             layer_ids=",".join(str(i) for i in layer_ids) if layer_ids else "",
@@ -158,7 +183,7 @@ def _append_prefill_hidden_states(original: Any, processor: Any, **kwargs: Any) 
 
 
 def _rows(logits_output: Any, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    last = logits_output.last_hidden_states
+    last = getattr(logits_output, "last_hidden_states", None)  # set by layer_capture on 0.5.18
     return logits_output.hidden_states[start:end], None if last is None else last[start:end]
 
 
