@@ -1,29 +1,33 @@
 """Online (extract and train at once through a spool) against offline (extract, then train).
 
-Same data (the demo's sample: requests for standard-library functions answered with their
-source, on the embedded target), same seed, same threads on each side (the extractor 1 torch
-thread, the trainer 1: on a 2-core machine one core for each side), same optimizer steps (the
-online run's S: it trains until every row had E passes, its schedule laid over the steps it
-estimates from the extraction's plan; the offline one gets `--max-steps S`, laid over S), the
-same `--batch-tokens` (sized so that the 10 % spool limit holds 4 full batches: the window never
-caps the online batches, so both sides train about the same tokens; `tokens_ratio` shows it).
+Same data (the demo's sample, shuffled once with seed 0: requests for standard-library functions
+answered with their source, on the embedded target), same seed, same threads on each side (the
+extractor 1 torch thread, the trainer 1, OMP_NUM_THREADS=1), same optimizer steps (the online run's
+S: it trains until every row had E passes, its schedule laid over the steps it estimates from the
+extraction's plan; the offline one gets `--max-steps S`, laid over S), the same `--batch-tokens`
+(sized so that the 10 % spool limit holds 4 full batches; `tokens_ratio` shows what each trained).
 
-1. Offline: `hsmon extract` alone (timed); later `hsmon train --max-steps S` alone on the
-   finished data (timed).
+Cores: on this 2-core machine one core for each side, by affinity (sched_setaffinity, inherited by
+every thread of the process): the extractor on core A, alone and online; the trainer on core B,
+alone and online (`--cores A,B`; default the first two this process may use; none pinned with one).
+
+1. Offline: `hsmon extract` alone (timed, core A); later `hsmon train --max-steps S` alone on the
+   finished data (timed, core B).
 2. Online: the same extraction into a spool while `hsmon train SPOOL --follow --passes E --consume`
    trains (wall timed); a sampler reads the bytes of row files in the spool every 0.1 s (peak);
-   `--spool-max` (10 % of the offline data's bytes, with chunks of a quarter of it) is passed when
-   this build's extractor has it; otherwise the peak is what an unbounded spool reached.
-3. Held-out acceptance: `hsmon eval-drafter` (depth 7) of both drafters on the demo's held-out
-   prompts (functions of files neither the sample nor the target's corpus holds).
+   `--spool-max` is 10 % of the offline data's bytes, with chunks of a quarter of it.
+3. Acceptance (eagle3, depth 7, as `hsmon eval-drafter --depth 7`): both drafters on the demo's 4
+   held-out prompts and on 24 sample rows past the training rows (unseen by both), per prompt;
+   `accept_ratio_p5`/`_p95`: a paired bootstrap over the prompts (the spread).
 4. Faults: another online run in which the trainer is killed (-9) after its first checkpoint and
    the extractor killed (-9) after two chunks, each restarted (`--resume` for the trainer); the
    ledger then says how many training rows have fewer (lost) or more (extra) passes than E.
+5. The monitor's cost: bench/spool_watch.py's ratio (online job / the two offline jobs).
 
-usage: python bench/online.py [--quick] [--rows N] [--passes E] [--keep DIR]
-Last line: RESULT accept_online=... accept_offline=... accept_ratio=... peak_spool_mb=... limit_mb=...
-           data_mb=... spool_peak_ratio=... overlap=... offline_ratio=... batch_tokens=... tokens_ratio=...
-           rows_lost=... rows_extra=...
+usage: python bench/online.py [--quick] [--rows N] [--passes E] [--cores A,B] [--keep DIR]
+Last line: RESULT accept_ratio=... (p5, p95) spool_peak_ratio=... overlap=... offline_ratio=...
+           rows_lost=... rows_extra=... monitor_ratio=... load averages, then per goal
+           accept_goal= spool_goal= overlap_goal= ledger_goal= monitor_goal= (pass|FAIL), goals_met=N/5
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -67,6 +72,8 @@ TRAIN = [
     "0.02",
 ]
 CHUNK = 25
+EVAL_SAMPLE_ROWS = 24  # sample rows past the training rows, asked as prompts (unseen by both drafters)
+GOALS = {"accept_ratio": 0.97, "overlap": 1.15, "spool_peak_ratio": 1.0, "limit_share": 0.10, "monitor": 1.0}
 MAX_BATCH_TOKENS = 2048  # the demo's batch; smaller when the spool limit could not hold BATCHES_IN_LIMIT
 BATCHES_IN_LIMIT = 4  # full batches the bounded spool (10 % of the data) must hold
 
@@ -82,19 +89,40 @@ def hsmon(*args: str) -> list[str]:
     return [sys.executable, "-m", "hsmon", *args]
 
 
-def run(cmd: list[str], log: Path) -> float:
+def pin(core: int | None) -> Any:
+    """A preexec_fn that binds the child (and every thread it starts) to one core, or None."""
+    if core is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def run(cmd: list[str], log: Path, core: int | None = None) -> float:
     """Run to the end (exit 0 required); returns the wall seconds."""
     started = time.monotonic()
     with open(log, "ab") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT)
+        proc = subprocess.run(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT, preexec_fn=pin(core))
     if proc.returncode != 0:
         raise SystemExit(f"bench/online.py: {' '.join(cmd[2:5])} failed ({proc.returncode}); see {log}")
     return time.monotonic() - started
 
 
-def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+def start(cmd: list[str], log: Path, core: int | None = None) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT)
+        return subprocess.Popen(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT, preexec_fn=pin(core))
+
+
+def cores_of(text: str | None) -> tuple[int | None, int | None]:
+    """(the extractor's core, the trainer's core): --cores A,B, else the first two this process may
+    use; (None, None) with fewer than two (then nothing is pinned)."""
+    if text:
+        a, b = (int(x) for x in text.split(","))
+        return a, b
+    allowed = sorted(os.sched_getaffinity(0))
+    return (allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None)
+
+
+def load() -> str:
+    return ",".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def wait_ok(proc: subprocess.Popen[bytes], what: str, timeout: float = 3600) -> None:
@@ -138,32 +166,68 @@ def has_spool_max() -> bool:
     return "--spool-max" in out.stdout
 
 
-def acceptance(drafter: Path, setup: dict[str, Any], prompts: int, new_tokens: int, log: Path) -> float:
-    cmd = hsmon(
-        "eval-drafter",
-        "--drafter",
-        str(drafter),
-        "--target-model",
-        setup["model"],
-        "--prompts",
-        setup["prompts"],
-        "--depth",
-        "7",
-        "--max-new-tokens",
-        str(new_tokens),
-        "--max-prompts",
-        str(prompts),
-        "--threads",
-        "1",
-        "--json",
-    )
-    with open(log, "ab") as fh:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=fh, text=True, env=ENV, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench/online.py: eval-drafter failed; see {log}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["outputs_match_greedy"]
-    return float(result["acceptance_length"]["eagle3"]["7"])
+def eval_prompts(setup: dict[str, Any], rows: int, base: Path) -> dict[str, Path]:
+    """The prompt sets: the demo's held-out prompts, and the user turns of EVAL_SAMPLE_ROWS sample rows
+    past the `rows` the drafters trained on (unseen by both; more prompts, a smaller spread)."""
+    sample = Path(setup["data"]).read_text().splitlines()[rows:rows + EVAL_SAMPLE_ROWS]
+    unseen = base / "unseen-prompts.jsonl"
+    unseen.write_text("".join(
+        json.dumps({"messages": [m for m in json.loads(line)["messages"] if m["role"] != "assistant"][:1]})
+        + "\n" for line in sample))
+    sets = {"heldout": Path(setup["prompts"])}
+    if sample:
+        sets["unseen"] = unseen
+    return sets
+
+
+def acceptance(
+    drafter: Path, setup: dict[str, Any], sets: dict[str, Path], new_tokens: int
+) -> list[list[int]]:
+    """[accepted, rounds] per prompt of every set (eagle3 at depth 7, as `hsmon eval-drafter
+    --depth 7` measures it; only that depth), in this process with 1 torch thread."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from trainer.evaluate import evaluate, read_prompts
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(setup["model"])
+    chat = lambda msgs: list(tokenizer.apply_chat_template(  # noqa: E731
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+    pairs: list[list[int]] = []
+    for path in sets.values():
+        prompts = read_prompts(path, None, None, 256, chat)
+        result = evaluate(drafter, Path(setup["model"]), prompts, 7, new_tokens, depths=[7],
+                          drafters=("eagle3",))
+        assert result["outputs_match_greedy"]
+        pairs += result["per_prompt"]["eagle3"]["7"]
+    return pairs
+
+
+def accept_len(pairs: list[list[int]]) -> float:
+    accepted, rounds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return (accepted + rounds) / max(rounds, 1)
+
+
+def ratio_spread(on: list[list[int]], off: list[list[int]], draws: int = 2000) -> tuple[float, float]:
+    """The 5th and 95th percentiles of online/offline acceptance over prompts resampled with
+    replacement (the same prompts for both drafters: a paired bootstrap, seed 0)."""
+    rng, n, ratios = random.Random(0), len(on), []
+    for _ in range(draws):
+        idx = [rng.randrange(n) for _ in range(n)]
+        ratios.append(accept_len([on[i] for i in idx]) / accept_len([off[i] for i in idx]))
+    ratios.sort()
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
+
+
+def monitor_cost() -> float | None:
+    """bench/spool_watch.py's ratio: the monitor's CPU per round for the online job over the two
+    offline jobs it replaces (goal <= 1.0); None when it failed."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "spool_watch.py")], capture_output=True,
+                         text=True, env=ENV, cwd=ROOT)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), "")
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    return float(fields["ratio"]) if "ratio" in fields else None
 
 
 def last_event(path: Path, kind: str) -> dict[str, Any]:
@@ -260,26 +324,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="120 rows, E = 2, 2 eval prompts x 24 tokens")
+    parser.add_argument("--quick", action="store_true", help="120 rows, E = 2, 24 eval tokens")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--passes", type=int, default=None)
+    parser.add_argument("--cores", metavar="A,B", default=None,
+                        help="the extractor's core and the trainer's (default: the first two allowed)")
     parser.add_argument("--keep", metavar="DIR", default=None, help="work here and keep it")
     args = parser.parse_args()
-    rows = args.rows or (120 if args.quick else 300)
+    rows = args.rows or (120 if args.quick else 276)
     passes = args.passes or (2 if args.quick else 4)
-    prompts, new_tokens = (2, 24) if args.quick else (4, 32)
+    new_tokens = 24 if args.quick else 32
+    core_x, core_t = cores_of(args.cores)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hsmon-online-bench-"))
     base.mkdir(parents=True, exist_ok=True)
+    load_start = load()
+    print(f"load average at start {load_start}; extractor on core {core_x}, trainer on core {core_t} "
+          "(alone and online; each 1 torch thread, OMP_NUM_THREADS=1)", flush=True)
     from hsmon.demo.prepare import prepare
 
     setup = prepare(base / "prep", "embedded")
     data = base / "data.jsonl"
-    data.write_text("".join(Path(setup["data"]).read_text().splitlines(keepends=True)[:rows]))
+    # the demo's sample is grouped by source file (textwrap, pathlib, calendar, ...): shuffled once
+    # (seed 0), as docs/train.md "Online" tells a user to shuffle a sorted dataset before extracting;
+    # the same file for both sides (the offline trainer shuffles every epoch anyway)
+    lines = Path(setup["data"]).read_text().splitlines(keepends=True)[:rows]
+    random.Random(0).shuffle(lines)
+    data.write_text("".join(lines))
     ext_args = ["--model", setup["model"], "--chunk-size", str(CHUNK), "--threads", "1", "--min-free", "10M"]
 
     # 1. the extraction alone
     t_extract = run(
-        hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log"
+        hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log", core_x
     )
     manifest = read_manifest(base / "offline")
     data_bytes = manifest.bytes
@@ -302,21 +377,26 @@ def main() -> int:
     watch = SpoolWatch(sp)
     started = time.monotonic()
     spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
-    ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log")
+    ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log",
+                core_x)
     follow = ["--follow", "--passes", str(passes), "--consume", "--out", str(base / "on-drafter")]
     trainer = start(
-        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log"
+        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log",
+        core_t,
     )
     wait_ok(ext, "the online extraction")
     wait_ok(trainer, "the following trainer")
     t_online = time.monotonic() - started
     peak = watch.close()
-    on_done = last_event(spool.train_events_path(sp), "done")
+    on_events = list(ev.iter_events(spool.train_events_path(sp)))
+    on_done = next(e for e in reversed(on_events) if e["kind"] == "done")
     steps = int(on_done["step"])
+    waited = sum(float(e.get("paused_seconds") or 0) for e in on_events if e["kind"] == "resume")
     lost0, extra0, trained = ledger_errors(sp, passes)
     enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
     print(
-        f"online: {t_online:.1f} s wall ({steps} steps), peak spool {peak / 1e6:.1f} MB "
+        f"online: {t_online:.1f} s wall ({steps} steps, the trainer waited {waited:.1f} s for rows), "
+        f"peak spool {peak / 1e6:.1f} MB "
         f"(limit {limit / 1e6:.1f} MB {enforced}, chunks of {chunk_rows if limited else CHUNK} rows); "
         f"rows short of E at the end {lost0}, above {extra0} of {trained}",
         flush=True,
@@ -327,27 +407,44 @@ def main() -> int:
     t_train = run(
         hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
               "--target-model", setup["model"], "--events", str(off_events), *train_args),
-        base / "offline.log",
+        base / "offline.log", core_t,
     )  # fmt: skip
     tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
     print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
           f"offline {tok_off}", flush=True)  # fmt: skip
+    load_timed = load()
 
-    # 4. held-out acceptance
-    acc_on = acceptance(base / "on-drafter", setup, prompts, new_tokens, base / "eval.log")
-    acc_off = acceptance(base / "off-drafter", setup, prompts, new_tokens, base / "eval.log")
+    # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)
+    sets = eval_prompts(setup, rows, base)
+    on_pairs = acceptance(base / "on-drafter", setup, sets, new_tokens)
+    off_pairs = acceptance(base / "off-drafter", setup, sets, new_tokens)
+    acc_on, acc_off = accept_len(on_pairs), accept_len(off_pairs)
+    lo, hi = ratio_spread(on_pairs, off_pairs)
     # 5. faults
     lost, extra, fault_rows = faults(base, data, setup, passes, train_args)
+    # 6. the monitor's cost for the online job against the two offline jobs
+    monitor = monitor_cost()
     overlap = t_online / max(t_extract, t_train)
+    ok = {
+        "accept": acc_on / acc_off >= GOALS["accept_ratio"],
+        "spool": limited and peak <= limit and limit <= GOALS["limit_share"] * data_bytes,
+        "overlap": overlap <= GOALS["overlap"],
+        "ledger": lost == 0 and extra == 0 and lost0 == 0 and extra0 == 0,
+        "monitor": monitor is not None and monitor <= GOALS["monitor"],
+    }
+    verdict = " ".join(f"{k}_goal={'pass' if v else 'FAIL'}" for k, v in ok.items())
     print(
         f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
+        f"accept_ratio_p5={lo:.3f} accept_ratio_p95={hi:.3f} eval_prompts={len(on_pairs)} "
         f"peak_spool_mb={peak / 1e6:.2f} limit_mb={limit / 1e6:.2f} data_mb={data_bytes / 1e6:.2f} "
         f"spool_peak_ratio={peak / max(limit, 1):.2f} limit_enforced={int(limited)} "
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
-        f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} steps={steps} "
-        f"batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
+        f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} waited_s={waited:.1f} "
+        f"steps={steps} batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
         f"passes={passes} rows={rows} rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
-        f"threads=1+1",
+        f"monitor_ratio={monitor if monitor is None else round(monitor, 3)} "
+        f"threads=1+1 cores={core_x},{core_t} load_start={load_start} load_timed_end={load_timed} "
+        f"load_end={load()} {verdict} goals_met={sum(ok.values())}/{len(ok)}",
         flush=True,
     )
     if not args.keep:

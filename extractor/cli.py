@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval")
     parser.add_argument("--disk-poll", type=float, default=2.0, metavar="SECONDS",
                         help="how often a disk pause checks for space")
+    parser.add_argument("--spool-poll", type=float, default=0.1, metavar="SECONDS",
+                        help="how often a spool pause (--spool-max) checks the trainer's ledger for room "
+                             "(a stat per file when idle; room comes back at the trainer's step pace)")
     from extractor.backends.sglang.options import add_arguments as add_sglang_arguments
 
     add_sglang_arguments(parser)

@@ -162,7 +162,7 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
     line = ProgressLine(progress)
     spool_max = record_limit(prep.out, prep.spool_max)
     gate = (None if spool_max is None else
-            SpoolGate(prep.out, spool_max, events, progress, stop_event, args.disk_poll, Abandoned))
+            SpoolGate(prep.out, spool_max, events, progress, stop_event, args.spool_poll, Abandoned))
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update,
                        rejects_path=prep.out / layout.rejects_name(prep.shard.as_tuple),

@@ -6,8 +6,10 @@ At start the limit is recorded in SPOOL/hsmon-spool.json (a resume may change it
 when the bytes of rows not yet consumed (every manifest's row bytes minus the ledger's consumed
 bytes, read incrementally by hsmon.contracts.spool_fill) plus the row would exceed the limit, the
 writer pauses with reason ``spool`` (extractor/pauses.py, the same protocol as a full disk) and
-checks again every --disk-poll seconds until the trainer's ledger records consumption. A row is
-always written into an empty spool, so a row larger than the limit cannot stop the run.
+checks again every --spool-poll seconds (0.1: the trainer frees room at its step pace;
+a 2 s poll left a following trainer starved of rows while the extractor slept) until the
+trainer's ledger records consumption. A row is always written into an empty spool, so a row
+larger than the limit cannot stop the run.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ def online_rows(online: OnlineSection) -> list[tuple[str, str]]:
     """An online job's (label, text) lines: the spool, each side, the bottleneck."""
     passes = f", {online.passes} passes per row" if online.passes else ""
     step = f", trainer at step {online.trainer_step}" if online.trainer_step is not None else ""
+    step += f" ({online.trainer_arch})" if online.trainer_arch else ""
     return [
         ("spool", f"{online.path}: {spool_fill(online)}; {online.rows_waiting} rows waiting, "
                   f"{online.rows_consumed} of {online.rows_written} consumed{passes}{step}"),

@@ -98,7 +98,7 @@ def start_trainer_side(out: Path) -> subprocess.Popen:
     layout.append_jsonl(spool.ledger_path(out), [{"type": "start", "ts": time.time(), "pid": trainer.pid,
                                                   "passes": 2, "consume": True, "step": 0}])
     with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:
-        writer.emit(ev.START, pid=trainer.pid)
+        writer.emit(ev.START, pid=trainer.pid, arch="eagle3.1")  # as trainer/follow.py's start event
         writer.emit("step", step=1, loss=1.0, acc=0.1)
     return trainer
 
@@ -120,8 +120,9 @@ def check_trainer_running_then_dead(monitor: Monitor, trainer: subprocess.Popen)
     assert job.state == "running", job.reason
     assert (online.producer.state, online.consumer.state) == ("paused", "running")
     assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
-    assert online.consumer.pid == trainer.pid
+    assert online.consumer.pid == trainer.pid and online.trainer_arch == "eagle3.1"
     text = render(monitor.status())  # `hsmon status`'s lines for the job
+    assert "trainer at step 1 (eagle3.1)" in text
     assert "online extractor   PAUSED: spool full: " in text and "online trainer     RUNNING: a step" in text
     assert "online bottleneck  training is the bottleneck: extraction waited for spool room" in text
     fill = f"of 700.0 kB ({100 * online.spool_bytes / LIMIT:.0f} %); {online.rows_waiting} rows waiting"

@@ -421,6 +421,11 @@ def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
         )
         assert res["outputs_match_greedy"] is True
         assert all(1.0 <= v <= 4.0 for v in res["acceptance_length"]["eagle3"].values())
+        for name, depths in res["per_prompt"].items():  # per prompt [accepted, rounds], summing to the figure
+            for d, pairs in depths.items():
+                assert len(pairs) == res["prompts"]
+                acc, rounds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+                assert (acc + rounds) / rounds == pytest.approx(res["acceptance_length"][name][d])
     assert good["acceptance_length"]["eagle3"]["3"] > bad["acceptance_length"]["eagle3"]["3"] + 0.3
     assert good["acceptance_length"]["ngram"] == bad["acceptance_length"]["ngram"]
 

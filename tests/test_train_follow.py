@@ -134,6 +134,8 @@ def test_follow_consumes_while_extraction_stops_and_is_killed_then_resumed(tmp_p
     assert_every_row_exactly_e(spool_dir)
     kinds = [e["kind"] for e in trainer_events(spool_dir)]
     assert kinds.index("resume") < kinds.index("step") and kinds[-1] == "done"
+    start = next(e for e in trainer_events(spool_dir) if e["kind"] == "start")
+    assert start["arch"] == "eagle3" and start["mode"] == "follow"  # as the offline trainer's start
 
 
 def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, tiny_model):  # noqa: F811

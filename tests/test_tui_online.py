@@ -27,7 +27,7 @@ def online(dead: bool) -> dict[str, Any]:
                 "pid": 5151, "wait_frac": 0.0})
     return {"path": SPOOL, "limit_bytes": 20_000_000, "spool_bytes": 19_400_000, "rows_written": 180,
             "rows_consumed": 96, "rows_waiting": 84, "passes": 2, "consume": True, "trainer_step": 41,
-            "window_s": 600.0,
+            "window_s": 600.0, **({} if dead else {"trainer_arch": "eagle3.1"}),
             "producer": {"role": "extractor", "state": "paused",
                          "reason": "spool full: 19.4 MB of rows waiting for the trainer (limit 20.0 MB)",
                          "rows_per_s": 20.5, "pid": None, "wait_frac": 0.41},
@@ -75,6 +75,7 @@ async def test_both_sides_together_and_the_alarm_only_when_a_side_is_dead() -> N
             assert "extractor  PAUSED   20.50 rows/s written, waited 41 %" in text
             assert ("trainer    DEAD" if dead else "trainer    RUNNING  18.25 rows/s consumed") in text
             assert "training is the bottleneck:" in text
+            assert ("a step 2s ago  (eagle3.1)" in text) is not dead  # the trainer's start event's arch
             assert "extraction waited for spool room 41 % of the last 10 min" in text
 
 

@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     online.add_argument("--window", type=int, default=0, metavar="ROWS",
                         help="with --follow: rows of the replay window batches are drawn from "
                              "(default: eight batches' worth)")
-    online.add_argument("--poll", type=float, default=0.5, metavar="SECONDS",
+    online.add_argument("--poll", type=float, default=0.1, metavar="SECONDS",
                         help="with --follow: how often the spool is checked while waiting for rows")
 
 

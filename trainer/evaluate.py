@@ -181,9 +181,13 @@ def evaluate(
     max_new: int,
     ngram_max: int = 3,
     on_decode: Callable[[], None] | None = None,
+    depths: list[int] | None = None,
+    drafters: tuple[str, ...] = ("eagle3", "ngram"),
 ) -> dict[str, Any]:
     """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth;
-    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes."""
+    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes.
+    ``depths``/``drafters``: only these (bench/online.py measures eagle3 at depth 7 alone);
+    ``per_prompt`` holds each prompt's [accepted, rounds] per drafter and depth (for a spread)."""
     drafter, points = load_drafter(drafter_dir, target_dir)
     target_config = json.loads((target_dir / "config.json").read_text())
     target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
@@ -214,20 +218,26 @@ def evaluate(
         "max_new_tokens": max_new,
         "outputs_match_greedy": True,
         "greedy_outputs": reference,  # the target's own greedy tokens per prompt (what all variants equal)
+        "per_prompt": {},
     }
     for name, make in (("eagle3", eagle), ("ngram", ngram)):
-        per_depth = {}
-        for d in range(1, depth + 1):
+        if name not in drafters:
+            continue
+        per_depth, per_prompt = {}, {}
+        for d in depths or range(1, depth + 1):
             rounds = accepted = 0
+            per_prompt[str(d)] = []
             for prompt, ref in zip(prompts, reference, strict=True):
                 out = decode(prompt, make(d))
                 if out.tokens != ref:
                     result["outputs_match_greedy"] = False
                 rounds += out.rounds
                 accepted += out.accepted
+                per_prompt[str(d)].append([out.accepted, out.rounds])
             # each round yields its accepted drafts plus the target's own token
             per_depth[str(d)] = (accepted + rounds) / max(rounds, 1)
         result["acceptance_length"][name] = per_depth
+        result["per_prompt"][name] = per_prompt
     return result
 
 

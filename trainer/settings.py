@@ -48,6 +48,6 @@ class TrainSettings:
     follow: bool = False
     follow_passes: int = 1
     follow_consume: bool = False
-    follow_poll_s: float = 0.5
+    follow_poll_s: float = 0.1
     follow_window: int = 0
     extra: dict[str, Any] = field(default_factory=dict)

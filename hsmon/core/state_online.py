@@ -62,6 +62,7 @@ class OnlineFacts:
     passes: int | None = None
     consume: bool = False
     trainer_step: int | None = None
+    trainer_arch: str | None = None  # the drafter architecture the trainer's start event names
     producer_rows_per_s: float | None = None
     consumer_rows_per_s: float | None = None
     spool_wait_frac: float | None = None  # share of the window the extractor waited for room
@@ -165,7 +166,8 @@ def online_decision(f: OnlineFacts, base: Decision, now: float, stall_after: flo
     section = OnlineSection(
         path=f.path, limit_bytes=f.limit_bytes, spool_bytes=f.spool_bytes, rows_written=f.rows_written,
         rows_consumed=f.rows_consumed, rows_waiting=max(0, f.rows_written - f.rows_consumed),
-        passes=f.passes, consume=f.consume, trainer_step=f.trainer_step, producer=producer,
+        passes=f.passes, consume=f.consume, trainer_step=f.trainer_step, trainer_arch=f.trainer_arch,
+        producer=producer,
         consumer=consumer, bottleneck=bottleneck(f, producer.state, consumer.state), window_s=f.window_s)
     return _job_decision(f, base, producer, consumer, now, stall_after), section
 

@@ -47,6 +47,7 @@ class OnlineSection(Section):
     consumer: OnlineSide
     bottleneck: str
     window_s: Num = 0
+    trainer_arch: str | None = None  # the following trainer's drafter architecture (eagle3, eagle3.1)
 
 
 def online_of(job: Any) -> OnlineSection | None:

@@ -132,6 +132,7 @@ class OnlineTracker:
             path=self.out_dir, limit_bytes=self.limit, spool_bytes=spool.waiting_bytes(row_bytes, ledger),
             rows_written=rows, rows_consumed=ledger.consumed_rows, passes=ledger.passes_target,
             consume=ledger.consume, trainer_step=_step(self.train.training) or ledger.step or None,
+            trainer_arch=self.train.arch,
             producer_rows_per_s=self.producer_rate.rate(), consumer_rows_per_s=self.consumer_rate.rate(),
             spool_wait_frac=spool_frac, rows_wait_frac=rows_frac if self.train.exists else None,
             window_s=span, producer_paused_since_ts=self.spool_wait.since,

@@ -40,6 +40,7 @@ class ProgressTracker:
         self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
         self.started = False
         self.started_as: str | None = None  # the job kind its start event shows (extract, train)
+        self.arch: str | None = None  # a trainer's start event's drafter architecture
         self.start_ts: float | None = None
         self.rows_done = 0
         self.rows_total: int | None = None
@@ -134,6 +135,8 @@ class ProgressTracker:
     def _on_start(self, e: dict[str, Any], ts: float) -> None:
         self.started, self.start_ts = True, ts
         self.started_as = started_as(e)
+        arch = e.get("arch")  # a trainer's drafter architecture (eagle3, eagle3.1)
+        self.arch = arch if isinstance(arch, str) else None
         self.terminal_kind = self.terminal_ts = self.paused_reason = None
         pid = e.get("pid")
         self.pid = pid if isinstance(pid, int) else None

@@ -48,6 +48,8 @@ def online_text(online: OnlineSection) -> Text:
     _side(text, "extractor", online.producer)
     text.append("\n")
     _side(text, "trainer", online.consumer)
+    if online.trainer_arch:  # the drafter it trains, as the training panel shows it
+        text.append(f"  ({online.trainer_arch})")
     text.append("\n")
     style = "bold red" if online_alarm(online) else "bold"
     head, sep, tail = online.bottleneck.partition(": ")  # the verdict, then its evidence below it
