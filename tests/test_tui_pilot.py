@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
+from textual.widgets._tabbed_content import ContentTab
 from tui_complete import fixed_source, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
@@ -436,11 +438,21 @@ async def test_a_job_the_daemon_retires_leaves_the_tabs() -> None:
     docs = documents(4)
     later = [{**doc, "jobs": [j for j in doc["jobs"] if j["job"] != "train"]} for doc in docs[2:]]
     server = StatusServer(docs[:2] + later)
+    gc.collect()
+    earlier = [t for t in gc.get_objects() if isinstance(t, ContentTab)]  # other tests' apps
     try:
         async with running([HttpStatusSource(server.url, interval=0.2)]) as (app, pilot):
             tabs = app.screen.query_one(TabbedContent)
             await wait_for(pilot, lambda: [str(t.label) for t in tabs.query("Tab")] == ["extract"])
             assert "extract" in screen_text(app)
             assert sorted(app.histories) == [(0, "extract")]  # its figures went with it (memory)
+            # nothing holds the removed tab (Textual's query caches kept each retired job's tab
+            # and its rendered lines: the TUI grew with every job it had seen)
+            def kept() -> list[ContentTab]:
+                gc.collect()
+                known = {id(t) for t in (*earlier, *app.screen.query(ContentTab))}
+                return [t for t in gc.get_objects() if isinstance(t, ContentTab) and id(t) not in known]
+
+            await wait_for(pilot, lambda: not kept(), timeout=5)
     finally:
         server.close()

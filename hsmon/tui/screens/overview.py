@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from textual._styles_cache import StylesCache
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -57,9 +58,12 @@ class OverviewScreen(Screen[None]):
             return
         tabs = self.query_one("#jobs", TabbedContent)
         existing = {pane.id for pane in tabs.query(TabPane)}
-        for gone in sorted(existing - set(ordered)):  # a job the daemon no longer watches
-            await tabs.remove_pane(gone)
-            existing.discard(gone)
+        gone = sorted(existing - set(ordered))
+        for pane in gone:  # a job the daemon no longer watches
+            await tabs.remove_pane(pane)
+            existing.discard(pane)
+        if gone:
+            self._forget_removed_nodes()
         for index, (key, _job, _doc) in enumerate(self._app.jobs()):
             pid = ordered[index]
             if pid not in existing:
@@ -71,6 +75,20 @@ class OverviewScreen(Screen[None]):
             tabs.display = True
             self.query_one("#empty", Static).display = False
         self._ensured = ordered
+
+    def _forget_removed_nodes(self) -> None:
+        """Empty the query caches that still hold removed tabs. Textual caches every `query_one`
+        by id on the node asked (up to 1024 entries each, keyed by the DOM's update count, so an
+        entry is never hit again once the DOM changes), and removing a widget clears only its own
+        cache: its parents' caches kept each retired job's tab with all its rendered lines (the
+        soak bench's TUI grew with the jobs it had seen). Likewise Textual's `lru_cache` of
+        background styles, keyed by each widget's styles cache (1024 entries, each holding the
+        lines a widget rendered last)."""
+        for node in (self, *self.walk_children()):
+            cache = getattr(node, "_query_one_cache", None)  # Textual >= 6; the floor (5.0.1) lacks it
+            if cache is not None:
+                cache.clear()
+        getattr(StylesCache.get_inner_outer, "cache_clear", lambda: None)()
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""
