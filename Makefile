@@ -13,12 +13,13 @@ TEST_WORKERS ?= 2
 
 setup: $(VENV)/.hsmon-setup
 
-# pip takes the CPU torch from this machine's disk (uv does not look there); uv then installs the
-# rest, about 8x faster than pip from a cold cache (28 s saved on a fresh machine), leaving torch be.
+# pip, not uv: uv resolved another test stack here (pytest 9.2, syrupy 7 with pytest-textual-snapshot
+# 1.0.0, against pip's pytest 8.4.2, syrupy 4.8, snapshot 1.1.0) and every TUI snapshot test failed.
 $(VENV)/.hsmon-setup: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q uv "$(TORCH_PIN)"
-	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev,smollm2]' "$(TORCH_PIN)"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev,smollm2]' "$(TORCH_PIN)"
 	touch $@
 
 # Extraction, daemon and TUI, then a drafter training launched through the daemon and its
