@@ -4,6 +4,7 @@ running (hsmon/core/tracker_errors.py). The exception is injected: a bug cannot 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -192,4 +193,106 @@ def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_al
         job = tick(4)
         assert job["state"] == "running" and "blind" not in job
     finally:
+        writer.close()
+
+
+def _running_job(tmp_path: Path) -> tuple[ev.EventWriter, JobConfig]:
+    events = tmp_path / "e.jsonl"
+    writer = ev.EventWriter("job", events)
+    writer.emit(ev.START, rows_total=100)
+    writer.emit(ev.ROWS, rows=1, tokens=10, last_row=0, rows_done=1, rows_total=100)
+    return writer, JobConfig(name="job", events=str(events))
+
+
+def test_a_tracker_call_that_never_returns_makes_every_figure_stale_then_clears(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read blocked on a hung mount raises nothing and freezes the one tick thread (every job's
+    figures stay as they were). The hang is injected (a hung mount cannot be made here): the events
+    tracker's poll waits on an Event. Past ``stale_after`` the job reads `unknown`, naming the call
+    the tick is stuck in, with every section marked stale in the document, the metric, `hsmon status`
+    and the TUI's process table; when the call returns, the job reads running again."""
+    import threading
+
+    from hsmon.core.trackers.progress import ProgressTracker
+    from hsmon.status_cli import render
+    from hsmon.status_doc import decode, encode
+    from hsmon.tui.view import stale_sections
+
+    writer, cfg = _running_job(tmp_path)
+    real_poll, hung, entered = ProgressTracker.poll, threading.Event(), threading.Event()
+
+    def poll(self: ProgressTracker, *args: object, **kwargs: object) -> object:
+        if not hung.is_set():
+            entered.set()
+            hung.wait(30)  # until the test lets it go ("the mount comes back")
+        return real_poll(self, *args, **kwargs)
+
+    hung.set()
+    monitor = Monitor([cfg], use_watchdog=False, tick_interval=0.1, stale_after=1.5)
+    monitor.start()
+    try:
+        assert monitor.status().jobs[0].state == "running"
+        hung.clear()
+        monkeypatch.setattr(ProgressTracker, "poll", poll)
+        assert entered.wait(10)
+        job = monitor.status().jobs[0]
+        assert job.state == "running"  # within stale_after the last figures stand
+        deadline = time.monotonic() + 10
+        while job.state != "unknown" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = monitor.status().jobs[0]
+        assert job.state == "unknown", job.reason
+        assert job.reason.startswith("no fresh figures for "), job.reason
+        assert "the monitor's tick is stuck in the progress tracker's poll since " in job.reason
+        assert "; last verdict before: running, " in job.reason, job.reason
+        assert [h.id for h in job.hints if h.severity == "warning"] == ["tracker-blind"]
+        (blind,) = job.blind
+        assert blind.tracker == "progress" and {"processes", "progress", "output"} <= set(blind.stale)
+        assert {"processes", "progress"} <= stale_sections(job)
+        text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
+        assert 'hsmon_tracker_blind_since_timestamp_seconds{job="job",tracker="progress"}' in text
+        shown = render(decode(encode(monitor.status())))
+        assert "job [external]: UNKNOWN" in shown and "~ stale: processes, progress" in shown, shown
+        hung.set()  # the call returns: the next tick measures again
+        deadline = time.monotonic() + 10
+        while job.state != "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = monitor.status().jobs[0]
+        assert job.state == "running" and not job.blind, job.reason
+    finally:
+        hung.set()
+        monitor.stop()
+        writer.close()
+
+
+def test_a_slow_tick_within_stale_after_never_reads_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow but alive: every tick takes 0.6 s (made deterministic: the events tracker's poll sleeps),
+    longer than the tick interval, shorter than ``stale_after``: read every 50 ms for 4 s, the job
+    reads running every time and no section is marked stale."""
+    from hsmon.core.trackers.progress import ProgressTracker
+
+    writer, cfg = _running_job(tmp_path)
+    real_poll = ProgressTracker.poll
+
+    def slow_poll(self: ProgressTracker, *args: object, **kwargs: object) -> object:
+        time.sleep(0.6)
+        return real_poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProgressTracker, "poll", slow_poll)
+    monitor = Monitor([cfg], use_watchdog=False, tick_interval=0.1, stale_after=1.5)
+    monitor.start()
+    try:
+        ticks, states = monitor.ticks_total, set()
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            job = monitor.status().jobs[0]
+            states.add((job.state, bool(job.blind)))
+            time.sleep(0.05)
+        assert states == {("running", False)}
+        assert 2 <= monitor.ticks_total - ticks <= 8  # ticks ran, and slowly (0.6 s each; unslowed: ~40)
+    finally:
+        monitor.stop()
         writer.close()

@@ -21,7 +21,7 @@ from hsmon.core.job_document import JobState, Sections, job_status, not_measured
 from hsmon.core.job_ending import EndingWatch, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.state import decide
-from hsmon.core.state_blind import blind_decision, blind_entries
+from hsmon.core.state_blind import blind_decision, blind_entries, stale_status
 from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot
 from hsmon.core.tracker_errors import TrackerErrors
 from hsmon.core.trackers import disk
@@ -71,6 +71,7 @@ class JobRuntime:
         self.watch: Any = None
         self.watch_inode: int | None = None
         self.doc: JobStatus | None = None  # None until the first tick measured the job
+        self.measured_ts: float | None = None  # when a tick last published ``doc``
         self.decision: Decision | None = None
 
     # -- measuring ----------------------------------------------------------------------------
@@ -221,15 +222,21 @@ class JobRuntime:
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         if blind:
             self.doc = replace(self.doc, blind=blind_entries(blind))
+        self.measured_ts = now
         return previous
 
-    def status(self, now: float) -> JobStatus:
+    def status(self, now: float, stale_after: float | None = None) -> JobStatus:
         """The job's status with its dump directory and servers read now (a hung server shows at
-        the next request, not the next tick)."""
+        the next request, not the next tick); ``unknown`` when no tick has measured it for
+        ``stale_after`` seconds (a tracker call that never returns; None: a reader that ticks itself)."""
         doc = self.doc if self.doc is not None else not_measured(self.cfg, self.watch_start_ts)
         dump = self.dump.snapshot(now) if self.dump is not None else None
         servers = [t.snapshot(now) for t in self.servers] if self.servers else None
-        return with_live(doc, dump, servers)
+        live = with_live(doc, dump, servers)
+        if stale_after is None:
+            return live
+        measured = self.measured_ts if self.measured_ts is not None else self.watch_start_ts
+        return stale_status(live, now, measured, stale_after, self.errors.in_call(self.cfg.name))
 
     def _snapshot(
         self,
@@ -329,3 +336,4 @@ class JobRuntime:
                    f"{format_bytes(total)}{pct}",
             output=out,
         )
+        self.measured_ts = now

@@ -27,6 +27,7 @@ import psutil
 from hsmon import __version__
 from hsmon.core.config import DEFAULT_SCAN_INTERVAL, JobConfig
 from hsmon.core.job_runtime import JobRuntime
+from hsmon.core.state_blind import STALE_AFTER_S
 from hsmon.core.tracker_errors import TrackerErrors
 from hsmon.core.trackers.base import poll_all
 from hsmon.status_doc import STATUS_VERSION, DaemonInfo, JobStatus, StatusDocument, to_builtins
@@ -63,9 +64,12 @@ class Monitor:
         source: str = "daemon",
         event_log: Callable[[dict[str, Any]], None] | None = None,
         gpu: Any = None,
+        stale_after: float | None = None,
     ) -> None:
         self.scan_interval = scan_interval
         self.tick_interval = min(tick_interval, scan_interval)
+        # a job no tick has measured for this long reads unknown (hsmon/core/state_blind.py)
+        self.stale_after = max(STALE_AFTER_S, 10 * self.tick_interval) if stale_after is None else stale_after
         self.use_watchdog = use_watchdog
         self.source = source
         self.started_ts = time.time()
@@ -332,7 +336,9 @@ class Monitor:
             for name in [n for n, (_, until) in self._retired.items() if until <= now or n in self._jobs]:
                 del self._retired[name]
             retired = [doc for doc, _ in self._retired.values()]
-        return [runtime.status(now) for runtime in runtimes] + retired
+        # while the tick thread runs, figures age between ticks; a one-shot reader ticks itself
+        stale_after = self.stale_after if self._thread is not None else None
+        return [runtime.status(now, stale_after) for runtime in runtimes] + retired
 
     def status(self) -> StatusDocument:
         """The status document of docs/status-api.md, typed (hsmon.status_doc)."""
