@@ -104,6 +104,7 @@ def report(s: Any, stall_after: float) -> None:
     print(f"daemon fds {first['fds']} -> {last['fds']} (max {max(r['fds'] for r in s.samples)}), threads "
           f"{first['threads']} -> {last['threads']} (max {max(r['threads'] for r in s.samples)}), series "
           f"{first['series']} -> {last['series']} (max {max(r['series'] for r in s.samples)})")
+    print(f"daemon fds by kind at the start {s.fds_seen[0]}, at the end {s.fds_seen[-1]}")
     print(f"scrape ms (every 10 s) p50 {statistics.median(scrapes):.2f} p99 {p99:.2f} "
           f"max {max(scrapes):.2f}; during reloads (n={len(s.reload_scrapes)}) p50 "
           f"{pct(s.reload_scrapes, 0.5):.2f} p99 {reload_p99:.2f} "

@@ -155,6 +155,7 @@ class Soak:
         self.reload_scrapes: list[float] = []
         self.state_lost: list[str] = []
         self.load = [os.getloadavg()]
+        self.fds_seen: list[dict[str, int]] = []  # the daemon's fds by kind: at the start, at the end
 
     def new_job(self, now: float, disk: Path | None = None) -> Job:
         """A writer: events only, + output and manifest, or + output, manifest and a dump dir in
@@ -313,6 +314,7 @@ class Soak:
     def run(self) -> None:
         time.sleep(3)
         self.sample(time.time())  # the start: no job yet
+        self.fds_seen.append(fd_kinds(self.daemon.pid))
         next_reload = next_sample = time.time()
         reload_every = max(20.0, min(120.0, self.args.minutes * 60 / 12))
         while True:
@@ -333,7 +335,26 @@ class Soak:
         time.sleep(GRACE + 5)
         self.sample(time.time())
         self.load.append(os.getloadavg())
+        self.fds_seen.append(fd_kinds(self.daemon.pid))
         self.end_ts = time.time()
+
+
+def fd_kinds(pid: int) -> dict[str, int]:
+    """What a process's open fds are (socket, pipe, anon_inode:inotify, a file's directory)."""
+    kinds: dict[str, int] = {}
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("anon_inode:"):
+            kind = target
+        elif ":" in target and not target.startswith("/"):
+            kind = target.split(":")[0]  # socket:[inode], pipe:[inode]
+        else:
+            kind = str(Path(target).parent)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
 def tui_figures() -> dict[str, float]:
