@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -113,14 +115,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def firing(prom_port: int) -> list[tuple[str, str]]:
+def rule_waits() -> dict[str, float]:
+    """alert name -> its rule's `for:` in seconds (the shipped rules)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    return {r["alert"]: float(r["for"][:-1]) * units[r["for"][-1]] if "for" in r else 0.0 for r in rules}
+
+
+WAITS = rule_waits()
+
+
+def firing(prom_port: int) -> list[tuple[str, str, float]]:
+    """The firing alerts: (name, job, when it fired: Prometheus's activeAt + the rule's `for:`), so
+    a delay does not depend on when the bench polled."""
     url = f"http://127.0.0.1:{prom_port}/api/v1/alerts"
     try:
         alerts = json.loads(get(url, 5))["data"]["alerts"]
     except OSError:
         return []
-    return [(a["labels"].get("alertname", "?"), a["labels"].get("job", "")) for a in alerts
-            if a.get("state") == "firing"]
+    out = []
+    for a in alerts:
+        if a.get("state") != "firing":
+            continue
+        name = a["labels"].get("alertname", "?")
+        stamp = re.sub(r"(\.\d{6})\d*", r"\1", a["activeAt"]).replace("Z", "+00:00")
+        fired = datetime.fromisoformat(stamp).timestamp() + WAITS.get(name, 0.0)
+        out.append((name, a["labels"].get("job", ""), fired))
+    return out
 
 
 class Soak:
@@ -193,7 +214,7 @@ class Soak:
         if len(keep) > len(self.configured) and not final:
             # the writers start before the reload: their interpreters' start (~20 python processes at
             # once) is the bench's load, not the daemon's; a reload's scrapes measure the daemon
-            time.sleep(3)
+            time.sleep(6)
         gone = [j for j in self.configured if j not in keep]
         self.cleanup += [(now + GRACE + 5, j) for j in gone]  # their files go once the grace is over
         self.configured = keep
@@ -259,11 +280,11 @@ class Soak:
         job.proc.send_signal(signal.SIGCONT)
 
     def watch(self, now: float) -> None:
-        for name, job_label in firing(self.prom_port):
+        for name, job_label, fired in firing(self.prom_port):
             job = self.jobs.get(job_label)
             if job is not None and job.fault is not None and job.fault_ts is not None:
                 if job.alert is None:
-                    self.on_alert(job, name, now)
+                    self.on_alert(job, name, fired)
             else:
                 self.false_alerts.add((name, job_label))
         try:
