@@ -1,23 +1,28 @@
 """Benchmark: a week of service compressed into ``--minutes`` (issue 33 item 2).
 
 A real `hsmon daemon` (hsmon.daemon.spawn), a real Prometheus (Debian's `prometheus`) scraping it
-every second with the shipped alert rules (dashboards/prometheus/hsmon-alerts.yml), and with
-``--tui`` a real `hsmon tui` in tmux. Jobs start and finish all along (up to 20 at once): each is a
-writer process of contract-1 events (start with its row and token plan, cumulative `rows` events,
-done) at 20x the story's row rate, and is added/removed by a reload (SIGHUP with a rewritten
-hsmon.toml). Injected at known times: a writer frozen (SIGSTOP) past stall_after, a writer killed
-(SIGKILL). Events files are rotated both ways by their writers (rename + create, copytruncate).
+every second with the shipped alert rules (dashboards/prometheus/hsmon-alerts.yml), and (unless
+``--no-tui``) a real `hsmon tui` in tmux. Jobs start and finish all along (up to 20 at once), each a
+writer process (bench/_soak_writer.py) of the project's own formats, added/removed by a reload
+(SIGHUP with a rewritten hsmon.toml): contract-1 events for every job, and in turn none, a contract-2
+output with its manifest, or an output plus a dump dir in /dev/shm (a file a row, created and
+consumed). Events files are rotated both ways (rename + create, copytruncate); a retired job's
+files are deleted after its grace. Injected at known times: a disk filled on a small real tmpfs
+(mounted here: needs root) under a job's output, early (its rule waits `for: 5m`), a writer frozen
+(SIGSTOP) past stall_after, a writer killed (SIGKILL).
 
-Synthetic parts: the writers (no model, no GPU: rows are sleeps whose length follows the row's
-token count, 200-4000 tokens, ~10,500 tokens/s +-30 % noise, i.e. ~5 rows/s a job = 20x an assumed
-story rate of 0.25 rows/s); no contract-2 manifests, dump-dir churn or filled tmpfs (not done yet).
+Synthetic parts: the writers (no model, no GPU: a row is a sleep whose length follows its token
+count, 200-4000 tokens, ~10,500 tokens/s +-30 % noise, i.e. ~5 rows/s a job = 20x an assumed
+story rate of 0.25 rows/s; row files hold 1 KiB of random bytes, dump files 4 KiB).
 
-Every 10 s: daemon RSS, fds, threads, CPU, /metrics scrape time and series; every 1 s:
-Prometheus's firing alerts and the daemon's status (ETA at 5/25/50 % of each job's rows).
+Every 10 s: daemon RSS, fds, threads, CPU, /metrics scrape time and series, the TUI's RSS, fds and
+threads, the load average; every 1 s: Prometheus's firing alerts and the daemon's status (ETA at
+5/25/50 % of each job's rows; a job's rows and state clock must never go back); for 1.5 s after
+each reload, a scrape every 50 ms.
 
-    python bench/soak.py [--minutes 60] [--tui]
+    python bench/soak.py [--minutes 60] [--no-tui]
 Ends with: RESULT rss_slope_mb_h=... false_alerts=... fault_alerts_missed=... series_growth=...
-           scrape_ms_p99=... eta_error_pct=... reload_s=...
+           scrape_ms_p99=... eta_error_pct=... reload_ms=... tui_rss_slope_mb_h=... (bench/_soak_report.py)
 """
 
 from __future__ import annotations
@@ -27,18 +32,20 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import psutil
 import yaml
+from _soak_report import report  # bench/ is on sys.path: python bench/soak.py
 
 from hsmon import daemon as daemon_process
 
@@ -49,26 +56,8 @@ GRACE = 15.0
 MAX_JOBS = 20
 TOKENS_PER_S = 10_500.0
 
-WRITER = r"""
-import json, os, random, shutil, sys, time
-path, job, rows, seed, rot = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-rng = random.Random(seed)
-lengths = [rng.randint(200, 4000) for _ in range(rows)]
-f = open(path, "a")
-def emit(kind, **kw):
-    f.write(json.dumps({"v": 1, "ts": time.time(), "job": job, "kind": kind, **kw}) + "\n"); f.flush()
-emit("start", pid=os.getpid(), rows_total=rows, tokens_total=sum(lengths))
-done = tokens = 0
-for i, n in enumerate(lengths):
-    time.sleep(n / RATE * rng.uniform(0.7, 1.3))
-    done, tokens = done + 1, tokens + n
-    emit("rows", rows=1, tokens=n, rows_done=done, tokens_done=tokens)
-    if i == rows // 2 and rot == "rename":
-        f.close(); os.rename(path, path + ".1"); f = open(path, "a")
-    elif i == rows // 2 and rot == "copytruncate":
-        shutil.copy(path, path + ".1"); os.truncate(path, 0)
-emit("done", rows_done=done, tokens_done=tokens)
-""".replace("RATE", repr(TOKENS_PER_S))
+WRITER = REPO / "bench" / "_soak_writer.py"
+DISK_MB = 4  # the small tmpfs of the disk-full fault
 
 
 @dataclass
@@ -78,12 +67,15 @@ class Job:
     events: Path
     pidfile: Path
     rows: int
+    out: Path | None = None
+    dump: Path | None = None
     fault: str | None = None
     fault_ts: float | None = None
     alert: tuple[str, float] | None = None  # (alert, ts first seen firing)
     # pct -> (ts, eta_s, eta_low_s, eta_high_s, baseline: rows left over the 60 s row rate)
     eta_at: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
     end_ts: float | None = None
+    seen: tuple[int, str, float] | None = None  # last status: rows_done, state, state_since_ts
 
 
 def get(url: str, timeout: float = 10.0) -> bytes:
@@ -98,6 +90,8 @@ def config_text(jobs: list[Job], anchor: Path) -> str:
     for j in jobs:
         text += (f'\n[[job]]\nname = "{j.name}"\nevents = "{j.events}"\npidfile = "{j.pidfile}"\n'
                  f"stall_after = {STALL_AFTER}\n")
+        text += f'out_dir = "{j.out}"\n' if j.out else ""
+        text += f'dump_dir = "{j.dump}"\n' if j.dump else ""
     return text
 
 
@@ -121,14 +115,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def firing(prom_port: int) -> list[tuple[str, str]]:
+def rule_waits() -> dict[str, float]:
+    """alert name -> its rule's `for:` in seconds (the shipped rules)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    return {r["alert"]: float(r["for"][:-1]) * units[r["for"][-1]] if "for" in r else 0.0 for r in rules}
+
+
+WAITS = rule_waits()
+
+
+def firing(prom_port: int) -> list[tuple[str, str, float]]:
+    """The firing alerts: (name, job, when it fired: Prometheus's activeAt + the rule's `for:`), so
+    a delay does not depend on when the bench polled."""
     url = f"http://127.0.0.1:{prom_port}/api/v1/alerts"
     try:
         alerts = json.loads(get(url, 5))["data"]["alerts"]
     except OSError:
         return []
-    return [(a["labels"].get("alertname", "?"), a["labels"].get("job", "")) for a in alerts
-            if a.get("state") == "firing"]
+    out = []
+    for a in alerts:
+        if a.get("state") != "firing":
+            continue
+        name = a["labels"].get("alertname", "?")
+        stamp = re.sub(r"(\.\d{6})\d*", r"\1", a["activeAt"]).replace("Z", "+00:00")
+        fired = datetime.fromisoformat(stamp).timestamp() + WAITS.get(name, 0.0)
+        out.append((name, a["labels"].get("job", ""), fired))
+    return out
 
 
 class Soak:
@@ -153,36 +166,86 @@ class Soak:
                                                      stderr=open(self.log, "wb"))  # noqa: SIM115
         self.ps = psutil.Process(self.daemon.pid)
         self.prom, self.prom_port = start_prometheus(tmp, self.url.split("://")[1])
-        self.faults = {0.25: "stop", 0.4: "kill"}  # fraction of the run -> fault
+        # fraction of the run -> fault; the disk fault early: its rule waits 5 min (`for: 5m`)
+        self.faults = {0.03: "disk", 0.25: "stop", 0.4: "kill"}
+        self.disk = SmallDisk(tmp / "smalldisk")
+        if not self.disk.mounted:
+            del self.faults[0.03]
+        self.cleanup: list[tuple[float, Job]] = []
+        self.reload_jobs: list[int] = []
+        self.reload_scrapes: list[float] = []
+        self.state_lost: list[str] = []
+        self.load = [os.getloadavg()]
+        self.fds_seen: list[dict[str, int]] = []  # the daemon's fds by kind: at the start, at the end
 
-    def new_job(self, now: float) -> Job:
+    def new_job(self, now: float, disk: Path | None = None) -> Job:
+        """A writer: events only, + output and manifest, or + output, manifest and a dump dir in
+        /dev/shm (in turn); ``disk``: the disk-full fault's job (output there, ~1 row/s, 20 min)."""
         self.started += 1
         name = f"job{self.started:04d}"
         events, pidfile = self.tmp / f"{name}.jsonl", self.tmp / f"{name}.pid"
         seconds = min(self.rng.uniform(40, 120), max(20.0, self.drain + 60 - now))
-        rows = max(50, int(seconds * TOKENS_PER_S / 2100))
+        rows, rate = max(50, int(seconds * TOKENS_PER_S / 2100)), TOKENS_PER_S
         rot = ("none", "rename", "copytruncate")[self.started % 3]
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(events), name, str(rows),
-                                 str(self.started), rot])
+        kind = (self.started // 3) % 3
+        out = self.tmp / f"{name}.out" if kind >= 1 else None
+        dump = self.tmp / f"{name}.dump" if kind == 2 else None
+        if disk is not None:
+            out, dump, rows, rate = disk / name, None, 600, 1050.0  # ~0.5 rows/s, 20 min, 2.4 MB
+        cmd = [sys.executable, str(WRITER), str(events), name, str(rows), str(self.started), rot,
+               "--rate", str(rate), "--row-bytes", str(4096 if disk else 1024)]
+        cmd += ["--out", str(out)] if out else []
+        cmd += ["--dump", str(dump)] if dump else []
+        proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)})
         pidfile.write_text(str(proc.pid))
-        return Job(name, proc, events, pidfile, rows)
+        return Job(name, proc, events, pidfile, rows, out, dump)
 
-    def reload(self, now: float, final: bool = False) -> None:
+    def reload(self, now: float, final: bool = False, extra: Job | None = None) -> None:
         keep = [] if final else [j for j in self.configured if j.end_ts is None or now - j.end_ts < 5]
-        if now < self.drain and not final:
+        if now < self.drain and not final and extra is None:
             alive = len([j for j in keep if j.end_ts is None])
             for _ in range(min(MAX_JOBS - alive, self.rng.randint(MAX_JOBS // 2, MAX_JOBS))):
                 job = self.new_job(now)
                 self.jobs[job.name] = job
                 keep.append(job)
+        if extra is not None:
+            self.jobs[extra.name] = extra
+            keep.append(extra)
+        if len(keep) > len(self.configured) and not final:
+            # the writers start before the reload: their interpreters' start (~20 python processes at
+            # once) is the bench's load, not the daemon's; a reload's scrapes measure the daemon
+            time.sleep(6)
+        gone = [j for j in self.configured if j not in keep]
+        self.cleanup += [(now + GRACE + 5, j) for j in gone]  # their files go once the grace is over
         self.configured = keep
         self.cfg.write_text(config_text(keep, self.anchor))
         self.daemon.send_signal(signal.SIGHUP)
         self.reloads += 1
+        self.reload_jobs.append(len([j for j in keep if j.end_ts is None]))
+        stop = time.perf_counter() + 1.5  # scrapes while the reload is applied
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            get(self.url + "/metrics")
+            self.reload_scrapes.append((time.perf_counter() - t) * 1000)
+            time.sleep(0.05)
+
+    def clean(self, now: float) -> None:
+        """Remove the files of jobs whose grace is over: the dump dirs and outputs come and go."""
+        for item in [c for c in self.cleanup if c[0] <= now]:
+            self.cleanup.remove(item)
+            job = item[1]
+            for path in (job.out, job.dump):
+                if path is not None and path.parent == self.tmp:
+                    shutil.rmtree(path, ignore_errors=True)
+            for path in job.events.parent.glob(job.events.name + "*"):
+                path.unlink(missing_ok=True)
 
     def inject(self, now: float) -> None:
         for frac, kind in list(self.faults.items()):
             if now - self.t0 < frac * self.args.minutes * 60:
+                continue
+            if kind == "disk":
+                self.inject_disk(now)
                 continue
             alive = [j for j in self.configured if j.end_ts is None and j.fault is None and j.eta_at]
             if not alive:
@@ -193,15 +256,35 @@ class Soak:
             del self.faults[frac]
             print(f"[{now - self.t0:6.1f}s] fault: {kind} {job.name}", flush=True)
 
+    def inject_disk(self, now: float) -> None:
+        """The disk-full fault: a job writes its output on a small tmpfs; once it has rows, a ballast
+        file fills the tmpfs but 1 MiB, less than the job still writes (its alert: HsmonDiskWillNotFit)."""
+        if self.disk.job is None:
+            job = self.new_job(now, disk=self.disk.path)
+            job.fault = "disk"
+            self.disk.job = job
+            self.reload(now, extra=job)
+            print(f"[{now - self.t0:6.1f}s] disk job {job.name} on a {DISK_MB} MiB tmpfs", flush=True)
+        elif self.disk.job.seen is not None and self.disk.job.seen[0] >= 10:
+            self.disk.fill(1 << 20)
+            self.disk.job.fault_ts = time.time()
+            self.faults = {f: k for f, k in self.faults.items() if k != "disk"}
+            print(f"[{now - self.t0:6.1f}s] fault: disk filled under {self.disk.job.name}", flush=True)
+
+    def on_alert(self, job: Job, name: str, now: float) -> None:
+        """A faulted job's first alert: seen; end the fault and the job."""
+        job.alert = (name, now)
+        if job.fault == "disk":
+            self.disk.empty()
+        job.proc.send_signal(signal.SIGKILL)
+        job.proc.send_signal(signal.SIGCONT)
+
     def watch(self, now: float) -> None:
-        for name, job_label in firing(self.prom_port):
+        for name, job_label, fired in firing(self.prom_port):
             job = self.jobs.get(job_label)
-            if job is not None and job.fault is not None:
+            if job is not None and job.fault is not None and job.fault_ts is not None:
                 if job.alert is None:
-                    job.alert = (name, now)
-                    if job.fault == "stop":  # seen: let it go on, then end it
-                        job.proc.send_signal(signal.SIGKILL)
-                        job.proc.send_signal(signal.SIGCONT)
+                    self.on_alert(job, name, fired)
             else:
                 self.false_alerts.add((name, job_label))
         try:
@@ -210,7 +293,10 @@ class Soak:
             return
         for js in status["jobs"]:
             job, prog = self.jobs.get(js["job"]), js.get("progress") or {}
-            if job is None or not prog.get("rows_total") or prog.get("eta_s") is None:
+            if job is None:
+                continue
+            self.check_state(job, prog.get("rows_done") or 0, js["state"], js.get("state_since_ts") or 0.0)
+            if not prog.get("rows_total") or prog.get("eta_s") is None:
                 continue
             pct = 100.0 * (prog.get("rows_done") or 0) / prog["rows_total"]
             for mark in (5, 25, 50):
@@ -222,6 +308,16 @@ class Soak:
             if job.end_ts is None and job.proc.poll() is not None:
                 job.end_ts = now
 
+    def check_state(self, job: Job, rows: int, state: str, since: float) -> None:
+        """A job keeps its state through reloads and rotations: its rows never go back, and the
+        time it entered its state does not move while the state stays."""
+        if job.seen is not None:
+            old_rows, old_state, old_since = job.seen
+            if rows < old_rows or (state == old_state and abs(since - old_since) > 1e-3):
+                self.state_lost.append(f"{job.name}: rows {old_rows}->{rows}, {old_state}@{old_since:.1f}"
+                                       f"->{state}@{since:.1f}")
+        job.seen = (rows, state, since)
+
     def sample(self, now: float) -> None:
         t = time.perf_counter()
         text = get(self.url + "/metrics").decode()
@@ -230,15 +326,16 @@ class Soak:
         row = {"t": now - self.t0, "rss_mb": self.ps.memory_info().rss / 2**20, "fds": self.ps.num_fds(),
                "threads": self.ps.num_threads(), "cpu_s": cpu.user + cpu.system, "scrape_ms": scrape_ms,
                "series": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
-               "jobs": sum(1 for j in self.configured if j.end_ts is None)}
+               "jobs": sum(1 for j in self.configured if j.end_ts is None), "load1": os.getloadavg()[0]}
         if self.args.tui:
-            row["tui_rss_mb"] = tui_rss()
+            row.update(tui_figures())
         self.samples.append(row)
         print(json.dumps({k: round(v, 2) for k, v in row.items()}), flush=True)
 
     def run(self) -> None:
         time.sleep(3)
         self.sample(time.time())  # the start: no job yet
+        self.fds_seen.append(fd_kinds(self.daemon.pid))
         next_reload = next_sample = time.time()
         reload_every = max(20.0, min(120.0, self.args.minutes * 60 / 12))
         while True:
@@ -250,6 +347,7 @@ class Soak:
                 next_reload = now + reload_every
             self.inject(now)
             self.watch(now)
+            self.clean(now)
             if now >= next_sample:
                 self.sample(now)
                 next_sample = now + 10
@@ -257,88 +355,76 @@ class Soak:
         self.reload(time.time(), final=True)  # the last: every job gone
         time.sleep(GRACE + 5)
         self.sample(time.time())
+        self.load.append(os.getloadavg())
+        self.fds_seen.append(fd_kinds(self.daemon.pid))
+        self.end_ts = time.time()
 
 
-def tui_rss() -> float:
+def fd_kinds(pid: int) -> dict[str, int]:
+    """What a process's open fds are (socket, pipe, anon_inode:inotify, a file's directory)."""
+    kinds: dict[str, int] = {}
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("anon_inode:"):
+            kind = target
+        elif ":" in target and not target.startswith("/"):
+            kind = target.split(":")[0]  # socket:[inode], pipe:[inode]
+        else:
+            kind = str(Path(target).parent)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+def tui_figures() -> dict[str, float]:
+    """The `hsmon tui` process's RSS (MB), open fds and threads (the python in the tmux pane)."""
+    nan = float("nan")
     out = subprocess.run(["tmux", "list-panes", "-t", "hsmon-soak", "-F", "#{pane_pid}"],
                          capture_output=True, text=True).stdout.split()
     try:
-        proc = psutil.Process(int(out[0]))
-        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+        pane = psutil.Process(int(out[0]))
+        proc = max([pane, *pane.children(recursive=True)], key=lambda p: p.memory_info().rss)
+        return {"tui_rss_mb": proc.memory_info().rss / 2**20, "tui_fds": proc.num_fds(),
+                "tui_threads": proc.num_threads()}
     except (IndexError, ValueError, psutil.Error):
-        return float("nan")
+        return {"tui_rss_mb": nan, "tui_fds": nan, "tui_threads": nan}
 
 
-def slope_per_h(points: list[tuple[float, float]]) -> float:
-    if len(points) < 3:
-        return float("nan")
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    den = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den * 3600 if den else float("nan")
+class SmallDisk:
+    """A real tmpfs of DISK_MB MiB mounted for the disk-full fault (needs root), and its ballast."""
 
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        self.mounted = done.returncode == 0
+        if not self.mounted:
+            print(f"disk fault not injected: cannot mount a tmpfs on {path}: {done.stderr.strip()}",
+                  flush=True)
+        self.job: Job | None = None
 
-def report(s: Soak) -> None:
-    warm = min(600.0, s.args.minutes * 60 * 0.2)
-    steady = [r for r in s.samples[1:-1] if r["t"] >= warm]
-    rss_slope = slope_per_h([(r["t"], r["rss_mb"]) for r in steady])
-    first, last = s.samples[0], s.samples[-1]
-    scrapes = sorted(r["scrape_ms"] for r in s.samples)
-    p99 = scrapes[min(len(scrapes) - 1, int(0.99 * len(scrapes)))]
-    print(f"jobs started {s.started}, reloads {s.reloads}, samples {len(s.samples)}, "
-          f"max jobs at once {max(r['jobs'] for r in s.samples)}")
-    print(f"daemon RSS {first['rss_mb']:.1f} -> {last['rss_mb']:.1f} MB; slope after {warm:.0f} s warm-up "
-          f"{rss_slope:+.2f} MB/h; CPU {last['cpu_s'] - first['cpu_s']:.1f} s")
-    print(f"fds {first['fds']} -> {last['fds']} (max {max(r['fds'] for r in s.samples)}), threads "
-          f"{first['threads']} -> {last['threads']}, series {first['series']} -> {last['series']} "
-          f"(max {max(r['series'] for r in s.samples)})")
-    print(f"scrape ms p50 {statistics.median(scrapes):.2f} p99 {p99:.2f}")
-    print(f"alerts for healthy jobs: {len(s.false_alerts)} {sorted(s.false_alerts)}")
-    missed = 0
-    for job in s.jobs.values():
-        if job.fault is None:
-            continue
-        limit = (STALL_AFTER if job.fault == "stop" else 0.0) + 2 * 1.0 + 5.0  # + scan and eval
-        delay = job.alert[1] - job.fault_ts if job.alert else None
-        missed += delay is None or delay > limit
-        print(f"fault {job.fault} {job.name}: alert {job.alert[0] if job.alert else 'NONE'} after "
-              f"{'-' if delay is None else f'{delay:.1f} s'} (limit {limit:.0f} s)")
-    errors: dict[int, list[float]] = {5: [], 25: [], 50: []}
-    base: dict[int, list[float]] = {5: [], 25: [], 50: []}
-    inside = 0
-    for job in s.jobs.values():
-        if job.fault or job.end_ts is None or job.proc.returncode != 0:
-            continue
-        for mark, (ts, eta, low, high, rows_eta) in job.eta_at.items():
-            actual = job.end_ts - ts
-            if actual > 2:
-                errors[mark].append(100.0 * abs(eta - actual) / actual)
-                base[mark].append(100.0 * abs(rows_eta - actual) / actual)
-                inside += low - 1.5 <= actual <= high + 1.5  # 1 s polls, 1 s scans
-    medians = {m: statistics.median(v) if v else float("nan") for m, v in errors.items()}
-    base_med = {m: statistics.median(v) if v else float("nan") for m, v in base.items()}
-    print("ETA error, median over steady jobs: " + ", ".join(
-        f"at {m} % {medians[m]:.1f} % (n={len(errors[m])}; rows over the 60 s row rate: {base_med[m]:.1f} %)"
-        for m in errors))
-    n_eta = sum(len(v) for v in errors.values())
-    print(f"real end inside the ETA's range (+-1.5 s): {inside} of {n_eta}")
-    reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text())]
-    print(f"reload: {len(reload_s)} logged, max {max(reload_s, default=float('nan')):.3f} s")
-    if s.args.tui:
-        tui = [(r["t"], r["tui_rss_mb"]) for r in steady if r.get("tui_rss_mb") == r.get("tui_rss_mb")]
-        print(f"TUI RSS slope {slope_per_h(tui):+.2f} MB/h")
-    print(f"RESULT rss_slope_mb_h={rss_slope:.2f} false_alerts={len(s.false_alerts)} "
-          f"fault_alerts_missed={missed} series_growth={last['series'] - first['series']} "
-          f"fd_growth={last['fds'] - first['fds']} scrape_ms_p99={p99:.2f} "
-          f"eta_error_pct={max(medians.values()):.1f} eta_error_baseline_pct={max(base_med.values()):.1f} "
-          f"reload_s={max(reload_s, default=float('nan')):.3f}")
+    def fill(self, leave: int) -> None:
+        st = os.statvfs(self.path)
+        with open(self.path / "ballast", "wb") as fh:
+            fh.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+
+    def empty(self) -> None:
+        (self.path / "ballast").unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], check=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0,
                         help="length of the run (default 60; 5: a quick look)")
-    parser.add_argument("--tui", action="store_true", help="also run `hsmon tui` in tmux and record its RSS")
+    parser.add_argument("--no-tui", dest="tui", action="store_false",
+                        help="without `hsmon tui` in tmux (by default one runs: RSS, fds, threads recorded)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hsmon-soak-", dir="/dev/shm"))
     soak = Soak(args, tmp)
@@ -348,7 +434,7 @@ def main() -> None:
                             f"{sys.executable} -m hsmon tui --url {soak.url}"], check=True,
                            env={**os.environ, "PYTHONPATH": str(REPO)})
         soak.run()
-        report(soak)
+        report(soak, STALL_AFTER)
     finally:
         if args.tui:
             subprocess.run(["tmux", "kill-session", "-t", "hsmon-soak"], check=False)
@@ -360,6 +446,7 @@ def main() -> None:
         for proc in (soak.prom, soak.daemon):
             proc.terminate()
             proc.wait(timeout=30)
+        soak.disk.unmount()
         subprocess.run(["rm", "-rf", str(tmp)], check=False)
 
 

@@ -92,6 +92,7 @@ class Monitor:
         self.overflows_total = 0
         self.scans_total = 0
         self.ticks_total = 0
+        self.jobs_generation = 0  # bumped when a job is added, removed or retired (a cache key)
         self.tick_seconds_last = 0.0
         self.tracker_errors = TrackerErrors()
         from hsmon.core.trackers.gpu import GpuTracker
@@ -113,12 +114,14 @@ class Monitor:
             if runtime.output is not None:
                 runtime.output.on_read = self._wake.set  # a manifest read on a thread: tick at once
             self._jobs[cfg.name] = runtime
+            self.jobs_generation += 1
         if self._thread is not None:
             self._wake.set()
 
     def remove_job(self, name: str) -> bool:
         with self._lock:
             runtime = self._jobs.pop(name, None)
+            self.jobs_generation += 1
         if runtime is not None:
             runtime.close()
         if runtime is not None and runtime.watch is not None and self._observer is not None:
@@ -136,6 +139,7 @@ class Monitor:
             return False
         with self._lock:
             self._retired[name] = (doc, time.time() + grace_s)
+            self.jobs_generation += 1
         return True
 
     def job_names(self) -> list[str]:
@@ -335,6 +339,7 @@ class Monitor:
             runtimes = list(self._jobs.values())
             for name in [n for n, (_, until) in self._retired.items() if until <= now or n in self._jobs]:
                 del self._retired[name]
+                self.jobs_generation += 1
             retired = [doc for doc, _ in self._retired.values()]
         # while the tick thread runs, figures age between ticks; a one-shot reader ticks itself
         stale_after = self.stale_after if self._thread is not None else None

@@ -1,10 +1,13 @@
-"""Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics at
-scrape time (contract 3: hsmon_ prefix, base units, _total counters, labels job/role only), plus
-the engine families (servers, GPUs) that the tick thread renders (hsmon.metrics.engine_metrics).
-A scrape never touches the filesystem. Every metric is documented in docs/metrics.md."""
+"""Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics
+(contract 3: hsmon_ prefix, base units, _total counters, labels job/role only), plus the engine
+families (servers, GPUs) that the tick thread renders (hsmon.metrics.engine_metrics). A scrape
+never touches the filesystem; while scrapes come, the tick thread renders the text after each tick
+and a scrape only sends it (MetricsEndpoint). Every metric is documented in docs/metrics.md."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,17 +103,68 @@ class MonitorCollector(Collector):
         yield from (sent, failed)
 
 
+PRERENDER_S = 30.0  # the tick thread renders for scrapes while one came this recently
+
+
 class MetricsEndpoint:
-    """What /metrics serves: the job families collected at scrape time, then the engine families as
-    the last tick rendered them. Registers its engine renderer as a tick listener of ``monitor``."""
+    """What /metrics serves: the job families, then the engine families as the last tick rendered
+    them. Generating the text is the scrape's cost (~10 ms for the ~1,500 series of 20 jobs on a
+    loaded 2-core machine, mostly prometheus_client's formatting), so while scrapes come (one in the
+    last PRERENDER_S) the tick thread renders the job families after each tick and a scrape sends
+    those bytes. A scrape renders itself when no tick rendered since the last change it can see: a
+    tick, or a job added, removed or retired (a reload) since. While the tick thread is rendering, a
+    scrape sends the previous tick's text (one tick old) rather than wait or render twice."""
 
     def __init__(self, monitor: Any, extra: Any = None) -> None:
+        self.monitor = monitor
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(MonitorCollector(monitor, extra))
         self.engine = EngineExposition(monitor)
+        self._lock = threading.Lock()
+        self._text = b""
+        self._key: tuple[int, int] | None = None  # (ticks, jobs generation) the text was rendered at
+        self._rendering = False
+        self._scraped = float("-inf")  # time.monotonic() of the last scrape
+        self.prerenders_total = 0  # renderings by the tick thread
+        self.renders_total = 0  # renderings by a scrape
         monitor.add_tick_listener(self.engine.refresh)
+        monitor.add_tick_listener(self._prerender)
         self.engine.refresh()
+
+    def _now_key(self) -> tuple[int, int] | None:
+        ticks = getattr(self.monitor, "ticks_total", None)
+        generation = getattr(self.monitor, "jobs_generation", None)
+        return None if ticks is None or generation is None else (ticks, generation)
+
+    def _prerender(self) -> None:
+        """A tick listener: render the job families for the scrapes to come (when scrapes come)."""
+        if time.monotonic() - self._scraped > PRERENDER_S:
+            return
+        key = self._now_key()
+        with self._lock:
+            self._rendering = True
+        text = None
+        try:
+            text = generate_latest(self.registry)
+        finally:
+            with self._lock:
+                self._rendering = False
+                if text is not None:
+                    self._text, self._key = text, key
+                    self.prerenders_total += 1
 
     def render(self) -> bytes:
         """The whole exposition in the Prometheus text format."""
-        return generate_latest(self.registry) + self.engine.text()
+        self._scraped = time.monotonic()
+        key = self._now_key()
+        with self._lock:
+            fresh = key is not None and self._key is not None and (
+                self._key == key or (self._rendering and self._key[1] == key[1]))
+            text = self._text if fresh else None
+        if text is None:
+            text = generate_latest(self.registry)
+            with self._lock:
+                self.renders_total += 1
+                if not self._rendering:
+                    self._text, self._key = text, key
+        return text + self.engine.text()
