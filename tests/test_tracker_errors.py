@@ -231,8 +231,15 @@ def test_a_tracker_call_that_never_returns_makes_every_figure_stale_then_clears(
     hung.set()
     monitor = Monitor([cfg], use_watchdog=False, tick_interval=0.1, stale_after=1.5)
     monitor.start()
+    endpoint = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/"))
     try:
         assert monitor.status().jobs[0].state == "running"
+        assert b"hsmon_tracker_blind_since" not in endpoint.render().split(b"# HELP hsmon_tick")[0].split(
+            b"# TYPE hsmon_tracker_blind_since_timestamp_seconds gauge")[1]  # scrapes come: the tick renders
+        deadline = time.monotonic() + 5
+        while endpoint.prerenders_total == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert endpoint.prerenders_total > 0
         hung.clear()
         monkeypatch.setattr(ProgressTracker, "poll", poll)
         assert entered.wait(10)
@@ -250,8 +257,13 @@ def test_a_tracker_call_that_never_returns_makes_every_figure_stale_then_clears(
         (blind,) = job.blind
         assert blind.tracker == "progress" and {"processes", "progress", "output"} <= set(blind.stale)
         assert {"processes", "progress"} <= stale_sections(job)
-        text = MetricsEndpoint(monitor, Notifier("http://127.0.0.1:9/")).render().decode()
-        assert 'hsmon_tracker_blind_since_timestamp_seconds{job="job",tracker="progress"}' in text
+        # the tick count stands still while the tick is stuck: once the last rendered text is older
+        # than TEXT_MAX_AGE_S (5 s), the scrape renders the stale state itself
+        family = 'hsmon_tracker_blind_since_timestamp_seconds{job="job",tracker="progress"}'
+        deadline = time.monotonic() + 10
+        while family not in (text := endpoint.render().decode()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert family in text and 'hsmon_job_state{job="job",state="unknown"} 1.0' in text
         shown = render(decode(encode(monitor.status())))
         assert "job [external]: UNKNOWN" in shown and "~ stale: processes, progress" in shown, shown
         hung.set()  # the call returns: the next tick measures again

@@ -104,6 +104,9 @@ class MonitorCollector(Collector):
 
 
 PRERENDER_S = 30.0  # the tick thread renders for scrapes while one came this recently
+# a rendered text older than this is never sent: a tick stuck in a call that never returns leaves
+# the tick count where it was, and the scrape must then render the jobs' stale state itself
+TEXT_MAX_AGE_S = 5.0
 
 
 class MetricsEndpoint:
@@ -123,6 +126,7 @@ class MetricsEndpoint:
         self._lock = threading.Lock()
         self._text = b""
         self._key: tuple[int, int] | None = None  # (ticks, jobs generation) the text was rendered at
+        self._rendered = float("-inf")  # time.monotonic() when it was
         self._rendering = False
         self._scraped = float("-inf")  # time.monotonic() of the last scrape
         self.prerenders_total = 0  # renderings by the tick thread
@@ -150,15 +154,15 @@ class MetricsEndpoint:
             with self._lock:
                 self._rendering = False
                 if text is not None:
-                    self._text, self._key = text, key
+                    self._text, self._key, self._rendered = text, key, time.monotonic()
                     self.prerenders_total += 1
 
     def render(self) -> bytes:
         """The whole exposition in the Prometheus text format."""
-        self._scraped = time.monotonic()
+        self._scraped = now = time.monotonic()
         key = self._now_key()
         with self._lock:
-            fresh = key is not None and self._key is not None and (
+            fresh = key is not None and self._key is not None and now - self._rendered <= TEXT_MAX_AGE_S and (
                 self._key == key or (self._rendering and self._key[1] == key[1]))
             text = self._text if fresh else None
         if text is None:
@@ -166,5 +170,5 @@ class MetricsEndpoint:
             with self._lock:
                 self.renders_total += 1
                 if not self._rendering:
-                    self._text, self._key = text, key
+                    self._text, self._key, self._rendered = text, key, now
         return text + self.engine.text()
