@@ -57,7 +57,7 @@ SGLANG_NEWEST := 0.5.23
 SGLANG_VERSION ?= $(SGLANG_NEWEST)
 SGLANG_VENV := $(if $(filter $(SGLANG_NEWEST),$(SGLANG_VERSION)),.sglang-venv,.sglang-venv-$(SGLANG_VERSION))
 # The older releases the conformance tests also run on (make test-sglang-matrix; docs/extract.md).
-SGLANG_MATRIX ?= 0.5.18
+SGLANG_MATRIX ?= 0.5.18 0.5.22
 sglang-env: $(SGLANG_VENV)/.hsmon-sglang-ready
 
 $(SGLANG_VENV)/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
