@@ -64,8 +64,8 @@ def start(out: Path, model: Path, backend: Any, skip: bool,
 
 
 class FirstChunkCheck(threading.Thread):
-    """Waits for the first chunk the run completes (``chunk_done``, from the writer thread), then
-    runs verify-data on it. ``error`` holds the run's error after a disagreement."""
+    """Waits for the first chunk with rows the run completes (``chunk_done``, from the writer
+    thread), then runs verify-data on it. ``error`` holds the run's error after a disagreement."""
 
     def __init__(self, out: Path, model: Path, servers: list[Untested], stop_event: threading.Event,
                  sample: int = SAMPLE) -> None:
@@ -80,11 +80,13 @@ class FirstChunkCheck(threading.Thread):
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
-    def chunk_done(self, name: str) -> None:
-        """The writer recorded chunk ``name``: the first one is checked."""
+    def chunk_done(self, record: dict[str, Any]) -> None:
+        """The writer recorded a chunk: the first one with rows (not only rejects) is checked."""
+        if not record.get("rows"):
+            return
         with self._lock:
             if self._chunk is None:
-                self._chunk = name
+                self._chunk = str(record["chunk"])
         self._wake.set()
 
     def finish(self, stopped: bool) -> None:
