@@ -48,6 +48,9 @@ from sglang_server import (
 from hsmon.contracts import layout
 
 pytestmark = pytest.mark.slow
+# client_side: what the test proves is the client's (a wait, a retry, a check of its own), the real
+# server only answers as on any release: run on the newest by make test, not again on each older
+# release by make test-sglang-matrix (its time).
 
 CHUNK = 64  # the server's --chunked-prefill-size
 CONTEXT = 512  # the server's --context-length
@@ -266,6 +269,7 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
     assert "radix cache is on" in proc.stderr
 
 
+@pytest.mark.client_side
 def test_preflight_waits_for_a_server_that_still_loads(workdir, server, data_short):
     """The extract unit starts beside a server that loads its model for minutes: with
     --wait-for-server it waits (a progress line) and goes on once the server answers; without, it
@@ -336,6 +340,7 @@ def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, s
     assert lines["2"].endswith("ok") and lines["5"].endswith("DIFFERS") and lines["final"].endswith("DIFFERS")
 
 
+@pytest.mark.client_side
 def test_an_untested_release_gets_its_first_chunk_checked_against_transformers(workdir, server, data_short,
                                                                               perturbed):
     """A server on a release outside the tested set (sglang-serve --allow-untested-sglang): the real
@@ -366,6 +371,7 @@ def test_an_untested_release_gets_its_first_chunk_checked_against_transformers(w
     assert "AGREE" not in skipped.stderr and "DISAGREE" not in skipped.stderr
 
 
+@pytest.mark.client_side
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed: run `make sysdeps`")
 def test_daemon_engine_check_agrees_on_server_data_and_pages_on_other_weights(workdir, server, json_short,
                                                                               perturbed):
@@ -627,6 +633,7 @@ def test_a_row_the_server_refuses_is_rejected_with_its_message(workdir, server, 
         proxy.stop()
 
 
+@pytest.mark.client_side
 def test_a_poison_row_is_rejected_after_the_bounded_attempts(workdir, server, edge):
     """A FAKE proxy answers HTTP 500 to one row (and only to it); the real server does the rest."""
     from fake_sglang_proxy import FakeSGLangProxy
