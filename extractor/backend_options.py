@@ -26,6 +26,7 @@ EXTRACT_OPTIONS: Mapping[str, str] = {
     "give_up_after": SGLANG,
     "row_attempts": SGLANG,
     "wait_for_server": SGLANG,
+    "skip_first_chunk_check": SGLANG,
     "device": HF,  # the SGLang server runs where it was started
 }
 VERIFY_OPTIONS: Mapping[str, str] = {

@@ -182,6 +182,12 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
         events.emit(ev.ERROR, message=f"{type(exc).__name__}: {exc}", **progress.snapshot())
         log(f"error: {type(exc).__name__}: {exc}")
         return 1
+    from extractor import first_chunk_check
+
+    check = first_chunk_check.start(prep.out, prep.model_dir, backend,
+                                    getattr(args, "skip_first_chunk_check", False), stop_event)
+    if check is not None:  # the chunks this run completes (not those of an earlier run)
+        writer.on_chunk = check.chunk_done
     writer.start()
     quit_heartbeat = threading.Event()
     heartbeat = threading.Thread(target=heartbeat_loop, name="hsmon-heartbeat", daemon=True,
@@ -193,6 +199,9 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     writer.finish()
+    if check is not None:
+        check.finish(stopped=stop_event.is_set())
+        error = error or check.error
     quit_heartbeat.set()
     heartbeat.join()
     line.end()

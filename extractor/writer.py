@@ -193,6 +193,8 @@ class RowWriter(threading.Thread):
         self._disk_pause = Pause("disk", events, progress)
         # --spool-max: waits (paused, reason spool) until a row of N bytes fits (extractor/spool_gate.py)
         self.spool_room = spool_room
+        # called with each chunk's record once it is written (extractor/first_chunk_check.py)
+        self.on_chunk: Callable[[dict[str, Any]], None] | None = None
 
     # -- main-thread side ---------------------------------------------------------------
     def submit(self, batch: list[RowItem | RejectItem]) -> bool:
@@ -339,6 +341,8 @@ class RowWriter(threading.Thread):
                 self.progress.chunks_done += 1
             self.events.emit(ev.CHUNK, chunk=record["chunk"], rows=record["rows"], tokens=record["tokens"],
                              bytes=record["bytes"], rejects=record["rejects"], sha256=record["sha256"])
+            if self.on_chunk is not None:
+                self.on_chunk(record)
 
     def append(self, records: list[dict[str, Any]], path: Path | None = None) -> None:
         """Append records to the manifest (or ``path``), fsynced; waits (paused) while the disk is full."""

@@ -19,11 +19,13 @@ sglang_version=${SGLANG_VERSION:-$newest}
 case "$sglang_version" in
   0.5.23) nodeps="xgrammar==0.2.7"
           pins="transformers==5.19.0 tokenizers==0.23.2 openai==2.8.0 apache-tvm-ffi==0.1.11 llguidance>=1.7.6,<2" ;;
+  0.5.22) nodeps="xgrammar==0.2.7"
+          pins="transformers==5.19.0 tokenizers==0.23.2 openai==2.6.1 apache-tvm-ffi==0.1.11 llguidance>=1.7.6,<2" ;;
   0.5.18) nodeps="xgrammar==0.2.1"
           pins="transformers==5.12.1 openai==2.6.1 apache-tvm-ffi==0.1.11 llguidance>=1.7.6,<2" ;;
   0.5.14) nodeps="xgrammar==0.2.1"
           pins="transformers==5.8.1 openai==2.6.1 apache-tvm-ffi==0.1.9 llguidance>=0.7.11,<0.8" ;;
-  *) echo "setup-sglang-env: SGLANG_VERSION=$sglang_version has no pins here (known: 0.5.14 0.5.18 0.5.23); add a row to this script's table (docs/extract.md, \"Adding a release\")" >&2
+  *) echo "setup-sglang-env: SGLANG_VERSION=$sglang_version has no pins here (known: 0.5.14 0.5.18 0.5.22 0.5.23); add a row to this script's table (docs/extract.md, \"Adding a release\")" >&2
      exit 2 ;;
 esac
 if [ "$sglang_version" = "$newest" ]; then default_venv=$root/.sglang-venv; else default_venv=$root/.sglang-venv-$sglang_version; fi

@@ -31,6 +31,11 @@ def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "client_side: proves the client's behaviour, the SGLang server only "
+                            "answers (make test-sglang-matrix leaves it out on the older releases)")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in one."""

@@ -3,7 +3,10 @@
 - ``fail_ids``: answer HTTP 500 to every /generate request whose ``input_ids`` equal these (one
   poison row; any other request, a shorter control request included, goes to the real server);
 - ``hide_limits``: drop ``max_req_input_len`` and ``context_length`` from /server_info (a server
-  that does not publish its limits), so that the real server's own refusal can be met.
+  that does not publish its limits), so that the real server's own refusal can be met;
+- ``untested``: the capture plugin's section of /server_info names this SGLang release, outside
+  the tested set (``tested: false``), as a server started on it with ``hsmon sglang-serve
+  --allow-untested-sglang`` says; the hidden states stay the real server's.
 
 Everything else is forwarded unchanged, status and body included.
 """
@@ -23,11 +26,12 @@ class FakeSGLangProxy:
     """``start()`` serves on a free local port; ``url`` is what the client is given."""
 
     def __init__(self, upstream: str, fail_ids: list[int] | None = None, hide_limits: bool = False,
-                 port: int = 0) -> None:
+                 port: int = 0, untested: str | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.port = port  # 0: any free port
         self.fail_ids = fail_ids
         self.hide_limits = hide_limits
+        self.untested = untested
         self.failed = 0  # 500s answered to the poison row
         self.forwarded = 0
         self._lock = threading.Lock()
@@ -65,11 +69,8 @@ class FakeSGLangProxy:
 
             def do_GET(self) -> None:
                 status, body = self._forward(None)
-                if proxy.hide_limits and status == 200 and self.path in ("/server_info", "/get_server_info"):
-                    info = json.loads(body)
-                    for key in HIDDEN:
-                        info.pop(key, None)
-                    body = json.dumps(info).encode()
+                if status == 200 and self.path in ("/server_info", "/get_server_info"):
+                    body = proxy.server_info(body)
                 self._reply(status, body)
 
             def do_POST(self) -> None:
@@ -89,6 +90,17 @@ class FakeSGLangProxy:
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fake-sglang-proxy", daemon=True).start()
         return self
+
+    def server_info(self, body: bytes) -> bytes:
+        if not (self.hide_limits or self.untested):
+            return body
+        info = json.loads(body)
+        if self.hide_limits:
+            for key in HIDDEN:
+                info.pop(key, None)
+        if self.untested and isinstance(info.get("hsmon_plugin"), dict):
+            info["hsmon_plugin"] = {**info["hsmon_plugin"], "sglang_version": self.untested, "tested": False}
+        return json.dumps(info).encode()
 
     def stop(self) -> None:
         if self._server is not None:

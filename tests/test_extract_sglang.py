@@ -48,6 +48,9 @@ from sglang_server import (
 from hsmon.contracts import layout
 
 pytestmark = pytest.mark.slow
+# client_side: what the test proves is the client's (a wait, a retry, a check of its own), the real
+# server only answers as on any release: run on the newest by make test, not again on each older
+# release by make test-sglang-matrix (its time).
 
 CHUNK = 64  # the server's --chunked-prefill-size
 CONTEXT = 512  # the server's --context-length
@@ -266,6 +269,7 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
     assert "radix cache is on" in proc.stderr
 
 
+@pytest.mark.client_side
 def test_preflight_waits_for_a_server_that_still_loads(workdir, server, data_short):
     """The extract unit starts beside a server that loads its model for minutes: with
     --wait-for-server it waits (a progress line) and goes on once the server answers; without, it
@@ -336,6 +340,38 @@ def test_verify_data_agrees_with_the_engine_and_catches_other_weights(workdir, s
     assert lines["2"].endswith("ok") and lines["5"].endswith("DIFFERS") and lines["final"].endswith("DIFFERS")
 
 
+@pytest.mark.client_side
+def test_an_untested_release_gets_its_first_chunk_checked_against_transformers(workdir, server, data_short,
+                                                                              perturbed):
+    """A server on a release outside the tested set (sglang-serve --allow-untested-sglang): the real
+    server, its release relabelled 0.5.20 (tested: false) by the proxy. By default the first chunk
+    is re-extracted by transformers: AGREE lets the run go on; dumps that are not what the named
+    model computes (the server runs the target, the run names the perturbed copy) DISAGREE and the
+    run ends in an error with its rows kept; --skip-first-chunk-check runs no check."""
+    proxy = FakeSGLangProxy(server.url, untested="0.5.20").start()
+    args = (*SHORT, "--chunk-size", "4", "--backend", "sglang", "--url", proxy.url, "--transport", "json")
+    other_model, _ = perturbed
+    try:
+        ok = run_extract(data_short, workdir / "untested-ok", MODEL, *args)
+        bad = run_extract(data_short, workdir / "untested-bad", other_model, *args)
+        skipped = run_extract(data_short, workdir / "untested-skip", other_model, *args,
+                              "--skip-first-chunk-check")
+    finally:
+        proxy.stop()
+    assert ok.returncode == 0, ok.stderr
+    assert "SGLang 0.5.20, capture adapter" in ok.stderr and "untested release" in ok.stderr
+    assert "first-chunk check: AGREE: 4 rows of rows_0-4 match transformers" in ok.stderr, ok.stderr
+    assert sorted(load_output(workdir / "untested-ok")) == list(range(10))
+    assert bad.returncode == 1, bad.stderr
+    error = [line for line in bad.stderr.splitlines() if "first-chunk check: DISAGREE" in line]
+    assert error and "of rows_0-4 differ from transformers" in error[0] and "0.5.20" in error[0], bad.stderr
+    assert set(range(4)) <= set(load_output(workdir / "untested-bad"))  # the rows written are kept
+    assert skipped.returncode == 0, skipped.stderr
+    assert "first-chunk check skipped (--skip-first-chunk-check)" in skipped.stderr
+    assert "AGREE" not in skipped.stderr and "DISAGREE" not in skipped.stderr
+
+
+@pytest.mark.client_side
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed: run `make sysdeps`")
 def test_daemon_engine_check_agrees_on_server_data_and_pages_on_other_weights(workdir, server, json_short,
                                                                               perturbed):
@@ -597,6 +633,7 @@ def test_a_row_the_server_refuses_is_rejected_with_its_message(workdir, server, 
         proxy.stop()
 
 
+@pytest.mark.client_side
 def test_a_poison_row_is_rejected_after_the_bounded_attempts(workdir, server, edge):
     """A FAKE proxy answers HTTP 500 to one row (and only to it); the real server does the rest."""
     from fake_sglang_proxy import FakeSGLangProxy

@@ -101,7 +101,7 @@ def test_preflight_takes_the_layer_ids_from_a_layer_capture_plugin_and_names_the
     facts = preflight.facts_of("http://s", {**info, "hsmon_plugin": plugin})
     assert preflight.release_line(facts) == "http://s: SGLang 0.5.18, capture adapter layer-capture"
     untested = preflight.facts_of("http://s", {**info, "hsmon_plugin": {**plugin, "tested": False}})
-    assert "untested release: check the first chunk" in preflight.release_line(untested)
+    assert "untested release: hsmon verify-data checks the first chunk" in preflight.release_line(untested)
 
 
 def check(info: dict, points=(2, 4, 5), transport="shm", dtype="float32", dump_dir="/dev/shm/hsmon/j"):

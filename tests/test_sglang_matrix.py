@@ -23,7 +23,7 @@ from tests.sglang_server import EMBEDDED_MODEL, ROOT, sglang_python, sglang_rele
 pytestmark = [pytest.mark.sglang]
 
 # release -> adapter: the support table of docs/extract.md
-SUPPORTED = {"0.5.18": "layer-capture", "0.5.23": "aux-return"}
+SUPPORTED = {"0.5.18": "layer-capture", "0.5.22": "layer-capture", "0.5.23": "aux-return"}
 
 
 def _sglang_dir() -> Path:

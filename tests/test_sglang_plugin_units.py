@@ -348,7 +348,8 @@ def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_par
     lines = {line.split(" ", 1)[0] + (" " + line.split(" ")[1] if line.startswith("PATCHED") else ""): line
              for line in proc.stdout.splitlines()}
     assert lines["EPS"] == "EPS [('hsmon_capture', 'hsmon_sglang_plugin:register', 'hsmon-sglang-plugin')]"
-    assert "LOADED" not in lines and "SGLang 0.9.1 is untested (tested: 0.5.18, 0.5.23)" in lines["REFUSED"]
+    assert "LOADED" not in lines
+    assert "SGLang 0.9.1 is untested (tested: 0.5.18, 0.5.22, 0.5.23)" in lines["REFUSED"]
     assert lines["PATCHED BEFORE"] == "PATCHED BEFORE []"
     assert "--pp-size 2) is not supported" in lines["PP"]
     assert lines["PATCHED AFTER"] == "PATCHED AFTER " + str(sorted([

@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="before the first row, wait up to this long for a server that does not "
                        "answer yet (one still loading its model; a line every 30 s); default 0: refuse "
                        "at once")
+    group.add_argument("--skip-first-chunk-check", action="store_true",
+                       help="a server on an untested SGLang release (sglang-serve --allow-untested-sglang): "
+                       "do not check the first chunk against transformers (hsmon verify-data, on by "
+                       "default for such a server)")
     group.add_argument("--row-attempts", type=int, default=3, metavar="N",
                        help="reject a row after N failures (5xx, timeouts) while its server answers a "
                        "control request (default 3)")

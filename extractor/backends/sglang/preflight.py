@@ -104,8 +104,8 @@ def release_line(facts: ServerFacts) -> str:
     version = plugin.get("sglang_version") or facts.raw.get("version") or "unknown"
     line = f"{facts.url}: SGLang {version}, capture adapter {plugin.get('adapter', 'aux-return')}"
     if plugin.get("tested") is False:  # started with --allow-untested-sglang
-        line += ("; an untested release: check the first chunk against transformers with hsmon "
-                 "verify-data OUT --backend hf --chunk rows_0-N before hours are spent")
+        line += ("; an untested release: hsmon verify-data checks the first chunk against transformers "
+                 "before hours are spent (--skip-first-chunk-check skips it)")
     return line
 
 
