@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 # pytest-xdist workers for make test: modules run in parallel, one xdist group per module and the
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench
 

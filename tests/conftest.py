@@ -3,10 +3,12 @@
 Scheduling (`make test` runs ``pytest -n $(TEST_WORKERS) --dist loadgroup``): every module is its own
 xdist group, so a module's tests run on one worker and its module- and session-scoped fixtures (the
 tiny models, a module's real SGLang server) are made once there. The modules that start a real SGLang
-server or load SmolLM2 (``HEAVY_MODULES``) share one group, collected first: xdist hands that group
-to a worker before any other, it runs its modules one after the other (never two servers at once on
-this 2-core machine), and the other workers take the light modules meanwhile. Without xdist (plain
-``pytest``) the marks do nothing but the order.
+server or load SmolLM2 (``HEAVY_MODULES``) share two groups, collected first: xdist hands them to two
+workers before anything else, each runs its modules one after the other (never more than two servers
+at once on this 2-core machine), and the third worker takes the light modules meanwhile (the heavy
+groups' workers join it when done). Most of a test's time is waiting (a server loading, a stall
+clock), so three workers on two cores finish sooner than two. Without xdist (plain ``pytest``) the
+marks do nothing but the order.
 
 No silent skip: under ``CI=true`` or ``HSMON_NO_SKIP=1`` (``make test`` sets it) a skipped test, or a
 module skipped at collection, is a failure unless its node id is on ``ALLOWED_SKIPS`` with the
@@ -19,13 +21,15 @@ import os
 
 import pytest
 
-# The modules that start a real SGLang server (tests/sglang_server.py) or load SmolLM2-135M.
-HEAVY_MODULES = (
-    "test_smollm2.py", "test_extract_sglang.py", "test_sglang_server.py", "test_server_sglang.py",
-    "test_gpu_check.py",  # scripts/gpu-check.sh starts an SGLang server of its own
-)
-HEAVY_GROUP = "heavy-sglang"
-
+# The modules that start a real SGLang server (tests/sglang_server.py) or load SmolLM2-135M, and their
+# group: a group's modules run one after the other on one worker. Two groups: the embedded target's
+# SGLang servers, and SmolLM2's (its conversion and its servers), so at most two servers run at once.
+HEAVY_MODULES = {
+    "test_extract_sglang.py": "heavy-sglang", "test_sglang_server.py": "heavy-sglang",
+    "test_server_sglang.py": "heavy-sglang",
+    "test_gpu_check.py": "heavy-sglang",  # scripts/gpu-check.sh starts an SGLang server of its own
+    "test_smollm2.py": "heavy-smollm2",
+}
 
 def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
@@ -39,13 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in one."""
-    def heavy(item: pytest.Item) -> bool:
-        return _module_of(item).rsplit("/", 1)[-1] in HEAVY_MODULES
+    def heavy_group(item: pytest.Item) -> str | None:
+        return HEAVY_MODULES.get(_module_of(item).rsplit("/", 1)[-1])
 
-    items.sort(key=lambda item: 0 if heavy(item) else 1)
+    items.sort(key=lambda item: 0 if heavy_group(item) else 1)
     for item in items:
-        group = HEAVY_GROUP if heavy(item) else _module_of(item)
-        item.add_marker(pytest.mark.xdist_group(name=group))
+        item.add_marker(pytest.mark.xdist_group(name=heavy_group(item) or _module_of(item)))
 
 
 # No silent skip: under CI=true or HSMON_NO_SKIP=1 (`make test` sets it) a skipped test fails unless
