@@ -31,6 +31,7 @@ HEAVY_MODULES = {
     "test_smollm2.py": "heavy-smollm2",
 }
 
+
 def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
@@ -42,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in one."""
+    """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in theirs."""
     def heavy_group(item: pytest.Item) -> str | None:
         return HEAVY_MODULES.get(_module_of(item).rsplit("/", 1)[-1])
 
