@@ -43,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.spread import accept_len, ratio_spread  # noqa: E402
+
 EXCLUDED_DIRS = {"test", "tests", "site-packages", "dist-packages", "idle_test"}
 
 
@@ -327,6 +330,27 @@ def main() -> int:
     return 0
 
 
+def paired_spread(runs: dict, sets: dict) -> dict[str, float]:
+    """Per set, eagle3.1 / eagle3 at depths 5 and 7 with its 5-95 % range from a paired bootstrap
+    over the set's prompts, and how many prompts eagle3.1 accepted more / fewer tokens on (printed;
+    the long-context d5 range also in RESULT)."""
+    fields: dict[str, float] = {}
+    for name in sets:
+        for d in ("5", "7"):
+            on = runs["eagle3.1"]["sets"][name]["per_prompt"]["eagle3"][d]
+            off = runs["eagle3"]["sets"][name]["per_prompt"]["eagle3"][d]
+            lo, hi = ratio_spread(on, off)
+            wins = sum(accept_len([a]) > accept_len([b]) for a, b in zip(on, off, strict=True))
+            losses = sum(accept_len([a]) < accept_len([b]) for a, b in zip(on, off, strict=True))
+            print(f"{name} depth {d}: eagle3.1 / eagle3 = {accept_len(on) / accept_len(off):.3f} "
+                  f"(5-95 % over {len(on)} prompts, paired bootstrap: {lo:.3f}-{hi:.3f}); "
+                  f"eagle3.1 ahead on {wins} prompts, behind on {losses}")  # fmt: skip
+            if name == "long-context" and d == "5":
+                fields.update(long_d5_ratio_p5=lo, long_d5_ratio_p95=hi, long_prompts=len(on),
+                              long_d5_wins=wins, long_d5_losses=losses)  # fmt: skip
+    return fields
+
+
 def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict, rows: list,
            row_tokens: int, gen_tok_s: float, extract_tok_s: float) -> None:
     step_ratio = runs.pop("step_ratio")
@@ -354,6 +378,7 @@ def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict,
             fields[f"ngram_{name}_d{d}"] = first[name]["acceptance_length"]["ngram"][str(d)]
     if "eagle3" in runs and "eagle3.1" in runs:
         fields["long_d5_ratio"] = fields["e31_long-context_d5"] / fields["e3_long-context_d5"]
+        fields.update(paired_spread(runs, first))
         e3_rate = max(runs["eagle3"]["train_tok_s"], 1e-9)
         fields["train_tok_s_ratio"] = runs["eagle3.1"]["train_tok_s"] / e3_rate
     fields["alternating_step_ratio"] = step_ratio

@@ -50,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
 from hsmon.contracts import layout, spool  # noqa: E402
 from hsmon.contracts.manifest_reader import read_manifest  # noqa: E402
@@ -202,22 +203,6 @@ def acceptance(
         assert result["outputs_match_greedy"]
         pairs += result["per_prompt"]["eagle3"]["7"]
     return pairs
-
-
-def accept_len(pairs: list[list[int]]) -> float:
-    accepted, rounds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-    return (accepted + rounds) / max(rounds, 1)
-
-
-def ratio_spread(on: list[list[int]], off: list[list[int]], draws: int = 2000) -> tuple[float, float]:
-    """The 5th and 95th percentiles of online/offline acceptance over prompts resampled with
-    replacement (the same prompts for both drafters: a paired bootstrap, seed 0)."""
-    rng, n, ratios = random.Random(0), len(on), []
-    for _ in range(draws):
-        idx = [rng.randrange(n) for _ in range(n)]
-        ratios.append(accept_len([on[i] for i in idx]) / accept_len([off[i] for i in idx]))
-    ratios.sort()
-    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
 
 
 def monitor_cost() -> float | None:
