@@ -55,7 +55,7 @@ def test_every_row_is_drawn_exactly_e_times_and_rows_leave_in_order(tmp_path):
         window.add(chunk)
     rng, draws, finished_order = random.Random(0), 0, []
     while window.active:
-        batches = window.draw(rng, batch_tokens=64, world=2)
+        batches = window.draw(batch_tokens=64, world=2)
         rows = [r.row for b in batches for r in b]
         assert len(rows) == len(set(rows)) and rows
         window.credit(rows)
