@@ -15,7 +15,8 @@ alone and online (`--cores A,B`; default the first two this process may use; non
    finished data (timed, core B).
 2. Online: the same extraction into a spool while `hsmon train SPOOL --follow --passes E --consume`
    trains (wall timed); a sampler reads the bytes of row files in the spool every 0.1 s (peak);
-   `--spool-max` is 10 % of the offline data's bytes, with chunks of a quarter of it.
+   `--spool-max` is 10 % of the offline data's bytes, with chunks of 1/12 of the rows it holds
+   (`--chunk-rows`; a chunk is freed whole, once its last row has had its E passes).
 3. Acceptance (eagle3, depth 7, as `hsmon eval-drafter --depth 7`): both drafters on the demo's 4
    held-out prompts and on 24 sample rows past the training rows (unseen by both), per prompt;
    `accept_ratio_p5`/`_p95`: a paired bootstrap over the prompts (the spread).
@@ -77,6 +78,7 @@ EVAL_SAMPLE_ROWS = 24  # sample rows past the training rows, asked as prompts (u
 GOALS = {"accept_ratio": 0.97, "overlap": 1.15, "spool_peak_ratio": 1.0, "limit_share": 0.10, "monitor": 1.0}
 MAX_BATCH_TOKENS = 2048  # the demo's batch; smaller when the spool limit could not hold BATCHES_IN_LIMIT
 BATCHES_IN_LIMIT = 4  # full batches the bounded spool (10 % of the data) must hold
+CHUNKS_IN_LIMIT = 12  # chunks the bounded spool holds (a chunk is freed whole)
 
 
 def batch_tokens_for(data_tokens: int) -> int:
@@ -240,6 +242,18 @@ def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
     return lost, extra, len(rows)
 
 
+def heldout_bytes(spool_dir: Path) -> tuple[int, int]:
+    """(rows, bytes) of the held-out rows (the ledger's rule): never consumed, they keep their room
+    in the spool for the whole run."""
+    from hsmon.contracts.manifest_reader import read_row_records
+    from trainer.window import HeldOut
+
+    first = next(r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start")
+    rule = HeldOut.from_record(first["heldout"])
+    held = [int(rec.get("bytes") or 0) for row, rec in read_row_records(spool_dir).items() if rule.holds(row)]
+    return len(held), sum(held)
+
+
 def faults(
     base: Path, data: Path, setup: dict[str, Any], passes: int, train_args: list[str]
 ) -> tuple[int, int, int]:
@@ -314,6 +328,8 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=None)
     parser.add_argument("--cores", metavar="A,B", default=None,
                         help="the extractor's core and the trainer's (default: the first two allowed)")
+    parser.add_argument("--chunk-rows", type=int, default=None,
+                        help="rows a chunk of the bounded spool (default: 1/12 of the rows the limit holds)")
     parser.add_argument("--keep", metavar="DIR", default=None, help="work here and keep it")
     args = parser.parse_args()
     rows = args.rows or (120 if args.quick else 276)
@@ -355,8 +371,11 @@ def main() -> int:
     # --max-steps would leave a bounded extractor waiting for room for ever)
     limit = data_bytes // 10
     limited = has_spool_max()
-    # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit
-    chunk_rows = max(1, int(limit * 0.75 / (data_bytes / rows) / 3))
+    # a chunk is the unit the trainer frees, and it frees a chunk only once its last row has had its
+    # E passes: the rows of a chunk whose others are done hold room that new rows could use (with
+    # chunks of a quarter of the limit the trainer had ~8 rows on hand to pack from). Chunks of
+    # 1/CHUNKS_IN_LIMIT of the rows the limit holds (docs/train.md "Online": lower --chunk-size)
+    chunk_rows = args.chunk_rows or max(1, int(limit / (data_bytes / rows) / CHUNKS_IN_LIMIT))
     sp = base / "spool"
     sp.mkdir()
     watch = SpoolWatch(sp)
@@ -378,6 +397,9 @@ def main() -> int:
     steps = int(on_done["step"])
     waited = sum(float(e.get("paused_seconds") or 0) for e in on_events if e["kind"] == "resume")
     lost0, extra0, trained = ledger_errors(sp, passes)
+    held_rows, held_bytes = heldout_bytes(sp)
+    print(f"online: {held_rows} held-out rows stay in the spool (never consumed): {held_bytes / 1e6:.2f} MB, "
+          f"{held_bytes / max(limit, 1):.0%} of the limit", flush=True)  # fmt: skip
     enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
     print(
         f"online: {t_online:.1f} s wall ({steps} steps, the trainer waited {waited:.1f} s for rows), "
@@ -426,7 +448,9 @@ def main() -> int:
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
         f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} waited_s={waited:.1f} "
         f"steps={steps} batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
-        f"passes={passes} rows={rows} rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
+        f"passes={passes} rows={rows} chunk_rows={chunk_rows} "
+        f"heldout_limit_share={held_bytes / max(limit, 1):.2f} "
+        f"rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
         f"monitor_ratio={monitor if monitor is None else round(monitor, 3)} "
         f"threads=1+1 cores={core_x},{core_t} load_start={load_start} load_timed_end={load_timed} "
         f"load_end={load()} {verdict} goals_met={sum(ok.values())}/{len(ok)}",

@@ -4,8 +4,6 @@ end only when every shard is done; every row drawn exactly E times, rows leaving
 
 from __future__ import annotations
 
-import random
-
 from hsmon.contracts import layout
 from trainer.window import HeldOut, SpoolSource, Window
 
@@ -53,7 +51,7 @@ def test_every_row_is_drawn_exactly_e_times_and_rows_leave_in_order(tmp_path):
     window = Window(passes=3, size=12, done={0: 3, 1: 1})  # a resumed ledger: row 0 done, row 1 once
     for chunk in source.poll():
         window.add(chunk)
-    rng, draws, finished_order = random.Random(0), 0, []
+    draws, finished_order = 0, []
     while window.active:
         batches = window.draw(batch_tokens=64, world=2)
         rows = [r.row for b in batches for r in b]
