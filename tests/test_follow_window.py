@@ -80,5 +80,6 @@ def test_a_bounded_spool_settles_the_vocabulary_on_half_the_limit_not_on_the_fir
     assert setup_sample(one, Arrival([], False, 8, False, spool_limit=1000, row_bytes=100)) is None
     sample = setup_sample(two, Arrival([], False, 8, False, spool_limit=1000, row_bytes=500))
     assert sample is not None and [r.row for r in sample.train] == [0, 1]
+    assert sample.name == "rows_0-1..rows_1-2"  # the start event's vocab_from names the span
     # an extraction that ended below half the limit: what there is
     assert setup_sample(one, Arrival([], True, 8, False, spool_limit=1000, row_bytes=100)) is one[0]

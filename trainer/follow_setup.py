@@ -156,7 +156,7 @@ def setup_sample(arrived: list[ChunkRows], arrival: Arrival) -> ChunkRows | None
         return None
     if len(usable) == 1:
         return usable[0]
-    return ChunkRows(usable[0].name, train=[r for c in usable for r in c.train],
+    return ChunkRows(f"{usable[0].name}..{usable[-1].name}", train=[r for c in usable for r in c.train],
                      held=[r for c in usable for r in c.held])
 
 
