@@ -118,7 +118,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
 
 
 def _window_rows(settings: TrainSettings, first: ChunkRows, world: Dist) -> int:
-    """--window, or eight global batches' worth of rows as long as the first chunk's."""
+    """--window, or eight global batches' worth of rows as long as the set-up sample's."""
     if settings.follow_window:
         return settings.follow_window
     rows = first.train or first.held
