@@ -4,6 +4,8 @@ end only when every shard is done; every row drawn exactly E times, rows leaving
 
 from __future__ import annotations
 
+import random
+
 from hsmon.contracts import layout
 from trainer.window import HeldOut, SpoolSource, Window
 
@@ -51,9 +53,9 @@ def test_every_row_is_drawn_exactly_e_times_and_rows_leave_in_order(tmp_path):
     window = Window(passes=3, size=12, done={0: 3, 1: 1})  # a resumed ledger: row 0 done, row 1 once
     for chunk in source.poll():
         window.add(chunk)
-    draws, finished_order = 0, []
+    rng, draws, finished_order = random.Random(0), 0, []
     while window.active:
-        batches = window.draw(batch_tokens=64, world=2)
+        batches = window.draw(rng, batch_tokens=64, world=2)
         rows = [r.row for b in batches for r in b]
         assert len(rows) == len(set(rows)) and rows
         window.credit(rows)

@@ -15,6 +15,7 @@ poll over) and takes its share of each step's rows; rank 0 writes the ledger and
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections import Counter
@@ -151,6 +152,7 @@ class FollowRun:
         self.training, self.window, self.source = training, window, source
         self.ledger, self.pause = ledger, pause
         self.consumed_before = consumed
+        self.rng = random.Random(settings.seed * 1_000_003 + training.cursor.step)
         self.training.held_rows = window.held
         self.starved = False
         self.deleted_rows = 0
@@ -250,7 +252,7 @@ class FollowRun:
     def _step(self, guard: LossGuard, counters: dict[str, Any], interval: Interval,
               deadline: float | None) -> str | None:
         world, training, settings = self.world, self.training, self.settings
-        batches = self.window.draw(settings.batch_tokens, world.world)
+        batches = self.window.draw(self.rng, settings.batch_tokens, world.world)
         drawn = [r.row for batch in batches for r in batch]
         mine = batches[world.rank]
         batch = collate(mine) if mine else _masked(collate([next(r for b in batches for r in b)]))

@@ -7,18 +7,19 @@ read). It holds the row records of open chunks only (at most a chunk per shard).
 has ended when every shard's manifest ends its latest run with ``done``.
 
 `Window`: every training row enters with E tickets. The window is the oldest ``size`` rows (in
-arrival order) that still hold tickets; each batch is anchored on the row that has waited longest
-since its last draw and filled as densely as the window allows around it (trainer/packing.py); each
-row drawn gives up one ticket when its step is taken. A row is therefore in exactly E batches, at
-least one every ``size`` batches (no row, whatever its length, waits behind the others), so rows
-leave in about the order they came and chunks finish (and with --consume leave the spool) in
-about that order.
+arrival order) that still hold tickets; a batch is drawn uniformly among them (a random sample,
+sorted by length, a run of similar lengths grown both ways from a random anchor while it fits the
+token budget: little padding, and no length waits longer than another); each row
+drawn gives up one ticket when its step is taken. A row is therefore in exactly E batches, spread
+over about E x size / rows-per-batch steps, and rows leave in about the order they came, so
+chunks finish (and with --consume leave the spool) in order.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,6 @@ from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import JsonlTail
 from trainer.data import RowRef, is_held_out, load_row
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
-from trainer.packing import Candidate, pack
 
 # the held-out rule's default cap: evaluation rows are never consumed, so they stay in the spool
 DEFAULT_HELDOUT_ROWS = 256
@@ -169,10 +169,6 @@ class Window:
         self.held: list[RowRef] = []
         self.nonfinite: list[int] = []
         self.rows_seen = 0
-        self._clock = 0  # batches credited so far: when each active row was last drawn (or entered)
-        self._last: dict[int, int] = {}
-        self._arrival: dict[int, int] = {}
-        self._entered = 0
 
     def add(self, chunk: ChunkRows, consumed: bool = False) -> None:
         """Admit a complete chunk (``consumed``: the ledger says it left the spool already)."""
@@ -192,11 +188,7 @@ class Window:
 
     def _refill(self) -> None:
         while len(self.active) < self.size and self._queue:
-            ref = self._queue.popleft()
-            self.active.append(ref)
-            self._last[ref.row] = self._clock
-            self._arrival[ref.row] = self._entered
-            self._entered += 1
+            self.active.append(self._queue.popleft())
 
     def tickets(self) -> int:
         """Passes still to give to the rows on hand."""
@@ -205,18 +197,44 @@ class Window:
     def ticket_tokens(self) -> int:
         return sum(r.length for r in (*self.active, *self._queue))
 
-    def draw(self, batch_tokens: int, world: int) -> list[list[RowRef]]:
-        """One step's batches, one per rank (distinct rows; a rank may get none when rows run short):
-        each anchored on the longest-waiting row left, filled densely around it (trainer/packing.py)."""
-        candidates = [Candidate(r, self._last[r.row], self._arrival[r.row]) for r in self.active]
-        return pack(candidates, batch_tokens, world)
+    def draw(self, rng: random.Random, batch_tokens: int, world: int) -> list[list[RowRef]]:
+        """One step's batches, one per rank (distinct rows; a rank may get none when rows run short).
+
+        Each batch: a random anchor among (up to 64 per rank of) the window's rows, sorted by
+        length, grown outward to the neighbour closest in length while it fits ``batch_tokens``
+        padded tokens. Growing both ways keeps the shortest and longest rows from waiting longer
+        than the others."""
+        picked = rng.sample(self.active, min(len(self.active), 64 * world))
+        pool = sorted(picked, key=lambda r: (r.length, r.row))
+        batches: list[list[RowRef]] = []
+        for _ in range(world):
+            if not pool:
+                batches.append([])
+                continue
+            lo = hi = rng.randrange(len(pool))
+            longest = pool[lo].length
+            while True:
+                left = pool[lo - 1] if lo > 0 else None
+                right = pool[hi + 1] if hi + 1 < len(pool) else None
+                if left is None and right is None:
+                    break
+                anchor = pool[lo].length
+                take_left = right is None or (left is not None and (
+                    anchor - left.length, rng.random()) < (right.length - pool[hi].length, rng.random()))
+                ref = left if take_left else right
+                assert ref is not None
+                if max(longest, ref.length) * (hi - lo + 2) > batch_tokens:
+                    break
+                longest = max(longest, ref.length)
+                lo, hi = (lo - 1, hi) if take_left else (lo, hi + 1)
+            batches.append(pool[lo:hi + 1])
+            pool = pool[:lo] + pool[hi + 1:]
+        return batches
 
     def credit(self, rows: list[int]) -> None:
         """Each row of a taken (or skipped) step gives up one ticket; rows at E leave the window."""
         finished: set[int] = set()
-        self._clock += 1
         for row in rows:
-            self._last[row] = self._clock
             self.passes[row] = self.passes.get(row, 0) + 1
             self.pending[row] = self.pending.get(row, 0) + 1
             if self.passes[row] >= self.passes_target:
@@ -224,9 +242,6 @@ class Window:
                 self.chunks[self._chunk_of[row]].short -= 1
         if finished:
             self.active = [r for r in self.active if r.row not in finished]
-            for row in finished:
-                self._last.pop(row, None)
-                self._arrival.pop(row, None)
             self._refill()
 
     def take_pending(self) -> dict[int, int]:
