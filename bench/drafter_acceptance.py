@@ -43,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.spread import accept_len, ratio_spread  # noqa: E402
+
 EXCLUDED_DIRS = {"test", "tests", "site-packages", "dist-packages", "idle_test"}
 
 
@@ -189,7 +192,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--long-prompts", type=int, default=None, help="long-context prompts (4)")
     parser.add_argument("--long-factor", type=int, default=4,
                         help="long-context prompt tokens = this x a training row's tokens (default 4)")
-    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                        help="torch threads for generating, extracting and training")
+    parser.add_argument("--eval-threads", type=int, default=1,
+                        help="torch threads for eval-drafter (default 1: on a busy machine a small target "
+                             "decodes several times faster on one thread than on two)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --work: reuse the rows, extraction and trained drafters a run with the "
+                             "same settings left there (e.g. after an interrupted evaluation)")
     parser.add_argument("--work", default=None, help="keep everything here (default: a temporary directory)")
     args = parser.parse_args()
     defaults = {"prompt_tokens": 64, "long_prompts": 4, "time_limit": 570, **PROFILES[args.target]}
@@ -240,19 +250,31 @@ def train_export_eval(args: argparse.Namespace, arch: str, target: Path, work: P
     """Train (same data, steps, seed, threads for every arch), export, evaluate on every set."""
     run, events = work / f"run-{arch}", work / f"train-{arch}.events"
     started = time.perf_counter()
+    trained = (work / f"drafter-{arch}" / "config.json").is_file() and events.is_file() and any(
+        e["kind"] == "done" for e in read_events(events))
+    if args.reuse and trained:
+        print(f"{arch}: reusing the drafter trained in {run} (--reuse)", flush=True)
+        return evaluate_drafter(args, arch, target, work, sets, max_prompt_tokens, events)
     hsmon("train", str(work / "data"), "--target-model", str(target), "--out", str(run), "--arch", arch,
           "--max-steps", str(args.max_steps), "--batch-tokens", str(args.batch_tokens), "--lr", str(args.lr),
           "--seed", str(args.seed), "--events", str(events), "--threads", str(args.threads),
           "--checkpoint-every", "500", "--time-limit", str(args.time_limit),
           "--draft-vocab-size", str(args.draft_vocab_size), threads=args.threads)  # fmt: skip
-    train_s = time.perf_counter() - started
+    (work / f"train-{arch}.seconds").write_text(f"{time.perf_counter() - started}\n")
     hsmon("export-drafter", str(run), "--out", str(work / f"drafter-{arch}"), threads=args.threads)
+    return evaluate_drafter(args, arch, target, work, sets, max_prompt_tokens, events)
+
+
+def evaluate_drafter(args: argparse.Namespace, arch: str, target: Path, work: Path, sets: dict[str, Path],
+                     max_prompt_tokens: int, events: Path) -> dict:
+    """eval-drafter on every set, and the training's figures from its events."""
+    train_s = float((work / f"train-{arch}.seconds").read_text())
     prompts = [x for path in sets.values() for x in ("--prompts", str(path))]
     started = time.perf_counter()
     proc = hsmon("eval-drafter", "--drafter", str(work / f"drafter-{arch}"), "--target-model", str(target),
                  *prompts, "--depth", "7", "--max-new-tokens", str(args.eval_new_tokens), "--json",
-                 "--max-prompt-tokens", str(max_prompt_tokens), "--threads", str(args.threads),
-                 threads=args.threads)  # fmt: skip
+                 "--max-prompt-tokens", str(max_prompt_tokens), "--threads", str(args.eval_threads),
+                 threads=args.eval_threads)  # fmt: skip
     result = json.loads(proc.stdout)
     evs = read_events(events)
     done = [e for e in evs if e["kind"] == "done"][-1]
@@ -310,13 +332,25 @@ def main() -> int:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        rows = make_rows(args, target, train_files)
+        settings = {k: v for k, v in vars(args).items() if k not in ("reuse", "eval_threads", "work")}
+        same = (args.reuse and (work / "settings.json").is_file()
+                and json.loads((work / "settings.json").read_text()) == settings)  # fmt: skip
+        if args.reuse and not same:
+            raise SystemExit(f"--reuse: {work}/settings.json is missing or from other settings; "
+                             "run without --reuse")
+        if same and (work / "made.json").is_file():
+            rows = [json.loads(line) for line in (work / "train.jsonl").read_text().splitlines()]
+            made = float(json.loads((work / "made.json").read_text())["seconds"])
+        else:
+            (work / "settings.json").write_text(json.dumps(settings))
+            rows = make_rows(args, target, train_files)
+            (work / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            made = time.perf_counter() - started
+            hsmon("extract", str(work / "train.jsonl"), "--out", str(work / "data"), "--model", str(target),
+                  "--events", str(work / "extract.jsonl"), threads=args.threads)  # fmt: skip
+            (work / "made.json").write_text(json.dumps({"seconds": made}))
         generated = sum(sum(r["loss_mask"]) for r in rows)
         row_tokens = max(len(r["input_ids"]) for r in rows)
-        (work / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        made = time.perf_counter() - started
-        hsmon("extract", str(work / "train.jsonl"), "--out", str(work / "data"), "--model", str(target),
-              "--events", str(work / "extract.jsonl"), threads=args.threads)  # fmt: skip
         extract_done = [e for e in read_events(work / "extract.jsonl") if e["kind"] == "done"][-1]
         sets = prompt_sets(args, target, held_files, row_tokens, work)
         runs = {arch: train_export_eval(args, arch, target, work, sets, args.long_factor * row_tokens + 8)
@@ -325,6 +359,27 @@ def main() -> int:
     report(args, target, archs, runs, rows, row_tokens, generated / made,
            extract_done["tokens_done"] / max(extract_done["seconds"], 1e-9))
     return 0
+
+
+def paired_spread(runs: dict, sets: dict) -> dict[str, float]:
+    """Per set, eagle3.1 / eagle3 at depths 5 and 7 with its 5-95 % range from a paired bootstrap
+    over the set's prompts, and how many prompts eagle3.1 accepted more / fewer tokens on (printed;
+    the long-context d5 range also in RESULT)."""
+    fields: dict[str, float] = {}
+    for name in sets:
+        for d in ("5", "7"):
+            on = runs["eagle3.1"]["sets"][name]["per_prompt"]["eagle3"][d]
+            off = runs["eagle3"]["sets"][name]["per_prompt"]["eagle3"][d]
+            lo, hi = ratio_spread(on, off)
+            wins = sum(accept_len([a]) > accept_len([b]) for a, b in zip(on, off, strict=True))
+            losses = sum(accept_len([a]) < accept_len([b]) for a, b in zip(on, off, strict=True))
+            print(f"{name} depth {d}: eagle3.1 / eagle3 = {accept_len(on) / accept_len(off):.3f} "
+                  f"(5-95 % over {len(on)} prompts, paired bootstrap: {lo:.3f}-{hi:.3f}); "
+                  f"eagle3.1 ahead on {wins} prompts, behind on {losses}")  # fmt: skip
+            if name == "long-context" and d == "5":
+                fields.update(long_d5_ratio_p5=lo, long_d5_ratio_p95=hi, long_prompts=len(on),
+                              long_d5_wins=wins, long_d5_losses=losses)  # fmt: skip
+    return fields
 
 
 def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict, rows: list,
@@ -354,6 +409,7 @@ def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict,
             fields[f"ngram_{name}_d{d}"] = first[name]["acceptance_length"]["ngram"][str(d)]
     if "eagle3" in runs and "eagle3.1" in runs:
         fields["long_d5_ratio"] = fields["e31_long-context_d5"] / fields["e3_long-context_d5"]
+        fields.update(paired_spread(runs, first))
         e3_rate = max(runs["eagle3"]["train_tok_s"], 1e-9)
         fields["train_tok_s_ratio"] = runs["eagle3.1"]["train_tok_s"] / e3_rate
     fields["alternating_step_ratio"] = step_ratio

@@ -15,7 +15,7 @@ alone and online (`--cores A,B`; default the first two this process may use; non
    finished data (timed, core B).
 2. Online: the same extraction into a spool while `hsmon train SPOOL --follow --passes E --consume`
    trains (wall timed); a sampler reads the bytes of row files in the spool every 0.1 s (peak);
-   `--spool-max` is 10 % of the offline data's bytes, with chunks of a quarter of it.
+   `--spool-max` is 10 % of the offline data's bytes, with chunks of a quarter of it (`--chunk-rows`).
 3. Acceptance (eagle3, depth 7, as `hsmon eval-drafter --depth 7`): both drafters on the demo's 4
    held-out prompts and on 24 sample rows past the training rows (unseen by both), per prompt;
    `accept_ratio_p5`/`_p95`: a paired bootstrap over the prompts (the spread).
@@ -50,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
 from hsmon.contracts import layout, spool  # noqa: E402
 from hsmon.contracts.manifest_reader import read_manifest  # noqa: E402
@@ -204,22 +205,6 @@ def acceptance(
     return pairs
 
 
-def accept_len(pairs: list[list[int]]) -> float:
-    accepted, rounds = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-    return (accepted + rounds) / max(rounds, 1)
-
-
-def ratio_spread(on: list[list[int]], off: list[list[int]], draws: int = 2000) -> tuple[float, float]:
-    """The 5th and 95th percentiles of online/offline acceptance over prompts resampled with
-    replacement (the same prompts for both drafters: a paired bootstrap, seed 0)."""
-    rng, n, ratios = random.Random(0), len(on), []
-    for _ in range(draws):
-        idx = [rng.randrange(n) for _ in range(n)]
-        ratios.append(accept_len([on[i] for i in idx]) / accept_len([off[i] for i in idx]))
-    ratios.sort()
-    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
-
-
 def monitor_cost() -> float | None:
     """bench/spool_watch.py's ratio: the monitor's CPU per round for the online job over the two
     offline jobs it replaces (goal <= 1.0); None when it failed."""
@@ -253,6 +238,18 @@ def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
     lost = sum(1 for r in rows if ledger.passes.get(r, 0) < passes)
     extra = sum(1 for r in rows if ledger.passes.get(r, 0) > passes)
     return lost, extra, len(rows)
+
+
+def heldout_bytes(spool_dir: Path) -> tuple[int, int]:
+    """(rows, bytes) of the held-out rows (the ledger's rule): never consumed, they keep their room
+    in the spool for the whole run."""
+    from hsmon.contracts.manifest_reader import read_row_records
+    from trainer.window import HeldOut
+
+    first = next(r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start")
+    rule = HeldOut.from_record(first["heldout"])
+    held = [int(rec.get("bytes") or 0) for row, rec in read_row_records(spool_dir).items() if rule.holds(row)]
+    return len(held), sum(held)
 
 
 def faults(
@@ -329,6 +326,8 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=None)
     parser.add_argument("--cores", metavar="A,B", default=None,
                         help="the extractor's core and the trainer's (default: the first two allowed)")
+    parser.add_argument("--chunk-rows", type=int, default=None,
+                        help="rows a chunk of the bounded spool (default: 1/4 of 75 % of the limit's rows)")
     parser.add_argument("--keep", metavar="DIR", default=None, help="work here and keep it")
     args = parser.parse_args()
     rows = args.rows or (120 if args.quick else 276)
@@ -370,8 +369,11 @@ def main() -> int:
     # --max-steps would leave a bounded extractor waiting for room for ever)
     limit = data_bytes // 10
     limited = has_spool_max()
-    # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit
-    chunk_rows = max(1, int(limit * 0.75 / (data_bytes / rows) / 3))
+    # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit.
+    # Smaller chunks would free room sooner, but the following trainer takes its draft vocabulary
+    # and its step budget from the first chunk alone: with chunks of 1 row (--chunk-rows 1) the
+    # online drafter's acceptance fell to 0.76x offline (docs/train.md "Online")
+    chunk_rows = args.chunk_rows or max(1, int(limit * 0.75 / (data_bytes / rows) / 3))
     sp = base / "spool"
     sp.mkdir()
     watch = SpoolWatch(sp)
@@ -393,6 +395,9 @@ def main() -> int:
     steps = int(on_done["step"])
     waited = sum(float(e.get("paused_seconds") or 0) for e in on_events if e["kind"] == "resume")
     lost0, extra0, trained = ledger_errors(sp, passes)
+    held_rows, held_bytes = heldout_bytes(sp)
+    print(f"online: {held_rows} held-out rows stay in the spool (never consumed): {held_bytes / 1e6:.2f} MB, "
+          f"{held_bytes / max(limit, 1):.0%} of the limit", flush=True)  # fmt: skip
     enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
     print(
         f"online: {t_online:.1f} s wall ({steps} steps, the trainer waited {waited:.1f} s for rows), "
@@ -441,7 +446,9 @@ def main() -> int:
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
         f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} waited_s={waited:.1f} "
         f"steps={steps} batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
-        f"passes={passes} rows={rows} rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
+        f"passes={passes} rows={rows} chunk_rows={chunk_rows} "
+        f"heldout_limit_share={held_bytes / max(limit, 1):.2f} "
+        f"rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
         f"monitor_ratio={monitor if monitor is None else round(monitor, 3)} "
         f"threads=1+1 cores={core_x},{core_t} load_start={load_start} load_timed_end={load_timed} "
         f"load_end={load()} {verdict} goals_met={sum(ok.values())}/{len(ok)}",

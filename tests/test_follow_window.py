@@ -64,3 +64,24 @@ def test_every_row_is_drawn_exactly_e_times_and_rows_leave_in_order(tmp_path):
     assert window.passes == dict.fromkeys(range(40), 3)
     assert finished_order == [f"rows_{s}-{s + 8}" for s in range(0, 40, 8)]
     assert sum(window.take_pending().values()) == 40 * 3 - 3 - 1
+
+
+def test_a_bounded_spool_settles_the_vocabulary_on_half_the_limit_not_on_the_first_chunk():
+    from trainer.data import RowRef
+    from trainer.follow_setup import Arrival, setup_sample
+    from trainer.window import ChunkRows
+
+    def chunk(i: int) -> ChunkRows:
+        return ChunkRows(f"rows_{i}-{i + 1}", train=[RowRef(f"r{i}", i, 10)], train_bytes=100)
+
+    one, two, empty = [chunk(0)], [chunk(0), chunk(1)], [ChunkRows("rows_5-6", nonfinite=[5])]
+    # unbounded: the first usable chunk, as before
+    assert setup_sample(one, Arrival([], False, 8, False)) is one[0]
+    assert setup_sample(empty, Arrival([], False, 8, False)) is None
+    # bounded: wait while the rows written hold less than half the limit and the extraction goes on
+    assert setup_sample(one, Arrival([], False, 8, False, spool_limit=1000, row_bytes=100)) is None
+    sample = setup_sample(two, Arrival([], False, 8, False, spool_limit=1000, row_bytes=500))
+    assert sample is not None and [r.row for r in sample.train] == [0, 1]
+    assert sample.name == "rows_0-1..rows_1-2"  # the start event's vocab_from names the span
+    # an extraction that ended below half the limit: what there is
+    assert setup_sample(one, Arrival([], True, 8, False, spool_limit=1000, row_bytes=100)) is one[0]

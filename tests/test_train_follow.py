@@ -183,6 +183,31 @@ def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, t
     assert resumed_from["start_step"] == step and resumed_from["resumed_from"]
 
 
+def test_a_bounded_spool_of_one_row_chunks_settles_the_vocabulary_on_half_its_limit(tmp_path, tiny_model):  # noqa: F811
+    """With --spool-max and chunks of one row the trainer does not take its draft vocabulary and step
+    budget from the first row alone: it waits (seconds: the extractor fills the spool without it)
+    for the rows of half the limit, then trains every row E times, the extractor pausing for room."""
+    data = make_dataset(tmp_path / "data.jsonl", 24, min_lines=2, max_lines=3)
+    spool_dir, out, ext_events = tmp_path / "spool", tmp_path / "train", tmp_path / "extract.jsonl"
+    trainer = start_trainer(spool_dir, out, tiny_model)
+    extractor = start_extract(data, spool_dir, tiny_model, "--chunk-size", "1", "--threads", "1",
+                              "--spool-max", "700000", events=ext_events)
+    try:
+        finish(trainer)
+        assert extractor.wait(timeout=60) == 0
+    finally:
+        for p in (trainer, extractor):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert_every_row_exactly_e(spool_dir)
+    start = next(e for e in trainer_events(spool_dir) if e["kind"] == "start")
+    first, last = (layout.parse_chunk_dir_name(name) for name in start["vocab_from"].split(".."))
+    assert first is not None and last is not None
+    assert last[1] - first[0] >= 3, start["vocab_from"]  # several one-row chunks, not the first alone
+    assert any(e["kind"] == "pause" and e.get("reason") == "spool" for e in events_of(ext_events))
+
+
 @pytest.mark.parametrize("extra", [["--consume"]])
 def test_passes_and_consume_need_follow(tmp_path, extra):
     cmd = [sys.executable, "-m", "hsmon", "train", str(tmp_path), "--out", str(tmp_path / "o"), *extra]

@@ -35,6 +35,7 @@ from trainer.follow_setup import (
     first_index,
     open_ledger,
     poll_spool,
+    setup_sample,
     share,
     step_budget,
 )
@@ -74,7 +75,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
             arrival = poll_spool(world, source, stop_requested.is_set())
             arrived += arrival.chunks
             plan_rows = arrival.plan_rows
-            first = next((c for c in arrived if c.train or c.held), None)
+            first = setup_sample(arrived, arrival)
             if first is None:
                 if arrival.stop:
                     if ledger is not None:
@@ -84,7 +85,8 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                     return 0
                 if arrival.ended:
                     raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
-                pause.begin("no complete chunk in the spool yet", waiting_for="first chunk")
+                pause.begin("no complete chunk in the spool yet (or, with --spool-max, rows for half of it)",
+                            waiting_for="first chunk")
                 time.sleep(settings.follow_poll_s)
     finally:
         heartbeat.close()
@@ -117,7 +119,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
 
 
 def _window_rows(settings: TrainSettings, first: ChunkRows, world: Dist) -> int:
-    """--window, or eight global batches' worth of rows as long as the first chunk's."""
+    """--window, or eight global batches' worth of rows as long as the set-up sample's."""
     if settings.follow_window:
         return settings.follow_window
     rows = first.train or first.held

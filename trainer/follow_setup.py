@@ -1,6 +1,7 @@
 """What `hsmon train SPOOL --follow` settles before its first step: the ledger (a new one, or the
-resumed one read back and checked against the checkpoint), the held-out rule, the first chunk
-(which gives the data's shapes and the draft vocabulary's token counts), and the step budget the
+resumed one read back and checked against the checkpoint), the held-out rule, the set-up sample
+(the first chunk, or on a bounded spool the chunks of half its limit: the data's shapes and the
+draft vocabulary's token counts), and the step budget the
 learning-rate schedule is laid over. Rank 0 decides; `share` hands its answer to every rank.
 """
 
@@ -136,6 +137,27 @@ class RowsPause:
         if self.writer:
             self.writer.emit(ev.RESUME, reason=spool.PAUSE_ROWS, paused_seconds=round(waited, 3), **fields)
             print(f"hsmon train: resumed (rows) after {waited:.1f}s", file=sys.stderr, flush=True)
+
+
+def setup_sample(arrived: list[ChunkRows], arrival: Arrival) -> ChunkRows | None:
+    """The rows the trainer settles its draft vocabulary, shapes, window and step budget on, or None
+    while it should wait for more: the complete chunks on hand once one has a usable row, and, on a
+    bounded spool (--spool-max), once the rows written hold half the limit, the extraction has
+    ended or they reach VOCAB_SAMPLE_ROWS. A bounded spool fills without the trainer (the extractor
+    pauses only at the limit), so this costs seconds, and a vocabulary taken from a single small
+    chunk would miss much of the data's tokens (measured: chunks of 1 row, 0.76x the offline
+    drafter's acceptance). An unbounded spool starts on its first usable chunk as before."""
+    usable = [c for c in arrived if c.train or c.held]
+    if not usable:
+        return None
+    rows = sum(len(c.train) + len(c.held) for c in usable)
+    if (arrival.spool_limit and arrival.row_bytes * 2 < arrival.spool_limit and not arrival.ended
+            and rows < VOCAB_SAMPLE_ROWS):
+        return None
+    if len(usable) == 1:
+        return usable[0]
+    return ChunkRows(f"{usable[0].name}..{usable[-1].name}", train=[r for c in usable for r in c.train],
+                     held=[r for c in usable for r in c.held])
 
 
 def first_index(chunk: ChunkRows) -> DataIndex:
