@@ -456,3 +456,19 @@ async def test_a_job_the_daemon_retires_leaves_the_tabs() -> None:
             await wait_for(pilot, lambda: not kept(), timeout=5)
     finally:
         server.close()
+
+
+async def test_jobs_that_come_and_go_between_documents_keep_the_tabs_in_step() -> None:
+    """Documents arrive while a retired job's tab is being removed (an await): the tabs follow
+    the newest document (the overview read the app's jobs twice and raised IndexError when a
+    document with fewer jobs came in between)."""
+    base = documents(1, training=False)[0]
+    churn = []
+    for step in range(120):
+        jobs = [{**base["jobs"][0], "job": f"job-{i:03d}"} for i in range(max(0, step - 3), step + 1)
+                if i % 5 or step % 2]  # one job in five blinks: fewer jobs, then more
+        churn.append({**base, "generated_ts": base["generated_ts"] + step, "jobs": jobs})
+    async with running([fixed_source(churn, label="churn", interval=0.005)]) as (app, pilot):
+        tabs = app.screen.query_one(TabbedContent)
+        last = [job["job"] for job in churn[-1]["jobs"]]
+        await wait_for(pilot, lambda: [str(t.label) for t in tabs.query("Tab")] == last, timeout=20)

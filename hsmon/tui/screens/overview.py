@@ -53,7 +53,10 @@ class OverviewScreen(Screen[None]):
         return self.app
 
     async def _ensure_panes(self) -> None:
-        ordered = [pane_id(key) for key, _job, _doc in self._app.jobs()]
+        # One reading of the app's jobs: a document may arrive while a pane is removed or added
+        # (each an await), and a second reading would no longer match ``ordered``.
+        keys = [key for key, _job, _doc in self._app.jobs()]
+        ordered = [pane_id(key) for key in keys]
         if ordered == self._ensured:  # the same jobs as at the last document: nothing to add
             return
         tabs = self.query_one("#jobs", TabbedContent)
@@ -64,7 +67,7 @@ class OverviewScreen(Screen[None]):
             existing.discard(pane)
         if gone:
             self._forget_removed_nodes()
-        for index, (key, _job, _doc) in enumerate(self._app.jobs()):
+        for index, key in enumerate(keys):
             pid = ordered[index]
             if pid not in existing:
                 # Tabs keep the order of the sources, whichever daemon answers first.
