@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from typing import ClassVar
 
@@ -92,6 +93,11 @@ class OverviewScreen(Screen[None]):
             if cache is not None:
                 cache.clear()
         getattr(StylesCache.get_inner_outer, "cache_clear", lambda: None)()
+        # A removed widget is a reference cycle (parent, styles, message pump) holding every line
+        # it drew (Strips, each with its caches); its tab had lived long enough to be in the oldest
+        # generation, which Python collects rarely: the real TUI held up to 860k objects of retired
+        # tabs (FIFOCache 270k, Strip 38k) and its RSS stayed at that high-water mark. Collect now.
+        gc.collect()
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""
