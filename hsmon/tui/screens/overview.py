@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+import time
 from typing import ClassVar
 
 from textual._styles_cache import StylesCache
@@ -16,6 +17,8 @@ from hsmon.tui.screens.event_detail import EventDetailScreen
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
+
+GC_SPACING_S = 5.0
 
 
 def pane_id(key: tuple[int, str]) -> str:
@@ -33,6 +36,7 @@ class OverviewScreen(Screen[None]):
     ]
 
     _ensured: list[str] | None = None
+    _last_gc = float("-inf")
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◉")
@@ -96,8 +100,13 @@ class OverviewScreen(Screen[None]):
         # A removed widget is a reference cycle (parent, styles, message pump) holding every line
         # it drew (Strips, each with its caches); its tab had lived long enough to be in the oldest
         # generation, which Python collects rarely: the real TUI held up to 860k objects of retired
-        # tabs (FIFOCache 270k, Strip 38k) and its RSS stayed at that high-water mark. Collect now.
-        gc.collect()
+        # tabs (FIFOCache 270k, Strip 38k) and its RSS stayed at that high-water mark. Collect now,
+        # at most once every GC_SPACING_S (a full collection took ~110 ms with a job retiring a
+        # second): a tab left waiting is freed at the next retirement after that.
+        now = time.monotonic()
+        if now - self._last_gc >= GC_SPACING_S:
+            self._last_gc = now
+            gc.collect()
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""
