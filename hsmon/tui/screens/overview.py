@@ -106,7 +106,8 @@ class OverviewScreen(Screen[None]):
         now = time.monotonic()
         if now - self._last_gc >= GC_SPACING_S:
             self._last_gc = now
-            gc.collect()
+            # after the next refresh: until then the last frame's map still holds the removed tab
+            self.call_after_refresh(gc.collect)
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""
