@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import re
 import time
+import weakref
 from typing import ClassVar
 
 from textual._styles_cache import StylesCache
@@ -19,6 +20,8 @@ from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
 
 GC_SPACING_S = 5.0
+COLLECT_ATTEMPTS = 4  # full collections for one retirement while its tab is still held
+COLLECT_RETRY_S = 0.25
 
 
 def pane_id(key: tuple[int, str]) -> str:
@@ -37,6 +40,7 @@ class OverviewScreen(Screen[None]):
 
     _ensured: list[str] | None = None
     _last_gc = float("-inf")
+    _removed: tuple[weakref.ref[TabPane], ...] = ()  # removed tabs not yet freed
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◉")
@@ -68,6 +72,9 @@ class OverviewScreen(Screen[None]):
         existing = {pane.id for pane in tabs.query(TabPane)}
         gone = sorted(existing - set(ordered))
         for pane in gone:  # a job the daemon no longer watches
+            widget = next((p for p in tabs.query(TabPane) if p.id == pane), None)
+            if widget is not None:
+                self._removed = (*self._removed, weakref.ref(widget))
             await tabs.remove_pane(pane)
             existing.discard(pane)
         if gone:
@@ -107,7 +114,16 @@ class OverviewScreen(Screen[None]):
         if now - self._last_gc >= GC_SPACING_S:
             self._last_gc = now
             # after the next refresh: until then the last frame's map still holds the removed tab
-            self.call_after_refresh(gc.collect)
+            self.call_after_refresh(self._collect_removed, COLLECT_ATTEMPTS)
+
+    def _collect_removed(self, attempts: int) -> None:
+        """A full collection; while a removed tab outlives it (still held by a frame or a message
+        in flight), another one a little later, at most ``attempts`` in all."""
+        gc.collect()
+        self._removed = tuple(ref for ref in self._removed if ref() is not None)
+        if self._removed and attempts > 1:
+            again = attempts - 1
+            self.set_timer(COLLECT_RETRY_S, lambda: self.call_after_refresh(self._collect_removed, again))
 
     async def refresh_from_app(self) -> None:
         """Show the app's latest documents (only the visible tab is redrawn)."""
