@@ -60,6 +60,14 @@ def finish(proc: subprocess.Popen[str], timeout: float = 180) -> None:
     assert proc.returncode == 0, err[-3000:]
 
 
+def kill_left(*procs: subprocess.Popen[str]) -> None:
+    """Kill and reap the processes a test leaves running (after a failed assertion)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def held_rule(spool_dir: Path) -> HeldOut:
     starts = [r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start"]
     return HeldOut.from_record(starts[0]["heldout"])
@@ -127,10 +135,7 @@ def test_follow_consumes_while_extraction_stops_and_is_killed_then_resumed(tmp_p
         assert proc.returncode == 0, proc.stderr
         finish(trainer)
     finally:
-        for p in (trainer, extractor):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_left(trainer, extractor)
     assert_every_row_exactly_e(spool_dir)
     kinds = [e["kind"] for e in trainer_events(spool_dir)]
     assert kinds.index("resume") < kinds.index("step") and kinds[-1] == "done"
@@ -196,10 +201,7 @@ def test_a_bounded_spool_of_one_row_chunks_settles_the_vocabulary_on_half_its_li
         finish(trainer)
         assert extractor.wait(timeout=60) == 0
     finally:
-        for p in (trainer, extractor):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_left(trainer, extractor)
     assert_every_row_exactly_e(spool_dir)
     start = next(e for e in trainer_events(spool_dir) if e["kind"] == "start")
     first, last = (layout.parse_chunk_dir_name(name) for name in start["vocab_from"].split(".."))
@@ -233,10 +235,7 @@ def test_two_extraction_shards_and_two_ddp_ranks_share_one_spool(tmp_path, tiny_
             assert shard.returncode == 0, err
         finish(trainer, timeout=240)
     finally:
-        for p in (trainer, *shards):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_left(trainer, *shards)
     assert len(layout.manifest_paths(spool_dir)) == 2
     assert_every_row_exactly_e(spool_dir)
     seen = trainer_events(spool_dir)
