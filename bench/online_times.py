@@ -1,0 +1,41 @@
+"""Where bench/online.py's online run spent its time, from the trainer's events and each process's
+CPU seconds (rusage): the overlap figure alone cannot tell a serialisation in the product from a
+shared machine's load.
+
+- the trainer's set-up wait: its first event to its ``start`` (the extractor's start-up and the
+  rows of half the spool, trainer/follow_setup.py), when it cannot step;
+- the steps: its first step to its last, and the saves in between (each a checkpoint, needed before
+  a chunk is freed);
+- CPU: the trainer's CPU seconds online over alone (its own extra work online: saves, polls) and
+  the share of a core it got online and alone (CPU ÷ wall; on an idle machine with a core per side
+  both are near 1; less online than alone means other processes took its core, not the spool).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def online_timeline(events: list[dict[str, Any]], cpu: dict[str, float], online_s: float,
+                    extract_online_s: float, train_alone_s: float) -> dict[str, float]:
+    """The figures above (printed, and returned for the RESULT line)."""
+    first = events[0]["ts"]
+    start = next(e["ts"] for e in events if e["kind"] == "start")
+    steps = [e["ts"] for e in events if e["kind"] == "step"]
+    saves = sum(1 for e in events if e["kind"] == "checkpoint")
+    on, alone = cpu.get("train_online", 0.0), cpu.get("train_alone", 0.0)
+    out = {
+        "setup_wait_s": start - first,
+        "steps_s": steps[-1] - steps[0] if steps else 0.0,
+        "saves": float(saves),
+        "train_cpu_ratio": on / alone if alone else float("nan"),
+        "train_core_online": on / online_s if online_s else float("nan"),
+        "train_core_alone": alone / train_alone_s if train_alone_s else float("nan"),
+    }
+    print(f"online timeline: the trainer waited {out['setup_wait_s']:.1f} s for its set-up sample, then "
+          f"stepped for {out['steps_s']:.1f} s with {saves} saves; the extraction ended after "
+          f"{extract_online_s:.1f} s. CPU: trainer {on:.1f} s online against {alone:.1f} s alone "
+          f"(x{out['train_cpu_ratio']:.2f}); it got {out['train_core_online']:.0%} of a core online, "
+          f"{out['train_core_alone']:.0%} alone; extractor {cpu.get('extract_online', 0.0):.1f} s online, "
+          f"{cpu.get('extract_alone', 0.0):.1f} s alone", flush=True)
+    return out
