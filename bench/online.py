@@ -389,7 +389,7 @@ def main() -> int:
     sp = base / "spool"
     sp.mkdir()
     watch = SpoolWatch(sp)
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
     ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log",
                 core_x)
@@ -430,7 +430,7 @@ def main() -> int:
     tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
     print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
           f"offline {tok_off}", flush=True)  # fmt: skip
-    timeline = online_timeline(on_events, CPU, t_online, t_ext_online, t_train)
+    timeline = online_timeline(on_events, CPU, started_wall, t_online, t_ext_online, t_train)
     load_timed = load()
 
     # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)

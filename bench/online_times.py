@@ -2,8 +2,9 @@
 CPU seconds (rusage): the overlap figure alone cannot tell a serialisation in the product from a
 shared machine's load.
 
-- the trainer's set-up wait: its first event to its ``start`` (the extractor's start-up and the
-  rows of half the spool, trainer/follow_setup.py), when it cannot step;
+- the trainer's first step, in seconds after the bench started both sides (its own start-up, and
+  its set-up wait: its first event to its ``start``, for the extractor's start-up and the rows of
+  half the spool, trainer/follow_setup.py), when it cannot step;
 - the steps: its first step to its last, and the saves in between (each a checkpoint, needed before
   a chunk is freed);
 - CPU: the trainer's CPU seconds online over alone (its own extra work online: saves, polls) and
@@ -16,15 +17,16 @@ from __future__ import annotations
 from typing import Any
 
 
-def online_timeline(events: list[dict[str, Any]], cpu: dict[str, float], online_s: float,
+def online_timeline(events: list[dict[str, Any]], cpu: dict[str, float], started: float, online_s: float,
                     extract_online_s: float, train_alone_s: float) -> dict[str, float]:
-    """The figures above (printed, and returned for the RESULT line)."""
+    """``started``: the wall clock (time.time) when the bench started both sides."""
     first = events[0]["ts"]
     start = next(e["ts"] for e in events if e["kind"] == "start")
     steps = [e["ts"] for e in events if e["kind"] == "step"]
     saves = sum(1 for e in events if e["kind"] == "checkpoint")
     on, alone = cpu.get("train_online", 0.0), cpu.get("train_alone", 0.0)
     out = {
+        "first_step_s": steps[0] - started if steps else float("nan"),
         "setup_wait_s": start - first,
         "steps_s": steps[-1] - steps[0] if steps else 0.0,
         "saves": float(saves),
@@ -32,7 +34,8 @@ def online_timeline(events: list[dict[str, Any]], cpu: dict[str, float], online_
         "train_core_online": on / online_s if online_s else float("nan"),
         "train_core_alone": alone / train_alone_s if train_alone_s else float("nan"),
     }
-    print(f"online timeline: the trainer waited {out['setup_wait_s']:.1f} s for its set-up sample, then "
+    print(f"online timeline: the trainer's first step {out['first_step_s']:.1f} s after both started; "
+          f"it waited {out['setup_wait_s']:.1f} s for its set-up sample, then "
           f"stepped for {out['steps_s']:.1f} s with {saves} saves; the extraction ended after "
           f"{extract_online_s:.1f} s. CPU: trainer {on:.1f} s online against {alone:.1f} s alone "
           f"(x{out['train_cpu_ratio']:.2f}); it got {out['train_core_online']:.0%} of a core online, "
