@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.online_times import online_timeline  # noqa: E402
+from bench.online_times import SchedWatch, online_timeline  # noqa: E402
 from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
 from hsmon.contracts import layout, spool  # noqa: E402
@@ -99,6 +99,7 @@ def pin(core: int | None) -> Any:
 
 
 CPU: dict[str, float] = {}  # CPU seconds (user + system) of each process the bench waited for, by name
+SCHED: dict[str, tuple[float, float]] = {}  # the trainer's (on a CPU, waiting for one) seconds, online/alone
 
 
 def reap(proc: subprocess.Popen[bytes], name: str) -> int:
@@ -113,7 +114,10 @@ def run(cmd: list[str], log: Path, core: int | None = None, name: str = "") -> f
     """Run to the end (exit 0 required); returns the wall seconds."""
     started = time.monotonic()
     proc = start(cmd, log, core)
-    if reap(proc, name or cmd[3]) != 0:
+    watch = SchedWatch(proc.pid)
+    code = reap(proc, name or cmd[3])
+    SCHED[name] = watch.close()
+    if code != 0:
         raise SystemExit(f"bench/online.py: {' '.join(cmd[2:5])} failed ({proc.returncode}); see {log}")
     return time.monotonic() - started
 
@@ -400,7 +404,9 @@ def main() -> int:
     )
     wait_ok(ext, "the online extraction", "extract_online")
     t_ext_online = time.monotonic() - started
+    sched_online = SchedWatch(trainer.pid)
     wait_ok(trainer, "the following trainer", "train_online")
+    SCHED["online"] = sched_online.close()
     t_online = time.monotonic() - started
     peak = watch.close()
     on_events = list(ev.iter_events(spool.train_events_path(sp)))
@@ -430,7 +436,8 @@ def main() -> int:
     tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
     print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
           f"offline {tok_off}", flush=True)  # fmt: skip
-    timeline = online_timeline(on_events, CPU, started_wall, t_online, t_ext_online, t_train)
+    timeline = online_timeline(on_events, CPU, started_wall, t_online, t_ext_online, t_train,
+                               {"online": SCHED["online"], "alone": SCHED.get("train_alone", (0.0, 0.0))})
     load_timed = load()
 
     # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)
