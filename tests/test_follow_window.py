@@ -118,23 +118,3 @@ def test_the_step_budget_follows_the_rows_per_step_the_window_takes():
     assert fixed(step - 1) > 3 * floor  # the budget of the start: far from the floor at the end
     assert abs(budget.total - step) <= 2
     assert factor(step - 1) < 1.2 * floor  # the budget kept true: at the floor at the end
-
-
-def test_a_row_is_not_drawn_in_two_consecutive_steps_while_half_the_window_has_rested():
-    """With a uniform draw from a small window a row's passes often fell in consecutive steps (28 %
-    of rows over bench/online.py's lengths): the rows of a step rest for the next one."""
-    from trainer.data import RowRef
-    from trainer.window import ChunkRows
-
-    window, rng = Window(passes=3, size=12), random.Random(0)
-    window.add(ChunkRows("rows_0-40", train=[RowRef(f"r{i}", i, 20) for i in range(40)]))
-    previous: set[int] = set()
-    repeats = draws = 0
-    while window.active:
-        enough = len(window.active) >= 8  # 3 rows a batch: half the window rested
-        rows = {r.row for r in window.draw(rng, batch_tokens=64, world=1)[0]}
-        repeats += bool(enough and rows & previous)
-        window.credit(sorted(rows))
-        previous, draws = rows, draws + 1
-    assert window.passes == dict.fromkeys(range(40), 3)
-    assert draws > 30 and repeats == 0

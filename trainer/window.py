@@ -9,9 +9,8 @@ has ended when every shard's manifest ends its latest run with ``done``.
 `Window`: every training row enters with E tickets. The window is the oldest ``size`` rows (in
 arrival order) that still hold tickets; a batch is drawn uniformly among them (a random sample,
 sorted by length, a run of similar lengths grown both ways from a random anchor while it fits the
-token budget: little padding, and no length waits longer than another), the rows of the previous
-step resting while half the window has rested; each row drawn gives up one ticket when its step is
-taken. A row is therefore in exactly E batches, spread
+token budget: little padding, and no length waits longer than another); each row
+drawn gives up one ticket when its step is taken. A row is therefore in exactly E batches, spread
 over about E x size / rows-per-batch steps, and rows leave in about the order they came, so
 chunks finish (and with --consume leave the spool) in order.
 """
@@ -170,8 +169,6 @@ class Window:
         self.held: list[RowRef] = []
         self.nonfinite: list[int] = []
         self.rows_seen = 0
-        self.draws = 0  # steps credited
-        self._last: dict[int, int] = {}  # the step each row on hand was last drawn in
 
     def add(self, chunk: ChunkRows, consumed: bool = False) -> None:
         """Admit a complete chunk (``consumed``: the ledger says it left the spool already)."""
@@ -203,16 +200,11 @@ class Window:
     def draw(self, rng: random.Random, batch_tokens: int, world: int) -> list[list[RowRef]]:
         """One step's batches, one per rank (distinct rows; a rank may get none when rows run short).
 
-        Rows drawn in the previous step rest for this one while at least half the window (and a
-        row per rank) has rested: a row's passes are not taken in consecutive steps (with a
-        uniform draw from a spool's ~10 rows, 28 % of rows were). Each batch: a random anchor
-        among (up to 64 per rank of) the window's (rested) rows, sorted by
+        Each batch: a random anchor among (up to 64 per rank of) the window's rows, sorted by
         length, grown outward to the neighbour closest in length while it fits ``batch_tokens``
         padded tokens. Growing both ways keeps the shortest and longest rows from waiting longer
         than the others."""
-        rested = [r for r in self.active if self._last.get(r.row, -2) < self.draws - 1]
-        source = rested if len(rested) >= max(world, len(self.active) // 2) else self.active
-        picked = rng.sample(source, min(len(source), 64 * world))
+        picked = rng.sample(self.active, min(len(self.active), 64 * world))
         pool = sorted(picked, key=lambda r: (r.length, r.row))
         batches: list[list[RowRef]] = []
         for _ in range(world):
@@ -243,14 +235,11 @@ class Window:
         """Each row of a taken (or skipped) step gives up one ticket; rows at E leave the window."""
         finished: set[int] = set()
         for row in rows:
-            self._last[row] = self.draws
             self.passes[row] = self.passes.get(row, 0) + 1
             self.pending[row] = self.pending.get(row, 0) + 1
             if self.passes[row] >= self.passes_target:
                 finished.add(row)
                 self.chunks[self._chunk_of[row]].short -= 1
-                self._last.pop(row, None)
-        self.draws += 1
         if finished:
             self.active = [r for r in self.active if r.row not in finished]
             self._refill()
