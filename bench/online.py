@@ -23,6 +23,10 @@ alone and online (`--cores A,B`; default the first two this process may use; non
    the extractor killed (-9) after two chunks, each restarted (`--resume` for the trainer); the
    ledger then says how many training rows have fewer (lost) or more (extra) passes than E.
 5. The monitor's cost: bench/spool_watch.py's ratio (online job / the two offline jobs).
+Where the online run's time went (bench/online_times.py): the trainer's first step and set-up wait,
+its steps and saves, each side's CPU seconds online and alone, and the trainer's seconds on a CPU,
+waiting for one (the load) and asleep (its waits): `online timeline:` and RESULT's `first_step_s`
+... `train_asleep_alone_s`. The overlap goal is decided on an idle machine at the full settings.
 
 usage: python bench/online.py [--quick] [--rows N] [--passes E] [--cores A,B] [--keep DIR]
 Last line: RESULT accept_ratio=... (p5, p95) spool_peak_ratio=... overlap=... offline_ratio=...
