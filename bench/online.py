@@ -23,6 +23,10 @@ alone and online (`--cores A,B`; default the first two this process may use; non
    the extractor killed (-9) after two chunks, each restarted (`--resume` for the trainer); the
    ledger then says how many training rows have fewer (lost) or more (extra) passes than E.
 5. The monitor's cost: bench/spool_watch.py's ratio (online job / the two offline jobs).
+Where the online run's time went (bench/online_times.py): the trainer's first step and set-up wait,
+its steps and saves, each side's CPU seconds online and alone, and the trainer's seconds on a CPU,
+waiting for one (the load) and asleep (its waits): `online timeline:` and RESULT's `first_step_s`
+... `train_asleep_alone_s`. The overlap goal is decided on an idle machine at the full settings.
 
 usage: python bench/online.py [--quick] [--rows N] [--passes E] [--cores A,B] [--keep DIR]
 Last line: RESULT accept_ratio=... (p5, p95) spool_peak_ratio=... overlap=... offline_ratio=...
@@ -50,6 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.online_times import SchedWatch, online_timeline  # noqa: E402
 from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
 from hsmon.contracts import layout, spool  # noqa: E402
@@ -97,12 +102,26 @@ def pin(core: int | None) -> Any:
     return lambda: os.sched_setaffinity(0, {core})
 
 
-def run(cmd: list[str], log: Path, core: int | None = None) -> float:
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of each process the bench waited for, by name
+SCHED: dict[str, tuple[float, float]] = {}  # the trainer's (on a CPU, waiting for one) seconds, online/alone
+
+
+def reap(proc: subprocess.Popen[bytes], name: str) -> int:
+    """Wait for a child, record its CPU seconds under ``name`` (its rusage); returns its exit code."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    CPU[name] = usage.ru_utime + usage.ru_stime
+    return proc.returncode
+
+
+def run(cmd: list[str], log: Path, core: int | None = None, name: str = "") -> float:
     """Run to the end (exit 0 required); returns the wall seconds."""
     started = time.monotonic()
-    with open(log, "ab") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT, preexec_fn=pin(core))
-    if proc.returncode != 0:
+    proc = start(cmd, log, core)
+    watch = SchedWatch(proc.pid)
+    code = reap(proc, name or cmd[3])
+    SCHED[name] = watch.close()
+    if code != 0:
         raise SystemExit(f"bench/online.py: {' '.join(cmd[2:5])} failed ({proc.returncode}); see {log}")
     return time.monotonic() - started
 
@@ -126,8 +145,8 @@ def load() -> str:
     return ",".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def wait_ok(proc: subprocess.Popen[bytes], what: str, timeout: float = 3600) -> None:
-    if proc.wait(timeout=timeout) != 0:
+def wait_ok(proc: subprocess.Popen[bytes], what: str, name: str = "") -> None:
+    if reap(proc, name or what) != 0:
         raise SystemExit(f"bench/online.py: {what} failed ({proc.returncode})")
 
 
@@ -353,7 +372,8 @@ def main() -> int:
 
     # 1. the extraction alone
     t_extract = run(
-        hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log", core_x
+        hsmon("extract", str(data), "--out", str(base / "offline"), *ext_args), base / "offline.log", core_x,
+        "extract_alone",
     )
     manifest = read_manifest(base / "offline")
     data_bytes = manifest.bytes
@@ -377,7 +397,7 @@ def main() -> int:
     sp = base / "spool"
     sp.mkdir()
     watch = SpoolWatch(sp)
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
     ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log",
                 core_x)
@@ -386,8 +406,11 @@ def main() -> int:
         hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log",
         core_t,
     )
-    wait_ok(ext, "the online extraction")
-    wait_ok(trainer, "the following trainer")
+    wait_ok(ext, "the online extraction", "extract_online")
+    t_ext_online = time.monotonic() - started
+    sched_online = SchedWatch(trainer.pid)
+    wait_ok(trainer, "the following trainer", "train_online")
+    SCHED["online"] = sched_online.close()
     t_online = time.monotonic() - started
     peak = watch.close()
     on_events = list(ev.iter_events(spool.train_events_path(sp)))
@@ -412,11 +435,13 @@ def main() -> int:
     t_train = run(
         hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
               "--target-model", setup["model"], "--events", str(off_events), *train_args),
-        base / "offline.log", core_t,
+        base / "offline.log", core_t, "train_alone",
     )  # fmt: skip
     tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
     print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
           f"offline {tok_off}", flush=True)  # fmt: skip
+    timeline = online_timeline(on_events, CPU, started_wall, t_online, t_ext_online, t_train,
+                               {"online": SCHED["online"], "alone": SCHED.get("train_alone", (0.0, 0.0))})
     load_timed = load()
 
     # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)
@@ -438,6 +463,7 @@ def main() -> int:
         "monitor": monitor is not None and monitor <= GOALS["monitor"],
     }
     verdict = " ".join(f"{k}_goal={'pass' if v else 'FAIL'}" for k, v in ok.items())
+    times = " ".join(f"{k}={v:.0f}" if k == "saves" else f"{k}={v:.2f}" for k, v in timeline.items())
     print(
         f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
         f"accept_ratio_p5={lo:.3f} accept_ratio_p95={hi:.3f} eval_prompts={len(on_pairs)} "
@@ -446,6 +472,7 @@ def main() -> int:
         f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
         f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} waited_s={waited:.1f} "
         f"steps={steps} batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
+        f"{times} "
         f"passes={passes} rows={rows} chunk_rows={chunk_rows} "
         f"heldout_limit_share={held_bytes / max(limit, 1):.2f} "
         f"rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "

@@ -85,3 +85,36 @@ def test_a_bounded_spool_settles_the_vocabulary_on_half_the_limit_not_on_the_fir
     assert sample.name == "rows_0-1..rows_1-2"  # the start event's vocab_from names the span
     # an extraction that ended below half the limit: what there is
     assert setup_sample(one, Arrival([], True, 8, False, spool_limit=1000, row_bytes=100)) is one[0]
+
+
+def test_the_step_budget_follows_the_rows_per_step_the_window_takes():
+    """A set-up sample of long rows (one a batch) lays the schedule over twice the steps a stream of
+    short rows (two a batch) takes: with the budget fixed at start the run ends with its learning
+    rate far above the floor; re-estimated every step (trainer/follow_budget.py) it ends at it."""
+    from trainer.data import RowRef
+    from trainer.follow_budget import StepBudget
+    from trainer.follow_setup import expected_training_rows
+    from trainer.runtime import lr_lambda_factory
+    from trainer.window import ChunkRows
+
+    passes, rows, batch_tokens, floor = 2, 60, 64, 0.1
+    initial = rows * passes  # one row a step, as a sample of 60-token rows in 64-token batches says
+    expected = expected_training_rows(rows, HeldOut(0.0, 0))
+    assert expected == rows
+    budget = StepBudget(initial, 3, passes, expected, start_step=0)
+    factor = budget.factor(floor)
+    window, rng, step, arrived = Window(passes, size=12), random.Random(0), 0, 0
+    while arrived < rows or window.active:
+        if arrived < rows and len(window.active) < 12:  # the stream: short rows, two a batch
+            window.add(ChunkRows(f"rows_{arrived}-{arrived + 2}",
+                                 train=[RowRef(f"r{i}", i, 30) for i in (arrived, arrived + 1)]))
+            arrived += 2
+        drawn = [r.row for r in window.draw(rng, batch_tokens, 1)[0]]
+        window.credit(drawn)
+        step += 1
+        budget.update(step, len(drawn), window, ended=arrived >= rows)
+    assert rows * passes / step > 1.8  # about two rows a step: half the steps the sample promised
+    fixed = lr_lambda_factory(initial, 3, floor)
+    assert fixed(step - 1) > 3 * floor  # the budget of the start: far from the floor at the end
+    assert abs(budget.total - step) <= 2
+    assert factor(step - 1) < 1.2 * floor  # the budget kept true: at the floor at the end

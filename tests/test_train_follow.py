@@ -208,6 +208,14 @@ def test_a_bounded_spool_of_one_row_chunks_settles_the_vocabulary_on_half_its_li
     assert first is not None and last is not None
     assert last[1] - first[0] >= 3, start["vocab_from"]  # several one-row chunks, not the first alone
     assert any(e["kind"] == "pause" and e.get("reason") == "spool" for e in events_of(ext_events))
+    # the schedule is laid over the steps the run takes (trainer/follow_budget.py), not over the
+    # set-up sample's estimate: the budget the last step saw is within a step or two of the run's
+    # steps (re-estimated after every step from the tenth), so its learning rate is near the floor
+    # (10 % of the peak; the cosine's last 20 % stays under 19 %)
+    steps = [e for e in trainer_events(spool_dir) if e["kind"] == "step"]
+    last, peak = steps[-1], max(e["lr"] for e in steps)
+    assert abs(last["total_steps"] - last["step"]) <= max(2, last["step"] // 10), (start["total_steps"], last)
+    assert last["lr"] <= 0.19 * peak, (last["lr"], peak)
 
 
 @pytest.mark.parametrize("extra", [["--consume"]])

@@ -27,11 +27,13 @@ from hsmon.contracts import events as ev
 from hsmon.contracts.spool_ledger import LedgerWriter
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import Batch, DataError, DataIndex, collate
+from trainer.follow_budget import StepBudget
 from trainer.follow_setup import (
     Arrival,
     LedgerState,
     RowsPause,
     delete_rows,
+    expected_training_rows,
     first_index,
     open_ledger,
     poll_spool,
@@ -100,6 +102,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     training = _training(settings, world, writer, stop_requested, index, ckpt, resume_from, total_steps)
     window = Window(settings.follow_passes, _window_rows(settings, first, world), state.passes)
     run = FollowRun(settings, world, writer, training, window, source, ledger, pause, state.consumed)
+    run.budget = _budget(settings, training, ckpt, plan_rows, state)
     for chunk in arrived:
         run.admit(chunk)
     if writer:
@@ -125,6 +128,18 @@ def _window_rows(settings: TrainSettings, first: ChunkRows, world: Dist) -> int:
     rows = first.train or first.held
     mean = sum(r.length for r in rows) / max(1, len(rows))
     return max(8, int(8 * world.world * settings.batch_tokens / max(mean, 1.0)))
+
+
+def _budget(settings: TrainSettings, training: Training, ckpt: dict[str, Any] | None, plan_rows: int | None,
+            state: LedgerState) -> StepBudget:
+    """The step budget the schedule reads from now on (trainer/follow_budget.py): re-estimated as
+    the run goes unless --max-steps fixes it; the warmup is the first start's."""
+    total = training.total_steps
+    warmup = ((ckpt or {}).get("follow") or {}).get("warmup") or max(1, int(settings.warmup_ratio * total))
+    expected = None if settings.max_steps is not None else expected_training_rows(plan_rows, state.heldout)
+    budget = StepBudget(total, int(warmup), settings.follow_passes, expected, training.cursor.step)
+    training.scheduler.lr_lambdas = [budget.factor(settings.min_lr_ratio)]
+    return budget
 
 
 def _training(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
@@ -158,6 +173,7 @@ class FollowRun:
         self.deleted_rows = 0
         self.consumed_bytes = 0
         self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
+        self.budget: StepBudget | None = None
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
@@ -217,7 +233,7 @@ class FollowRun:
         self.pause.end(rows_on_hand=len(self.window.active))
         if self._spool_filling(arrival):
             self.save()
-        return self._step(guard, counters, interval, deadline)
+        return self._step(guard, counters, interval, deadline, arrival.ended)
 
     def _spool_filling(self, arrival: Arrival) -> bool:
         """With --consume and a spool limit: the rows waiting hold half the limit or more and a chunk
@@ -250,7 +266,7 @@ class FollowRun:
         self.waited_s += time.monotonic() - slept
 
     def _step(self, guard: LossGuard, counters: dict[str, Any], interval: Interval,
-              deadline: float | None) -> str | None:
+              deadline: float | None, ended: bool) -> str | None:
         world, training, settings = self.world, self.training, self.settings
         batches = self.window.draw(self.rng, settings.batch_tokens, world.world)
         drawn = [r.row for batch in batches for r in batch]
@@ -263,6 +279,9 @@ class FollowRun:
         if stop is None:
             return None
         step = training.cursor.step
+        if self.budget is not None:
+            budget = self.budget.update(step, len(drawn), self.window, ended)
+            training.total_steps = counters["total_steps"] = budget
         if deadline is not None:
             late = torch.tensor([float(time.monotonic() - self.waited_s >= deadline)])
             if world.all_sum(late)[0] > 0:
@@ -284,8 +303,9 @@ class FollowRun:
         if cursor.step != self.saved_step or (force and pending):
             if self.ledger is not None:
                 self.ledger.trained(cursor.step, pending)
-            self.training.extra_state = {"follow": {"passes_total": self.window.passes_total(),
-                                                    "rows_seen": self.window.rows_seen}}
+            self.training.extra_state = {"follow": {
+                "passes_total": self.window.passes_total(), "rows_seen": self.window.rows_seen,
+                "warmup": self.budget.warmup if self.budget else None}}
             self.training.checkpoint()
             self.saved_step = cursor.step
         elif pending:  # passes of skipped steps only: nothing new to checkpoint, keep them

@@ -184,11 +184,19 @@ def step_budget(settings: TrainSettings, first: ChunkRows, plan_rows: int | None
         return settings.max_steps, "--max-steps"
     rows: list[RowRef] = first.train or first.held
     per_batch = max(1.0, len(rows) / max(1, len(plan_epoch(rows, settings.batch_tokens, settings.seed, 0))))
-    if plan_rows is None:
+    expected = expected_training_rows(plan_rows, heldout)
+    if expected is None:
         return FALLBACK_STEPS, "fallback (the extraction's manifest has no plan)"
-    held = min(plan_rows * heldout.fraction, heldout.below_row * heldout.fraction)
-    steps = math.ceil((plan_rows - held) * settings.follow_passes / (per_batch * world.world))
+    steps = math.ceil(expected * settings.follow_passes / (per_batch * world.world))
     return max(1, steps), "plan"
+
+
+def expected_training_rows(plan_rows: int | None, heldout: HeldOut) -> int | None:
+    """The training rows the extraction's plan will bring (its rows less the held-out ones expected)."""
+    if plan_rows is None:
+        return None
+    held = min(plan_rows * heldout.fraction, heldout.below_row * heldout.fraction)
+    return max(0, round(plan_rows - held))
 
 
 def delete_rows(refs: list[RowRef]) -> None:
