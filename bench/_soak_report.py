@@ -128,7 +128,7 @@ def report(s: Any, stall_after: float) -> None:
     print(f"alerts for healthy jobs: {len(s.false_alerts)} {sorted(s.false_alerts)}")
     missed, unreached = faults(s, stall_after)
     medians, base_med = eta_errors(s)
-    reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text())]
+    reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text()[s.log_offset:])]
     reload_ms = 1000 * max(reload_s, default=NAN)
     print(f"reload: {len(reload_s)} logged, max {reload_ms:.0f} ms, up to {max(s.reload_jobs, default=0)} "
           f"jobs alive at a reload; jobs that lost state (rows back, or state clock moved): "
