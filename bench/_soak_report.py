@@ -28,16 +28,29 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else NAN
 
 
-def prom_scrape_p99(port: int, seconds: float) -> float:
-    """Prometheus's own scrape_duration_seconds of the daemon over the run: its p99, in ms."""
-    query = f'quantile_over_time(0.99, scrape_duration_seconds{{job="hsmon"}}[{int(seconds)}s])'
+def prom_value(port: int, query: str) -> float:
+    """One figure from the run's Prometheus (NaN when it has none)."""
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:
             result = json.loads(resp.read())["data"]["result"]
-        return float(result[0]["value"][1]) * 1000 if result else NAN
+        return float(result[0]["value"][1]) if result else NAN
     except (OSError, KeyError, IndexError, ValueError):
         return NAN
+
+
+def prom_scrape_p99(port: int, seconds: float) -> float:
+    """Prometheus's own scrape_duration_seconds of the daemon over the run: its p99, in ms."""
+    query = f'quantile_over_time(0.99, scrape_duration_seconds{{job="hsmon"}}[{int(seconds)}s])'
+    return 1000 * prom_value(port, query)
+
+
+def prom_scrapes_failed(port: int, seconds: float) -> float:
+    """Prometheus's scrapes of the daemon that failed over the run (up == 0: its timeout is the 1 s
+    interval). Each one marks every series stale, and restarts the `for:` clock of a rule on a bare
+    gauge (the disk fault's alert was 405 s, not 300 s, after one)."""
+    window = f'up{{job="hsmon"}}[{int(seconds)}s]'
+    return prom_value(port, f"count_over_time({window}) - sum_over_time({window})")
 
 
 def faults(s: Any, stall_after: float) -> tuple[int, int]:
@@ -94,6 +107,7 @@ def report(s: Any, stall_after: float) -> None:
     scrapes = [r["scrape_ms"] for r in s.samples]
     p99, reload_p99 = pct(scrapes, 0.99), pct(s.reload_scrapes, 0.99)
     prom_p99 = prom_scrape_p99(s.prom_port, s.end_ts - s.t0)
+    prom_failed = prom_scrapes_failed(s.prom_port, s.end_ts - s.t0)
     kinds = [sum(1 for j in s.jobs.values() if (j.out is not None) + (j.dump is not None) == k)
              for k in (0, 1, 2)]
     print(f"jobs started {s.started} (events only {kinds[0]}, + output and manifest {kinds[1]}, + dump dir "
@@ -109,11 +123,12 @@ def report(s: Any, stall_after: float) -> None:
           f"max {max(scrapes):.2f}; during reloads (n={len(s.reload_scrapes)}) p50 "
           f"{pct(s.reload_scrapes, 0.5):.2f} p99 {reload_p99:.2f} "
           f"max {max(s.reload_scrapes, default=NAN):.2f}; "
-          f"Prometheus's scrape_duration_seconds p99 {prom_p99:.2f}")
+          f"Prometheus's scrape_duration_seconds p99 {prom_p99:.2f}, its failed scrapes (over the 1 s "
+          f"timeout) {prom_failed:.0f}")
     print(f"alerts for healthy jobs: {len(s.false_alerts)} {sorted(s.false_alerts)}")
     missed, unreached = faults(s, stall_after)
     medians, base_med = eta_errors(s)
-    reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text())]
+    reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text()[s.log_offset:])]
     reload_ms = 1000 * max(reload_s, default=NAN)
     print(f"reload: {len(reload_s)} logged, max {reload_ms:.0f} ms, up to {max(s.reload_jobs, default=0)} "
           f"jobs alive at a reload; jobs that lost state (rows back, or state clock moved): "
@@ -137,6 +152,7 @@ def report(s: Any, stall_after: float) -> None:
           f"series_growth={last['series'] - first['series']} fd_growth={last['fds'] - first['fds']} "
           f"thread_growth={last['threads'] - first['threads']} scrape_ms_p99={p99:.2f} "
           f"scrape_reload_ms_p99={reload_p99:.2f} scrape_prom_ms_p99={prom_p99:.2f} "
+          f"scrapes_failed={prom_failed:.0f} "
           f"eta_error_pct={max(medians.values()):.1f} eta_error_baseline_pct={max(base_med.values()):.1f} "
           f"reload_ms={reload_ms:.0f} reload_jobs_max={max(s.reload_jobs, default=0)} "
           f"state_lost={len(s.state_lost)} " + " ".join(f"{k}={v:.2f}" for k, v in tui.items())

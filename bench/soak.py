@@ -20,7 +20,7 @@ threads, the load average; every 1 s: Prometheus's firing alerts and the daemon'
 5/25/50 % of each job's rows; a job's rows and state clock must never go back); for 1.5 s after
 each reload, a scrape every 50 ms.
 
-    python bench/soak.py [--minutes 60] [--no-tui]
+    python bench/soak.py [--minutes 60] [--no-tui] [--warm-jobs 1000]
 Ends with: RESULT rss_slope_mb_h=... false_alerts=... fault_alerts_missed=... series_growth=...
            scrape_ms_p99=... eta_error_pct=... reload_ms=... tui_rss_slope_mb_h=... (bench/_soak_report.py)
 """
@@ -45,7 +45,8 @@ from pathlib import Path
 
 import psutil
 import yaml
-from _soak_report import report  # bench/ is on sys.path: python bench/soak.py
+from _soak_prewarm import prewarm  # bench/ is on sys.path: python bench/soak.py
+from _soak_report import report
 
 from hsmon import daemon as daemon_process
 
@@ -162,8 +163,10 @@ class Soak:
                                        + "\n" for k in ("start", "done")))
         self.cfg.write_text(config_text([], self.anchor))
         self.log = tmp / "daemon.log"
+        # the shipped unit's environment (systemd/hsmon-daemon.service): two malloc arenas
         self.daemon, self.url = daemon_process.spawn(["--config", str(self.cfg)], tmp / "port",
-                                                     stderr=open(self.log, "wb"))  # noqa: SIM115
+                                                     stderr=open(self.log, "wb"),  # noqa: SIM115
+                                                     env={**os.environ, "MALLOC_ARENA_MAX": "2"})
         self.ps = psutil.Process(self.daemon.pid)
         self.prom, self.prom_port = start_prometheus(tmp, self.url.split("://")[1])
         # fraction of the run -> fault; the disk fault early: its rule waits 5 min (`for: 5m`)
@@ -177,6 +180,19 @@ class Soak:
         self.state_lost: list[str] = []
         self.load = [os.getloadavg()]
         self.fds_seen: list[dict[str, int]] = []  # the daemon's fds by kind: at the start, at the end
+        self.log_offset = 0  # the daemon log's size when the run started (after the warm-up)
+
+    def warm_up(self, jobs: int) -> None:
+        """The allocators' warm-up (bench/_soak_prewarm.py), then the run's clock starts."""
+        t, rss = time.time(), self.ps.memory_info().rss / 2**20
+        prewarm(self.daemon, self.url, self.cfg, config_text([], self.anchor), self.tmp, jobs)
+        time.sleep(GRACE + 5)  # the warm-up's jobs leave the document and /metrics
+        print(f"warm-up: {jobs} finished jobs in {time.time() - t:.0f} s, daemon RSS {rss:.1f} -> "
+              f"{self.ps.memory_info().rss / 2**20:.1f} MB", flush=True)
+        self.log_offset = self.log.stat().st_size  # its reloads are not the run's
+        self.t0 = time.time()
+        self.end = self.t0 + self.args.minutes * 60
+        self.drain = self.t0 + self.args.minutes * 60 * 0.7
 
     def new_job(self, now: float, disk: Path | None = None) -> Job:
         """A writer: events only, + output and manifest, or + output, manifest and a dump dir in
@@ -282,6 +298,8 @@ class Soak:
     def watch(self, now: float) -> None:
         for name, job_label, fired in firing(self.prom_port):
             job = self.jobs.get(job_label)
+            if job_label.startswith("warm"):
+                continue  # a warm-up job (bench/_soak_prewarm.py): finished, retired before the run
             if job is not None and job.fault is not None and job.fault_ts is not None:
                 if job.alert is None:
                     self.on_alert(job, name, fired)
@@ -425,10 +443,15 @@ def main() -> None:
                         help="length of the run (default 60; 5: a quick look)")
     parser.add_argument("--no-tui", dest="tui", action="store_false",
                         help="without `hsmon tui` in tmux (by default one runs: RSS, fds, threads recorded)")
+    parser.add_argument("--warm-jobs", type=int, default=1000,
+                        help="finished jobs churned through the daemon before the run, so that its "
+                             "allocators reach their high-water mark (default 1000, ~2 min; 0: none)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hsmon-soak-", dir="/dev/shm"))
     soak = Soak(args, tmp)
     try:
+        if args.warm_jobs > 0:
+            soak.warm_up(args.warm_jobs)
         if args.tui:
             subprocess.run(["tmux", "new-session", "-d", "-s", "hsmon-soak", "-x", "160", "-y", "48",
                             f"{sys.executable} -m hsmon tui --url {soak.url}"], check=True,

@@ -4,6 +4,7 @@ configuration again and applies it without a restart (the plan: hsmon/core/reloa
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import threading
 import time
@@ -25,18 +26,26 @@ class Reloader:
                  monitor: Any, stopping: threading.Event) -> None:
         self.read_config, self.cfg, self.monitor, self.stopping = read_config, cfg, monitor, stopping
         self.configured = {job.name: job for job in cfg.jobs}
-        self.requested = threading.Event()
+        # SIGHUPs, from the signal handler to the reload thread. A SimpleQueue's put takes no lock
+        # (reentrant-safe): a handler that set a threading.Event took the Event's lock, and a second
+        # SIGHUP handled inside it (on the same, main thread) waited for that lock for ever, or
+        # recursed until the daemon died (tests/test_daemon_reload.py, a burst of SIGHUPs)
+        self.requested: queue.SimpleQueue[None] = queue.SimpleQueue()
 
     def install(self) -> None:
-        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.requested.set())
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: self.requested.put(None))
         threading.Thread(target=self._run, name="hsmon-reload", daemon=True).start()
         self.monitor.add_tick_listener(self._retire_finished)
 
     def _run(self) -> None:
         while not self.stopping.is_set():
-            if self.requested.wait(timeout=0.5):
-                self.requested.clear()
-                self.reload()
+            try:
+                self.requested.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            while not self.requested.empty():  # SIGHUPs that came meanwhile: one reload for them all
+                self.requested.get_nowait()
+            self.reload()
 
     def reload(self) -> None:
         from hsmon.core.reload import apply_reload, plan_reload

@@ -3,12 +3,15 @@ real signal; the plan itself as a pure function."""
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 import urllib.request
 
 from daemon_helpers import Daemon, procs, wait_until  # noqa: F401 (procs is a fixture)
 
 from hsmon.core.config import JobConfig
+from hsmon.core.monitor import Monitor
 from hsmon.core.reload import finished_launched, plan_reload
 
 
@@ -71,3 +74,38 @@ def test_sighup_adds_and_retires_jobs_keeps_the_others_and_refuses_a_bad_file(pr
     assert "bogus" in refusal and "the 2 jobs watched go on unchanged" in refusal
     assert set(jobs()) == {"b", "c"} and daemon.proc.poll() is None
     assert "reloaded in " in log and "added c; removed a; kept b" in log
+
+
+def test_a_new_jobs_starting_clock_does_not_move_at_its_first_tick(tmp_path):
+    """A job is shown `starting` from the moment it is added (before any tick measured it); its first
+    tick deciding `starting` keeps that clock (the soak saw it move 0.6 s: a state clock reset)."""
+    monitor = Monitor([JobConfig(name="new", events=str(tmp_path / "new.jsonl"), stall_after=60)],
+                      use_watchdog=False)
+    before = monitor.status_document()["jobs"][0]
+    assert before["state"] == "starting"
+    time.sleep(0.2)
+    monitor.tick(force_scan=True)
+    after = monitor.status_document()["jobs"][0]
+    assert after["state"] == "starting" and after["state_since_ts"] == before["state_since_ts"]
+    assert after["state_history"][-1]["ts"] == before["state_since_ts"]
+
+
+def test_a_burst_of_sighups_leaves_the_daemon_answering(procs, tmp_path):  # noqa: F811
+    """SIGHUPs that come while the last one's handler runs (`systemctl reload` twice, a config tool)
+    must not hang the daemon: its handler took the reload Event's lock, and a second signal handled
+    inside it waited for that lock on the same thread for ever (the HTTP server, on that thread,
+    stopped answering; found by a churn of 300 reloads)."""
+    (tmp_path / "a").mkdir()
+    cfg = tmp_path / "hsmon.toml"
+    cfg.write_text(config_text(tmp_path, ["a"]))
+    daemon = Daemon(procs, tmp_path, ["--config", str(cfg)])
+    wait_until(lambda: daemon.status()["daemon"]["ticks_total"] >= 1, what="a tick")
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:  # spread over 3 s, so that some come while a handler runs
+        os.kill(daemon.proc.pid, signal.SIGHUP)
+        time.sleep(0.0002)
+    with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
+        assert resp.status == 200
+    wait_until(lambda: "reloaded in " in daemon.stderr_path.read_text(), what="a reload logged")
+    daemon.stop()
+    assert daemon.proc.returncode == 0

@@ -94,6 +94,7 @@ def test_units_carry_what_the_issue_asks(root: Path) -> None:
     assert daemon["User"] == "hsmon" and "--config /etc/hsmon/hsmon.toml" in daemon["ExecStart"]
     assert daemon["ExecStart"].startswith(default_hsmon() + " daemon")
     assert "ReadWritePaths" not in daemon and daemon["PrivateDevices"] == "yes"  # no GPU, no writes
+    assert daemon["Environment"].split() == ["PYTHONUNBUFFERED=1", "MALLOC_ARENA_MAX=2"]  # docs/operations.md
     assert daemon["IPAddressDeny"] == "any" and daemon["IPAddressAllow"] == "localhost"
     for name, resume in (("hsmon-extract@.service", False), ("hsmon-train@.service", True)):
         svc = unit(root, name)["Service"]

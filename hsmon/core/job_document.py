@@ -48,11 +48,16 @@ class JobState:
         self.reason, self.hints = decision.reason, list(decision.hints)
         if new == self.state:
             return None
-        previous, self.state, self.since_ts = self.state, new, now
+        # a job is shown "starting" from its construction (``not_measured``): its first decision
+        # "starting" keeps that clock, or a reader sees the clock of an unchanged state move
+        first_start = self.state is None and new == "starting"
+        previous, self.state = self.state, new
+        self.since_ts = self.since_ts if first_start else now
         self.transitions_total += 1
         self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
         self.events.append(
-            ev.make_event(ev.STATE, job, ts=now, state=new, previous=previous, reason=decision.reason)
+            ev.make_event(ev.STATE, job, ts=self.since_ts, state=new, previous=previous,
+                          reason=decision.reason)
         )
         return previous or "none"
 
