@@ -365,11 +365,16 @@ def run(args: argparse.Namespace) -> int:
         "on" if token else "off",
     )
     stopping = threading.Event()
+    shutdown_asked: list[bool] = []
 
     def _shutdown(signum: int, _frame: Any) -> None:
-        if not stopping.is_set():
-            stopping.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
+        # A second signal handled inside this handler (on the same thread) must not reach Event.set
+        # again: its lock is not re-entrant, and the daemon would hang. Appending takes no lock.
+        if shutdown_asked:
+            return
+        shutdown_asked.append(True)
+        stopping.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, _shutdown)
     signal.signal(signal.SIGINT, _shutdown)
