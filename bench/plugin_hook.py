@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -205,7 +206,8 @@ def main() -> int:
     dump_ratio = results[("dump", ref)]["tps"] / none_tps
     pack_ratio = results[("pack", ref)]["tps"] / none_tps if ("pack", ref) in results else float("nan")
     print(f"model: random Llama, 4 layers, hidden {args.hidden}, fp32, capture 1,2,3; {args.requests} "
-          f"requests per mode and length at concurrency {CONCURRENCY}; chunked prefill {CHUNK}")
+          f"requests per mode and length at concurrency {CONCURRENCY}; chunked prefill {CHUNK}; servers' "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset: workers spin after a forward)')}")
     print(f"hook (every dump, up to {biggest:.1f} MB): after p50 {pct(ms_after, .5):.3f} ms p99 "
           f"{pct(ms_after, .99):.3f} ms "
           f"({per_mb:.3f} ms/MB); before p50 {pct(ms_old, .5):.3f} ms p99 {pct(ms_old, .99):.3f} ms "
