@@ -140,8 +140,9 @@ def test_server_info_counts_the_hook_and_the_writer(server):
     assert after["requests"] == before["requests"] + 1
     assert after["files_written"] == before["files_written"] + 1 and after["write_seconds"] > 0
     assert after["queue_depth"] == 0 and after["pool_bytes_in_use"] == 0
-    path, hook_ms, mb = after["hook_samples"][-1]
+    path, hook_ms, mb, cpu_ms = after["hook_samples"][-1]
     assert path == "async" and hook_ms > 0 and mb == round(100 * 4 * 128 * 4 / 1e6, 4)
+    assert 0 < cpu_ms <= hook_ms + 0.01  # the hook thread's CPU time is part of its wall time
 
 
 def test_rows_held_as_views_across_interleaved_forwards_are_right(server, reference):

@@ -58,7 +58,8 @@ class Pending:
 
     req: Any
     pieces: list[Piece] = field(default_factory=list)
-    hook_s: float = 0.0  # time spent in the hook for this request so far
+    hook_s: float = 0.0  # time spent in the hook for this request so far (wall)
+    hook_cpu_s: float = 0.0  # of which on this thread's CPU (the rest: waiting for the GIL or a core)
 
 
 _pending: dict[str, Pending] = {}
@@ -172,7 +173,7 @@ def _append_prefill_hidden_states(original: Any, processor: Any, **kwargs: Any) 
         mode = "pack"
     else:
         return original(processor, **kwargs)
-    started = time.perf_counter()
+    started = (time.perf_counter(), time.thread_time())
     try:
         return _capture(mode, options, started, **kwargs)
     except Exception as exc:  # a plugin bug must fail one request, never the scheduler
@@ -199,7 +200,7 @@ def _drop(rid: str) -> None:
         get_writer().release(pending.pieces)
 
 
-def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
+def _capture(mode: str, options: dict, started: tuple[float, float], **kwargs: Any) -> int:
     """Copy this piece to the host; on the last piece, finish the request (dump or pack)."""
     req = kwargs["req"]
     start = kwargs["hidden_state_offset"]
@@ -227,7 +228,8 @@ def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
     pending.pieces.append(writer.hold(aux, last, kwargs["logits_output"],
                                       force_sync=mode == "pack" or _old_path(options)))
     if middle:
-        pending.hook_s += time.perf_counter() - started
+        pending.hook_s += time.perf_counter() - started[0]
+        pending.hook_cpu_s += time.thread_time() - started[1]
         return end
     del _pending[rid]
     if mode == "pack":
@@ -236,8 +238,9 @@ def _capture(mode: str, options: dict, started: float, **kwargs: Any) -> int:
     else:
         marker, path = _dump(req, options, pending.pieces)
     _set_marker(req, marker)
-    writer.record_hook(path, pending.hook_s + time.perf_counter() - started,
-                       sum(p.nbytes for p in pending.pieces))
+    writer.record_hook(path, pending.hook_s + time.perf_counter() - started[0],
+                       sum(p.nbytes for p in pending.pieces),
+                       pending.hook_cpu_s + time.thread_time() - started[1])
     return end
 
 

@@ -102,7 +102,8 @@ class Stats:
     writer_failures: int = 0  # the writer itself raised (a CUDA error, a bug): <rid>.error, thread goes on
     write_seconds: float = 0.0
     hook_seconds: float = 0.0
-    # (path "async"|"sync"|"fallback", hook ms for the whole request, MB captured)
+    # (path "async"|"sync"|"fallback", hook ms for the whole request, MB captured, of the ms
+    # those on the hook thread's CPU: wall minus CPU is time waiting for the GIL or for a core)
     hook_samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES))
 
     def snapshot(self) -> dict[str, Any]:
@@ -229,11 +230,12 @@ class Writer:
         self._queue.put(job)
         return None
 
-    def record_hook(self, path: str, seconds: float, nbytes: int) -> None:
+    def record_hook(self, path: str, seconds: float, nbytes: int, cpu_seconds: float) -> None:
         with self._lock:
             self.stats.requests += 1
             self.stats.hook_seconds += seconds
-            self.stats.hook_samples.append((path, round(seconds * 1e3, 4), round(nbytes / 1e6, 4)))
+            self.stats.hook_samples.append((path, round(seconds * 1e3, 4), round(nbytes / 1e6, 4),
+                                            round(cpu_seconds * 1e3, 4)))
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
