@@ -60,7 +60,12 @@ def test_real_extract_running_stalled_running_dead(procs, tmp_path, tiny_model):
         assert took <= STALL + SCAN + 1.5, f"stalled after {took:.1f}s"
         body = wait_until(lambda: [b for b in hook.bodies if b["state"] == "stalled"], 10, what="webhook")[0]
         states = [e["state"] for e in daemon.job()["recent_events"] if e["kind"] == "state"]
-        assert body["job"] == "extract" and body["previous"] == "running", (states, hook.bodies)
+        # The state before stalled is running, or silent when the freeze fell between a chunk's write
+        # and its progress event (work visible, no event: a clean-clone run at load 7 saw it), and the
+        # webhook names the one the daemon said.
+        before = states[states.index("stalled") - 1]
+        assert before in ("running", "silent"), states
+        assert body["job"] == "extract" and body["previous"] == before, (states, hook.bodies)
 
         os.kill(extract.pid, signal.SIGCONT)
         wait_until(lambda: daemon.job()["state"] == "running", 20, what="running again")
