@@ -402,6 +402,10 @@ def test_status_doc_matches_documented_fields(procs, tmp_path):  # noqa: F811
     """Every field docs/status-api.md shows is in the document."""
     events = tmp_path / "events.jsonl"
     start_story(procs, tmp_path, "--events", str(events), "--manifest")
+    # `hsmon status --out` refuses an output directory that does not exist (a typo, for a one-shot
+    # look): a clean-clone run at load 4 asked before the story's start had made it.
+    wait_until(lambda: (tmp_path / "out").is_dir() and events.exists() and events.stat().st_size > 0, 30,
+               what="the story's output directory and first event")
     res = subprocess.run(
         [
             sys.executable,
@@ -421,6 +425,7 @@ def test_status_doc_matches_documented_fields(procs, tmp_path):  # noqa: F811
         text=True,
         timeout=60,
     )
+    assert res.returncode == 0 and res.stdout, (res.returncode, res.stderr)
     doc = json.loads(res.stdout)
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "status-api.md")) as fh:
         text = fh.read()
