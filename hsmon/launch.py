@@ -226,7 +226,7 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
     ttt_length = _number(fields, "ttt_length", int, 1, 64, errors)
     arch = str(fields.get("arch") or "").strip() or None
     if arch is not None and arch not in ARCHS:
-        errors["arch"] = f"arch must be one of {', '.join(ARCHS)} (got {arch!r}); empty: eagle3"
+        errors["arch"] = f"arch must be one of {', '.join(ARCHS)} (got {arch!r}); empty: eagle3.1"
     draft_vocab = _number(fields, "draft_vocab_size", int, 1, None, errors)
     gpus = _number(fields, "gpus", int, 1, 1024, errors)
     time_limit = _number(fields, "time_limit", float, 1, None, errors)

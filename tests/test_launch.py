@@ -72,7 +72,7 @@ def test_validation_errors_name_the_field(tmp_path, data_dir):
     assert "whole number" in errors["epochs"] and "at least" in errors["lr"]
     assert "ttt_length" in errors["ttt_length"] and "gpus" in errors
     assert "embedded default" in errors["target_model"] and "colour" in errors["_"]
-    assert errors["arch"] == "arch must be one of eagle3, eagle3.1 (got 'eagle4'); empty: eagle3"
+    assert errors["arch"] == "arch must be one of eagle3, eagle3.1 (got 'eagle4'); empty: eagle3.1"
     req, errors = validate_training_request({"data_dir": str(data_dir), "out_dir": str(data_dir / "drafter")})
     assert req is None and "inside data_dir" in errors["out_dir"]
     req, errors = validate_training_request(

@@ -25,6 +25,7 @@ from extract_helpers import (  # noqa: F401
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
+from trainer.model import DEFAULT_ARCH
 from trainer.window import HeldOut
 
 PASSES = 2
@@ -140,7 +141,7 @@ def test_follow_consumes_while_extraction_stops_and_is_killed_then_resumed(tmp_p
     kinds = [e["kind"] for e in trainer_events(spool_dir)]
     assert kinds.index("resume") < kinds.index("step") and kinds[-1] == "done"
     start = next(e for e in trainer_events(spool_dir) if e["kind"] == "start")
-    assert start["arch"] == "eagle3" and start["mode"] == "follow"  # as the offline trainer's start
+    assert start["arch"] == DEFAULT_ARCH and start["mode"] == "follow"  # as the offline trainer's start
 
 
 def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, tiny_model):  # noqa: F811

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("eagle3", "eagle3.1"),
         default=None,
         help="drafter architecture: eagle3, or eagle3.1 (per-layer fc_norm before fc, post-norm "
-             "hidden state fed to the next draft step); default eagle3, on --resume the checkpoint's",
+             "hidden state fed to the next draft step); default eagle3.1, on --resume the checkpoint's",
     )
     parser.add_argument("--ttt-length", type=_positive_int, default=7, help="training-time-test unroll steps")
     parser.add_argument(

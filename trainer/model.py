@@ -89,7 +89,7 @@ class DrafterConfig:
 
 # architecture name -> (fc_norm, norm_output)
 ARCHS: dict[str, tuple[bool, bool]] = {"eagle3": (False, False), "eagle3.1": (True, True)}
-DEFAULT_ARCH = "eagle3"
+DEFAULT_ARCH = "eagle3.1"
 
 
 class RMSNorm(nn.Module):

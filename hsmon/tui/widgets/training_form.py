@@ -20,7 +20,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("lr", "learning rate", "1e-4"),
     ("batch_tokens", "batch (tokens)", "4096"),
     ("ttt_length", "unroll length", "7"),
-    ("arch", "architecture", "eagle3 or eagle3.1 (empty: eagle3)"),
+    ("arch", "architecture", "eagle3.1 (default) or eagle3"),
     ("draft_vocab_size", "draft vocab", "empty: 32000, or the target's vocabulary if smaller"),
     ("gpus", "GPUs", "torchrun processes"),
     ("follow", "follow (online)", "yes: train while it extracts (hsmon train --follow)"),
