@@ -32,6 +32,7 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
+from hsmon.contracts import events as ev
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from hsmon.core.config import JobConfig
@@ -114,6 +115,15 @@ def test_same_command_again_is_a_no_op_and_other_settings_are_refused(reference,
     assert shorter.returncode == 2 and "different settings (max_length" in shorter.stderr
 
 
+def sleep_until_rows_or(events: Path, rows: float, deadline: float, proc: subprocess.Popen[str]) -> None:
+    """Return at ``deadline``, or once the events report ``rows`` rows done, or when ``proc`` ends."""
+    reader = ev.EventFileReader(str(events))
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(e.get("rows_done", 0) >= rows for e in reader.poll()):
+            return
+        time.sleep(0.01)
+
+
 def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, dataset, tiny_model, reference):  # noqa: F811
     ref_out, ref_events, _ = reference
     ref_ev = events_of(ref_events)
@@ -131,7 +141,11 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
             else:
                 pid = proc.pid
                 wait_for_event(events, lambda e, pid=pid: e["kind"] == "start" and e["pid"] == pid, proc)
-                time.sleep(rng.uniform(0.0, busy / 5))
+                # at a random moment, but before attempt k has done k/6 of the rows: the time window
+                # comes from the reference, run at another moment of the machine's load, and a
+                # clean-clone run saw four attempts finish every row (nothing left to resume)
+                cap = ref_ev[-1]["rows_total"] * attempt / 6
+                sleep_until_rows_or(events, cap, time.monotonic() + rng.uniform(0.0, busy / 5), proc)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1

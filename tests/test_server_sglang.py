@@ -307,9 +307,12 @@ def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log
     # the killed server's down was logged once, however long it stayed down (the front frozen past
-    # the timeout earlier logged its own down: "the HTTP front has not answered")
-    refused = [line for line in log.splitlines() if "hsmon.server" in line and " is down: [Errno" in line]
-    assert len(refused) == 1, log
+    # the timeout earlier logged its own down: "the HTTP front has not answered"). Its first failed
+    # check names what the kill did to it: a refused connection, or, when the kill fell on a request
+    # in flight, "Remote end closed connection without response" (a clean-clone run at load 5).
+    killed = [line for line in log.splitlines()
+              if "hsmon.server" in line and " is down: " in line and "has not answered" not in line]
+    assert len(killed) == 1, log
 
 
 def test_a_server_answering_503_at_once_is_busy_while_counters_move_and_hung_when_nothing_does(rig):
