@@ -100,6 +100,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     layout.repair_jsonl_tail(prep.manifest_path)
     expected, book, progress = start_books(prep)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
+    write_token_counts(prep)
     stop_event = threading.Event()
     events = ev.EventWriter(prep.job, path=args.events)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
@@ -115,6 +116,22 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     finally:
         restore_handlers(previous)
         events.close()
+
+
+def write_token_counts(prep: Prepared) -> None:
+    """The dataset's token counts for a following trainer (extractor/token_counts.py); a failure
+    costs that trainer its vocabulary's sample, not the extraction."""
+    from extractor.token_counts import write_scan_counts
+
+    try:
+        written = write_scan_counts(prep.data, prep.out, prep.shard.as_tuple, prep.scan, prep.tokenizer,
+                                    prep.limits)
+    except OSError as exc:
+        log(f"the dataset's token counts were not written ({exc}); a following trainer takes its "
+            "draft vocabulary from the first chunks instead")
+        return
+    if written is not None:
+        log(f"token counts for a following trainer's draft vocabulary -> {written.name}")
 
 
 def open_backend(prep: Prepared, args: argparse.Namespace, events: ev.EventWriter, progress: Any,

@@ -205,9 +205,11 @@ def test_a_bounded_spool_of_one_row_chunks_settles_the_vocabulary_on_half_its_li
         kill_left(trainer, extractor)
     assert_every_row_exactly_e(spool_dir)
     start = next(e for e in trainer_events(spool_dir) if e["kind"] == "start")
-    first, last = (layout.parse_chunk_dir_name(name) for name in start["vocab_from"].split(".."))
+    first, last = (layout.parse_chunk_dir_name(name) for name in start["setup_sample"].split(".."))
     assert first is not None and last is not None
-    assert last[1] - first[0] >= 3, start["vocab_from"]  # several one-row chunks, not the first alone
+    assert last[1] - first[0] >= 3, start["setup_sample"]  # several one-row chunks, not the first alone
+    # the draft vocabulary's counts are the whole dataset's, from the extraction's scan
+    assert start["vocab_from"] == "the extraction's scan (24 rows)", start["vocab_from"]
     assert any(e["kind"] == "pause" and e.get("reason") == "spool" for e in events_of(ext_events))
     # the schedule is laid over the steps the run takes (trainer/follow_budget.py), not over the
     # set-up sample's estimate: the budget the last step saw is within a step or two of the run's

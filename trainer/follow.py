@@ -95,9 +95,10 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     if ckpt is not None:
         cfg = ckpt["drafter_config"]
         index = DataIndex([], Counter(), cfg["hidden_size"], cfg["hidden_size"] * cfg["num_aux"])
+        vocab_from = None
         total_steps, budget_from = int(ckpt["total_steps"]), "checkpoint"
     else:
-        index = share(world, first_index(first) if world.main else None)
+        index, vocab_from = share(world, first_index(first, settings.data_dir) if world.main else None)
         total_steps, budget_from = step_budget(settings, first, plan_rows, world, state.heldout)
     training = _training(settings, world, writer, stop_requested, index, ckpt, resume_from, total_steps)
     window = Window(settings.follow_passes, _window_rows(settings, first, world), state.passes)
@@ -112,7 +113,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
             passes=settings.follow_passes, consume=settings.follow_consume, window_rows=window.size,
             heldout=state.heldout.to_record(), hidden_size=training.cfg.hidden_size, layers=index.num_aux,
             draft_vocab_size=training.cfg.draft_vocab_size, arch=training.cfg.arch,
-            vocab_from=first.name if ckpt is None else None,
+            vocab_from=vocab_from, setup_sample=first.name,
             ttt_length=settings.ttt_length, total_steps=total_steps, steps_from=budget_from,
             world_size=world.world, resumed_from=str(resume_from) if resume_from else None,
             start_step=training.cursor.step, dtype="bfloat16" if training.autocast else "float32",

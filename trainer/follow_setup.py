@@ -1,7 +1,8 @@
 """What `hsmon train SPOOL --follow` settles before its first step: the ledger (a new one, or the
-resumed one read back and checked against the checkpoint), the held-out rule, the set-up sample
-(the first chunk, or on a bounded spool the chunks of half its limit: the data's shapes and the
-draft vocabulary's token counts), and the step budget the
+resumed one read back and checked against the checkpoint), the held-out rule, the draft
+vocabulary's token counts (the extraction's scan's, else the set-up sample's), the set-up sample
+(the first chunk, or on a bounded spool the chunks of half its limit: the data's shapes), and the
+step budget the
 learning-rate schedule is laid over. Rank 0 decides; `share` hands its answer to every rank.
 """
 
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from hsmon.contracts import events as ev
 from hsmon.contracts import spool
 from hsmon.contracts.spool_ledger import LedgerWriter, first_start
+from hsmon.contracts.token_counts import read_token_counts
 from trainer.data import VOCAB_SAMPLE_ROWS, DataError, DataIndex, RowRef, load_row, plan_epoch
 from trainer.runtime import Dist
 from trainer.settings import TrainSettings
@@ -140,13 +142,13 @@ class RowsPause:
 
 
 def setup_sample(arrived: list[ChunkRows], arrival: Arrival) -> ChunkRows | None:
-    """The rows the trainer settles its draft vocabulary, shapes, window and step budget on, or None
-    while it should wait for more: the complete chunks on hand once one has a usable row, and, on a
-    bounded spool (--spool-max), once the rows written hold half the limit, the extraction has
-    ended or they reach VOCAB_SAMPLE_ROWS. A bounded spool fills without the trainer (the extractor
-    pauses only at the limit), so this costs seconds, and a vocabulary taken from a single small
-    chunk would miss much of the data's tokens (measured: chunks of 1 row, 0.76x the offline
-    drafter's acceptance). An unbounded spool starts on its first usable chunk as before."""
+    """The rows the trainer settles its shapes, window and step budget on (and its draft vocabulary
+    when the extraction wrote no token counts), or None while it should wait for more: the complete
+    chunks on hand once one has a usable row, and, on a bounded spool (--spool-max), once the rows
+    written hold half the limit, the extraction has ended or they reach VOCAB_SAMPLE_ROWS. A bounded
+    spool fills without the trainer (the extractor pauses only at the limit), so this costs seconds,
+    and a budget laid out from a single small chunk is far off (measured: chunks of 1 row, 236
+    steps laid out for a run of 105). An unbounded spool starts on its first usable chunk."""
     usable = [c for c in arrived if c.train or c.held]
     if not usable:
         return None
@@ -160,9 +162,21 @@ def setup_sample(arrived: list[ChunkRows], arrival: Arrival) -> ChunkRows | None
                      held=[r for c in usable for r in c.held])
 
 
-def first_index(chunk: ChunkRows) -> DataIndex:
-    """Shapes and draft-vocabulary token counts from the first complete chunk (what is known before
-    the rest of the hidden states exist)."""
+def first_index(chunk: ChunkRows, data_dir: Path | None = None) -> tuple[DataIndex, str]:
+    """(shapes and draft-vocabulary token counts, where the counts came from): the counts from the
+    extraction's scan (hsmon.contracts.token_counts: the whole dataset's, as offline) when the spool
+    has them, else from the set-up sample; the shapes from the sample (what is known before the
+    rest of the hidden states exist)."""
+    index = sample_index(chunk)
+    scanned = read_token_counts(data_dir) if data_dir is not None else None
+    if scanned is None or not scanned.counts:
+        return index, chunk.name
+    index.token_counts = scanned.counts
+    return index, f"the extraction's scan ({scanned.rows_sampled} rows)"
+
+
+def sample_index(chunk: ChunkRows) -> DataIndex:
+    """Shapes and draft-vocabulary token counts from the set-up sample."""
     counts: Counter = Counter()
     hidden = aux = 0
     rows = (chunk.train + chunk.held)[:VOCAB_SAMPLE_ROWS]
