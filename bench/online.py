@@ -37,16 +37,12 @@ Last line: RESULT accept_ratio=... (p5, p95) spool_peak_ratio=... overlap=... of
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,13 +50,24 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.online_procs import (  # noqa: E402
+    CPU,
+    ENV,
+    SCHED,
+    cores_of,
+    hsmon,
+    load,
+    run,
+    start,
+    wait_ok,
+)
+from bench.online_spool import CHUNK, SpoolWatch, faults, heldout_bytes, ledger_errors  # noqa: E402
 from bench.online_times import SchedWatch, online_timeline  # noqa: E402
 from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
-from hsmon.contracts import layout, spool  # noqa: E402
+from hsmon.contracts import spool  # noqa: E402
 from hsmon.contracts.manifest_reader import read_manifest  # noqa: E402
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 TRAIN = [
     "--lr",
     "2e-3",
@@ -77,7 +84,6 @@ TRAIN = [
     "--eval-fraction",  # held-out rows stay in the spool: few of them (eval-drafter's prompts measure)
     "0.02",
 ]
-CHUNK = 25
 EVAL_SAMPLE_ROWS = 24  # sample rows past the training rows, asked as prompts (unseen by both drafters)
 GOALS = {"accept_ratio": 0.97, "overlap": 1.15, "spool_peak_ratio": 1.0, "limit_share": 0.10, "monitor": 1.0}
 MAX_BATCH_TOKENS = 2048  # the demo's batch; smaller when the spool limit could not hold BATCHES_IN_LIMIT
@@ -89,96 +95,6 @@ def batch_tokens_for(data_tokens: int) -> int:
     data holds BATCHES_IN_LIMIT full batches, so the spool's window never caps the online batches
     (like with like: the same tokens in the same steps on both sides)."""
     return max(64, min(MAX_BATCH_TOKENS, data_tokens // 10 // BATCHES_IN_LIMIT))
-
-
-def hsmon(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hsmon", *args]
-
-
-def pin(core: int | None) -> Any:
-    """A preexec_fn that binds the child (and every thread it starts) to one core, or None."""
-    if core is None:
-        return None
-    return lambda: os.sched_setaffinity(0, {core})
-
-
-CPU: dict[str, float] = {}  # CPU seconds (user + system) of each process the bench waited for, by name
-SCHED: dict[str, tuple[float, float]] = {}  # the trainer's (on a CPU, waiting for one) seconds, online/alone
-
-
-def reap(proc: subprocess.Popen[bytes], name: str) -> int:
-    """Wait for a child, record its CPU seconds under ``name`` (its rusage); returns its exit code."""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    CPU[name] = usage.ru_utime + usage.ru_stime
-    return proc.returncode
-
-
-def run(cmd: list[str], log: Path, core: int | None = None, name: str = "") -> float:
-    """Run to the end (exit 0 required); returns the wall seconds."""
-    started = time.monotonic()
-    proc = start(cmd, log, core)
-    watch = SchedWatch(proc.pid)
-    code = reap(proc, name or cmd[3])
-    SCHED[name] = watch.close()
-    if code != 0:
-        raise SystemExit(f"bench/online.py: {' '.join(cmd[2:5])} failed ({proc.returncode}); see {log}")
-    return time.monotonic() - started
-
-
-def start(cmd: list[str], log: Path, core: int | None = None) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT, preexec_fn=pin(core))
-
-
-def cores_of(text: str | None) -> tuple[int | None, int | None]:
-    """(the extractor's core, the trainer's core): --cores A,B, else the first two this process may
-    use; (None, None) with fewer than two (then nothing is pinned)."""
-    if text:
-        a, b = (int(x) for x in text.split(","))
-        return a, b
-    allowed = sorted(os.sched_getaffinity(0))
-    return (allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None)
-
-
-def load() -> str:
-    return ",".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def wait_ok(proc: subprocess.Popen[bytes], what: str, name: str = "") -> None:
-    if reap(proc, name or what) != 0:
-        raise SystemExit(f"bench/online.py: {what} failed ({proc.returncode})")
-
-
-class SpoolWatch:
-    """The peak bytes of row files in a spool, sampled every 0.1 s in a thread."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.peak = path, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _bytes(self) -> int:
-        total = 0
-        try:
-            for chunk in os.scandir(self.path):
-                if chunk.is_dir() and chunk.name.startswith("rows_"):
-                    for entry in os.scandir(chunk.path):
-                        with contextlib.suppress(OSError):  # deleted meanwhile
-                            total += entry.stat().st_size
-        except OSError:
-            return 0
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self.peak = max(self.peak, self._bytes())
-
-    def close(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def has_spool_max() -> bool:
@@ -238,104 +154,6 @@ def last_event(path: Path, kind: str) -> dict[str, Any]:
     return next(e for e in reversed(list(ev.iter_events(path))) if e["kind"] == kind)
 
 
-def wait_for(predicate: Any, timeout: float = 1800) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit("bench/online.py: timed out")
-        time.sleep(0.05)
-
-
-def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
-    """(rows with fewer passes than E, rows with more, training rows) per the ledger."""
-    from trainer.window import HeldOut
-
-    first = next(r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start")
-    rule = HeldOut.from_record(first["heldout"])
-    ledger = spool.read_ledger(spool_dir)
-    rows = [r for r in read_manifest(spool_dir).rows if not rule.holds(r)]
-    lost = sum(1 for r in rows if ledger.passes.get(r, 0) < passes)
-    extra = sum(1 for r in rows if ledger.passes.get(r, 0) > passes)
-    return lost, extra, len(rows)
-
-
-def heldout_bytes(spool_dir: Path) -> tuple[int, int]:
-    """(rows, bytes) of the held-out rows (the ledger's rule): never consumed, they keep their room
-    in the spool for the whole run."""
-    from hsmon.contracts.manifest_reader import read_row_records
-    from trainer.window import HeldOut
-
-    first = next(r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start")
-    rule = HeldOut.from_record(first["heldout"])
-    held = [int(rec.get("bytes") or 0) for row, rec in read_row_records(spool_dir).items() if rule.holds(row)]
-    return len(held), sum(held)
-
-
-def faults(
-    base: Path, data: Path, setup: dict[str, Any], passes: int, train_args: list[str]
-) -> tuple[int, int, int]:
-    """An online run with one kill -9 of each side, each resumed; (lost, extra, rows) per the ledger."""
-    sp, out = base / "fault-spool", base / "fault-drafter"
-    extract = hsmon(
-        "extract",
-        str(data),
-        "--out",
-        str(sp),
-        "--model",
-        setup["model"],
-        "--chunk-size",
-        str(CHUNK),
-        "--threads",
-        "1",
-        "--min-free",
-        "10M",
-        "--events",
-        str(base / "fault-ext.jsonl"),
-    )
-    train = hsmon(
-        "train",
-        str(sp),
-        "--follow",
-        "--passes",
-        str(passes),
-        "--consume",
-        "--out",
-        str(out),
-        "--target-model",
-        setup["model"],
-        *train_args,
-        "--checkpoint-every",
-        "3",
-    )
-    ext = start(extract, base / "fault-extract.log")
-    trainer = start(train, base / "fault-train.log")
-    ext_events, events = base / "fault-ext.jsonl", spool.train_events_path(sp)
-
-    def chunks() -> int:
-        return (
-            sum(1 for e in ev.iter_events(ext_events) if e["kind"] == "chunk") if ext_events.exists() else 0
-        )
-
-    wait_for(lambda: ext.poll() is not None or chunks() >= 2)
-    killed = ext.poll() is None
-    if killed:
-        ext.send_signal(signal.SIGKILL)
-        ext.wait()
-    wait_for(lambda: events.exists() and any(e["kind"] == "checkpoint" for e in ev.iter_events(events)))
-    trainer.send_signal(signal.SIGKILL)
-    trainer.wait()
-    ext = start(extract, base / "fault-extract.log")
-    trainer = start([*train, "--resume"], base / "fault-train.log")
-    wait_ok(ext, "the resumed extraction")
-    wait_ok(trainer, "the resumed trainer")
-    print(
-        f"faults: trainer killed -9 after its first checkpoint, extractor killed -9 "
-        f"{'after two chunks' if killed else '(it had ended already)'}; both resumed",
-        flush=True,
-    )
-    return ledger_errors(sp, passes)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -346,7 +164,7 @@ def main() -> int:
     parser.add_argument("--cores", metavar="A,B", default=None,
                         help="the extractor's core and the trainer's (default: the first two allowed)")
     parser.add_argument("--chunk-rows", type=int, default=None,
-                        help="rows a chunk of the bounded spool (default: 1/4 of 75 % of the limit's rows)")
+                        help="rows a chunk of the bounded spool (default: 1/4 of 75 %% of the limit's rows)")
     parser.add_argument("--keep", metavar="DIR", default=None, help="work here and keep it")
     args = parser.parse_args()
     rows = args.rows or (120 if args.quick else 276)
