@@ -3,6 +3,7 @@ configuration again and applies it without a restart (the plan: hsmon/core/reloa
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import signal
@@ -62,6 +63,12 @@ class Reloader:
             log.warning("reload: %s changed, which takes a restart; the rest is applied", ", ".join(fixed))
         plan = plan_reload(self.configured, new.jobs)
         apply_reload(self.monitor, plan, new.retire_grace)
+        if plan.add or plan.change or plan.remove:
+            # the removed jobs' objects collected here, not by a full collection that a later
+            # scrape's allocations would trigger (~13 ms with 20 jobs); then /metrics is rendered
+            # for the new set (a scrape after a reload sends it rather than render itself)
+            gc.collect()
+            self.monitor.jobs_changed()
         self.configured = {job.name: job for job in new.jobs}
         self.cfg.retire_grace = new.retire_grace
         log.info("reloaded in %.3f s: %s", time.perf_counter() - started, plan.summary())

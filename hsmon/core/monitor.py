@@ -81,6 +81,7 @@ class Monitor:
         self._retired: dict[str, tuple[JobStatus, float]] = {}
         self._listeners: list[TransitionListener] = []
         self._tick_listeners: list[Callable[[], None]] = []
+        self._change_listeners: list[Callable[[], None]] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._scan_requested = threading.Event()
@@ -174,6 +175,18 @@ class Monitor:
     def add_tick_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` at the end of every tick, in the tick's thread (the engine metrics render)."""
         self._tick_listeners.append(listener)
+
+    def add_change_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` when a set of job changes is complete (``jobs_changed``: a reload), in the
+        thread that made them (the exporter renders /metrics then, not the next scrape)."""
+        self._change_listeners.append(listener)
+
+    def jobs_changed(self) -> None:
+        for listener in self._change_listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("change listener failed")
 
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -272,7 +285,11 @@ class Monitor:
                         listener(runtime.doc, previous)
                     except Exception:
                         log.exception("state listener failed")
-            self.ticks_total += 1
+            with self._lock:
+                # with the tick's count, just before its render: a scrape during the tick (it may
+                # take a while) still finds the last render's key and sends that text
+                self._purge_retired(time.time())
+                self.ticks_total += 1
             for tick_listener in self._tick_listeners:
                 try:
                     tick_listener()
@@ -337,13 +354,17 @@ class Monitor:
         now = time.time()
         with self._lock:
             runtimes = list(self._jobs.values())
-            for name in [n for n, (_, until) in self._retired.items() if until <= now or n in self._jobs]:
-                del self._retired[name]
-                self.jobs_generation += 1
+            self._purge_retired(now)
             retired = [doc for doc, _ in self._retired.values()]
         # while the tick thread runs, figures age between ticks; a one-shot reader ticks itself
         stale_after = self.stale_after if self._thread is not None else None
         return [runtime.status(now, stale_after) for runtime in runtimes] + retired
+
+    def _purge_retired(self, now: float) -> None:
+        """Drop retired jobs whose grace is over (or that came back); holds ``_lock``."""
+        for name in [n for n, (_, until) in self._retired.items() if until <= now or n in self._jobs]:
+            del self._retired[name]
+            self.jobs_generation += 1
 
     def status(self) -> StatusDocument:
         """The status document of docs/status-api.md, typed (hsmon.status_doc)."""

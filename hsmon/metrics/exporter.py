@@ -114,9 +114,10 @@ class MetricsEndpoint:
     them. Generating the text is the scrape's cost (~10 ms for the ~1,500 series of 20 jobs on a
     loaded 2-core machine, mostly prometheus_client's formatting), so while scrapes come (one in the
     last PRERENDER_S) the tick thread renders the job families after each tick and a scrape sends
-    those bytes. A scrape renders itself when no tick rendered since the last change it can see: a
-    tick, or a job added, removed or retired (a reload) since. While the tick thread is rendering, a
-    scrape sends the previous tick's text (one tick old) rather than wait or render twice."""
+    those bytes; a reload renders once it has changed the jobs (``Monitor.jobs_changed``). A scrape
+    renders itself when nothing rendered since the last change it can see: a tick, or a job added,
+    removed or retired since (a scrape in the middle of a reload). While the tick thread is
+    rendering, a scrape sends the previous text (one tick old) rather than wait or render twice."""
 
     def __init__(self, monitor: Any, extra: Any = None) -> None:
         self.monitor = monitor
@@ -131,8 +132,10 @@ class MetricsEndpoint:
         self._scraped = float("-inf")  # time.monotonic() of the last scrape
         self.prerenders_total = 0  # renderings by the tick thread
         self.renders_total = 0  # renderings by a scrape
+        monitor.add_tick_listener(self._prerender)  # first: right after the tick's count moved
         monitor.add_tick_listener(self.engine.refresh)
-        monitor.add_tick_listener(self._prerender)
+        if hasattr(monitor, "add_change_listener"):  # a reload: render for the new set of jobs
+            monitor.add_change_listener(self._prerender)
         self.engine.refresh()
 
     def _now_key(self) -> tuple[int, int] | None:
@@ -163,7 +166,7 @@ class MetricsEndpoint:
         key = self._now_key()
         with self._lock:
             fresh = key is not None and self._key is not None and now - self._rendered <= TEXT_MAX_AGE_S and (
-                self._key == key or (self._rendering and self._key[1] == key[1]))
+                self._key == key or self._rendering)
             text = self._text if fresh else None
         if text is None:
             text = generate_latest(self.registry)
