@@ -30,6 +30,7 @@ from hsmon.contracts.layout import atomic_write
 from hsmon.contracts.units import port_number
 from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
+from hsmon.memory_trim import MemoryTrim
 
 log = logging.getLogger("hsmon.daemon")
 MAX_BODY = 64 * 1024
@@ -344,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         monitor.add_listener(notifier)
     metrics = MetricsEndpoint(monitor, notifier)
+    monitor.add_tick_listener(MemoryTrim())
     try:
         server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots)
     except OSError as exc:
