@@ -84,6 +84,22 @@ def get(url: str, timeout: float = 10.0) -> bytes:
         return resp.read()
 
 
+def stopped(pid: int, timeout: float = 2.0) -> bool:
+    """Whether the process is in the stopped state (``T`` in /proc/PID/stat) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state == "T":
+            return True
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.01)
+    return False
+
+
 def config_text(jobs: list[Job], anchor: Path) -> str:
     """The daemon's configuration: the jobs, and an anchor (a job that is done: a daemon needs one)."""
     text = (f"[daemon]\nscan_interval = 1.0\nretire_grace = {GRACE}\n"
@@ -263,11 +279,18 @@ class Soak:
             if kind == "disk":
                 self.inject_disk(now)
                 continue
-            alive = [j for j in self.configured if j.end_ts is None and j.fault is None and j.eta_at]
+            # the job furthest from its end, whose writer still runs: a job picked as it finishes (its
+            # writer exited, not yet reaped) ends done, and no fault was injected (a 60-minute run at
+            # 21:00 UTC on 2026-12-03 froze job0111 that way: "alert NONE")
+            alive = [j for j in self.configured if j.end_ts is None and j.fault is None and j.eta_at
+                     and j.seen is not None and j.proc.poll() is None]
             if not alive:
                 continue
-            job = alive[0]
+            job = max(alive, key=lambda j: j.rows - (j.seen[0] if j.seen else 0))
             job.proc.send_signal(signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
+            if kind == "stop" and not stopped(job.proc.pid):
+                job.proc.send_signal(signal.SIGCONT)
+                continue  # it ended meanwhile: another job, at the next pass
             job.fault, job.fault_ts = kind, time.time()
             del self.faults[frac]
             print(f"[{now - self.t0:6.1f}s] fault: {kind} {job.name}", flush=True)
