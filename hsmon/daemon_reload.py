@@ -77,6 +77,8 @@ class Reloader:
         from hsmon.core.reload import finished_launched
 
         grace = self.cfg.retire_grace
-        for name in finished_launched(self.monitor.job_statuses(), set(self.configured), time.time(), grace):
-            self.monitor.remove_job(name)
-            log.info("retired job %s: ended more than %.0f s ago", name, grace)
+        watched = set(self.monitor.job_names())
+        for name in finished_launched(self.monitor.job_statuses(), set(self.configured), watched,
+                                      time.time(), grace):
+            if self.monitor.remove_job(name):
+                log.info("retired job %s: ended more than %.0f s ago", name, grace)

@@ -36,8 +36,44 @@ def test_finished_launched_jobs_go_after_the_grace_only():
             self.job, self.state, self.state_since_ts = job, state, since
 
     statuses = [S("train-x", "done", 100.0), S("train-y", "done", 190.0), S("train-z", "running", 0.0),
-                S("configured", "done", 0.0)]
-    assert finished_launched(statuses, {"configured"}, now=200.0, grace_s=60.0) == ["train-x"]
+                S("configured", "done", 0.0), S("removed", "done", 0.0)]
+    watched = {"train-x", "train-y", "train-z", "configured"}  # "removed": retired by a reload, held
+    assert finished_launched(statuses, {"configured"}, watched, now=200.0, grace_s=60.0) == ["train-x"]
+
+
+def test_removing_a_job_not_watched_leaves_the_rendered_metrics_valid(tmp_path):
+    """/metrics is rendered for a (ticks, jobs generation) key; a removal that removed nothing must
+    not move the generation, or every scrape until the next tick renders itself (~10 ms at 20 jobs)."""
+    monitor = Monitor([JobConfig(name="a", out_dir=str(tmp_path))], use_watchdog=False)
+    generation = monitor.jobs_generation
+    assert monitor.remove_job("not-watched") is False and monitor.jobs_generation == generation
+    assert monitor.remove_job("a") is True and monitor.jobs_generation == generation + 1
+
+
+def test_a_job_a_reload_removed_after_it_ended_is_retired_once(procs, tmp_path):  # noqa: F811
+    """A configured job that ended more than the grace ago, then removed by a reload: held for its
+    grace and gone, never taken for a finished launched training (the 60-minute soak found the
+    daemon "retiring" such jobs at every tick until their grace ended, each time moving the jobs'
+    generation, so that every scrape in between rendered /metrics itself)."""
+    (tmp_path / "b").mkdir()
+    events = tmp_path / "a.jsonl"
+    events.write_text("".join(f'{{"v": 1, "ts": {time.time()}, "job": "a", "kind": "{k}"}}\n'
+                              for k in ("start", "done")))
+    cfg = tmp_path / "hsmon.toml"
+    cfg.write_text(config_text(tmp_path, ["b"]) + f'\n[[job]]\nname = "a"\nevents = "{events}"\n')
+    daemon = Daemon(procs, tmp_path, ["--config", str(cfg)])
+
+    def jobs() -> dict[str, dict]:
+        return {j["job"]: j for j in daemon.status()["jobs"]}
+
+    done = wait_until(lambda: jobs().get("a", {}).get("state") == "done" and jobs()["a"], what="a done")
+    wait_until(lambda: time.time() - done["state_since_ts"] > 2.5, what="a done for longer than the grace")
+    cfg.write_text(config_text(tmp_path, ["b"]))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: "removed a" in daemon.stderr_path.read_text(), what="the reload")
+    assert "a" in jobs()  # held for its grace from the reload
+    wait_until(lambda: "a" not in jobs(), timeout=30, what="a gone after its grace")
+    assert "retired job a" not in daemon.stderr_path.read_text()
 
 
 def test_sighup_adds_and_retires_jobs_keeps_the_others_and_refuses_a_bad_file(procs, tmp_path):  # noqa: F811

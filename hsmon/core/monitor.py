@@ -122,7 +122,8 @@ class Monitor:
     def remove_job(self, name: str) -> bool:
         with self._lock:
             runtime = self._jobs.pop(name, None)
-            self.jobs_generation += 1
+            if runtime is not None:  # the rendered /metrics stays valid when nothing was removed
+                self.jobs_generation += 1
         if runtime is not None:
             runtime.close()
         if runtime is not None and runtime.watch is not None and self._observer is not None:

@@ -57,8 +57,11 @@ def apply_reload(monitor: Any, plan: ReloadPlan, grace_s: float) -> None:
         monitor.add_job(cfg)
 
 
-def finished_launched(statuses: list[Any], configured: set[str], now: float, grace_s: float) -> list[str]:
-    """Jobs the daemon launched itself (not in its configuration) that ended (done or dead) more
-    than ``grace_s`` ago: their time to be read is over."""
-    return [s.job for s in statuses if s.job not in configured and s.state in ("done", "dead")
-            and s.state_since_ts is not None and now - s.state_since_ts >= grace_s]
+def finished_launched(statuses: list[Any], configured: set[str], watched: set[str], now: float,
+                      grace_s: float) -> list[str]:
+    """Jobs the daemon launched itself (watched, not in its configuration) that ended (done or dead)
+    more than ``grace_s`` ago: their time to be read is over. A job a reload removed is no longer
+    watched (its last status stays for its own grace): it is not one of them."""
+    return [s.job for s in statuses if s.job in watched and s.job not in configured
+            and s.state in ("done", "dead") and s.state_since_ts is not None
+            and now - s.state_since_ts >= grace_s]
