@@ -319,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
     from hsmon.core.monitor import Monitor
     from hsmon.metrics.exporter import MetricsEndpoint
     from hsmon.notify import Notifier
+    from hsmon.scrape_latency import settle_for_serving
 
     if not cfg.jobs and token is None:
         print(
@@ -335,6 +336,7 @@ def run(args: argparse.Namespace) -> int:
             state_stream.write(ev.encode_event(event))
             state_stream.flush()
 
+    settle_for_serving()
     monitor = Monitor(cfg.jobs, scan_interval=cfg.scan_interval, source="daemon", event_log=state_log)
     notifier = None
     if cfg.notify_webhook:
