@@ -29,11 +29,16 @@ def lr_lambda_factory(total_steps: int, warmup_steps: int, min_ratio: float) -> 
     return factor
 
 
+def world_size() -> int:
+    """Processes of this training: torchrun's WORLD_SIZE, 1 when not under torchrun."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 class Dist:
     """Rank and world of this process (a single process when not under torchrun)."""
 
     def __init__(self) -> None:
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.world = world_size()
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.enabled = self.world > 1
