@@ -144,9 +144,11 @@ def report(s: Any, stall_after: float) -> None:
               f"threads {first['tui_threads']} -> "
               f"{last['tui_threads']}")
     loads = [r["load1"] for r in s.samples]
+    load_median = statistics.median(loads)
     print(f"load average (1/5/15 min) at the start {'/'.join(f'{x:.2f}' for x in s.load[0])}, at the end "
           f"{'/'.join(f'{x:.2f}' for x in s.load[-1])}; 1-min load over the samples min {min(loads):.2f} "
-          f"median {statistics.median(loads):.2f} max {max(loads):.2f} (a shared machine: not idle figures)")
+          f"median {load_median:.2f} max {max(loads):.2f}"
+          f"{' (a shared machine: not idle figures)' if load_median > 1.0 else ''}")
     print(f"RESULT rss_slope_mb_h={rss_slope:.2f} false_alerts={len(s.false_alerts)} "
           f"fault_alerts_missed={missed} fault_alerts_unreached={unreached} "
           f"series_growth={last['series'] - first['series']} fd_growth={last['fds'] - first['fds']} "
@@ -156,4 +158,4 @@ def report(s: Any, stall_after: float) -> None:
           f"eta_error_pct={max(medians.values()):.1f} eta_error_baseline_pct={max(base_med.values()):.1f} "
           f"reload_ms={reload_ms:.0f} reload_jobs_max={max(s.reload_jobs, default=0)} "
           f"state_lost={len(s.state_lost)} " + " ".join(f"{k}={v:.2f}" for k, v in tui.items())
-          + f" load1_median={statistics.median(loads):.2f}")
+          + f" load1_median={load_median:.2f}")
