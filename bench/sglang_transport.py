@@ -24,7 +24,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,9 +37,10 @@ LAYERS = (2, 4, 5)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for the server to bind later, outside the ephemeral range (extractor/sglang/ports.py)."""
+    from extractor.sglang.ports import free_stable_port
+
+    return free_stable_port()
 
 
 def start_server(model: Path, dump_root: Path, log: Path, tokens: int) -> tuple[subprocess.Popen, str]:

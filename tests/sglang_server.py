@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from extractor.sglang.ports import free_stable_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VENV = Path(os.environ.get("HSMON_SGLANG_VENV") or ROOT / ".sglang-venv")
@@ -67,9 +68,9 @@ def sglang_release() -> dict:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a server to bind later: outside the ephemeral range, so that no other server's
+    port-0 binds take it in between (extractor/sglang/ports.py)."""
+    return free_stable_port()
 
 
 def get_json(url: str, timeout: float = 30) -> dict:

@@ -71,8 +71,8 @@ def plain_server(workdir):
     log = open(workdir / "plain-sglang.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [str(sglang_python()), "-m", "sglang.launch_server", "--model-path", str(MODEL), "--device", "cpu",
-         "--host", "127.0.0.1", "--port", str(port), "--attention-backend", "torch_native", "--dtype",
-         "float32", "--max-total-tokens", "4096", *IDLE_ARGS],
+         "--host", "127.0.0.1", "--port", str(port), "--nccl-port", str(free_port()), "--attention-backend",
+         "torch_native", "--dtype", "float32", "--max-total-tokens", "4096", *IDLE_ARGS],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1",
              "PYTHONPATH": str(Path(__file__).parent / "sglang_stubs")})

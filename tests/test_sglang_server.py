@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from extractor.sglang import ports
 from tests.sglang_server import EMBEDDED_MODEL, ROOT, sglang_release, start_sglang_server
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
@@ -81,6 +82,8 @@ def test_server_info_announces_the_plugin_and_the_capture_flags(server):
         assert not info.get("speculative_algorithm")
     assert info["hsmon_plugin"] == expected
     assert info["disable_radix_cache"] is True and info["chunked_prefill_size"] == CHUNK
+    low, high = ports.ephemeral_range()  # sglang-serve's choice, not SGLang's port-0 one
+    assert not low <= info["nccl_port"] <= high
 
 
 @pytest.mark.parametrize("n", [30, 200])

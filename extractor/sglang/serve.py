@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from extractor.sglang.ports import free_stable_port
 from hsmon.contracts.capture_points import parse_capture_points, sglang_layer_ids
 from hsmon.contracts.units import port_number
 
@@ -133,10 +134,12 @@ def build_command(
     cpu: bool,
     extra: list[str],
     adapter: str = AUX_RETURN,
+    nccl_port: int | None = None,
 ) -> list[str]:
     """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
     capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
-    (``HSMON_PLUGIN_AUX_LAYER_IDS``, see ``build_env``) and SGLang returns the last layer."""
+    (``HSMON_PLUGIN_AUX_LAYER_IDS``, see ``build_env``) and SGLang returns the last layer.
+    ``nccl_port``: SGLang's ``--nccl-port`` unless ``extra`` names one (see extractor/sglang/ports.py)."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", model_path]
     cmd += ["--host", host, "--port", str(port), "--enable-return-hidden-states"]
     if adapter == AUX_RETURN:
@@ -154,6 +157,8 @@ def build_command(
             cmd += ["--attention-backend", "torch_native"]
         if not _given(extra, "--max-total-tokens"):
             cmd += ["--max-total-tokens", CPU_MAX_TOTAL_TOKENS]
+    if nccl_port is not None and not _given(extra, "--nccl-port"):
+        cmd += ["--nccl-port", str(nccl_port)]
     return cmd + extra
 
 
@@ -268,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
         env["HSMON_PLUGIN_ALLOW_UNTESTED"] = "1"
     if adapter == LAYER_CAPTURE:
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in sglang_layer_ids(points))
-    cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter)
+    cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
+                        nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host))
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
     return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
 
