@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from extractor.sglang.ports import free_stable_port
 from hsmon import daemon as daemon_process
 
 TESTS = Path(__file__).resolve().parent
@@ -79,9 +79,9 @@ def procs():
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a process to bind later: outside the ephemeral range, where no port-0 bind or
+    outgoing connection of another process takes it in between (extractor/sglang/ports.py)."""
+    return free_stable_port()
 
 
 def get_json(url: str, timeout: float = 10.0) -> Any:
