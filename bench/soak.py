@@ -48,6 +48,7 @@ import yaml
 from _soak_prewarm import prewarm  # bench/ is on sys.path: python bench/soak.py
 from _soak_report import report
 
+from extractor.sglang.ports import free_stable_port
 from hsmon import daemon as daemon_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,7 +114,7 @@ def config_text(jobs: list[Job], anchor: Path) -> str:
 
 
 def start_prometheus(tmp: Path, target: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = free_stable_port()  # outside the ephemeral range: no port-0 bind takes it before Prometheus
     prom = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(RULES)],
             "scrape_configs": [{"job_name": "hsmon", "honor_labels": True,
                                 "static_configs": [{"targets": [target]}]}]}
@@ -122,14 +123,6 @@ def start_prometheus(tmp: Path, target: str) -> tuple[subprocess.Popen[bytes], i
                              f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=open(tmp / "prometheus.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     return proc, port
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rule_waits() -> dict[str, float]:
