@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
+from pathlib import Path
 
 import torch
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: its stdlib-only port helper
+from extractor.sglang.ports import free_stable_port
 
 
 def sglang_draft_model(export_dir: str, set_up: bool = True):
@@ -48,7 +45,7 @@ def sglang_draft_model(export_dir: str, set_up: bool = True):
         rank=0,
         local_rank=0,
         backend="gloo",
-        distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
+        distributed_init_method=f"tcp://127.0.0.1:{free_stable_port()}",
     )
     initialize_model_parallel()
 
