@@ -265,16 +265,14 @@ class Handler(BaseHTTPRequestHandler):
             self._train(body)
 
     def _train(self, body: dict[str, Any]) -> None:
+        from hsmon.launch_paths import PathRule
         from hsmon.launch_watch import launch_and_watch
 
-        paths = {k: v for k in ("data_dir", "out_dir", "target_model")
-                 if isinstance(v := body.get(k), str) and v and (k != "target_model" or os.sep in v)}
-        outside = security.outside_roots(paths, self.server.roots)
-        if outside:
-            self._refuse(400, {"errors": outside})
-            return
         try:
-            outcome = launch_and_watch(self.server.monitor, body)
+            # an API caller: no `~`, no relative path; every path resolved, then checked against the
+            # roots here and again on what the launch creates (hsmon/launch_paths.py)
+            outcome = launch_and_watch(self.server.monitor, body,
+                                       PathRule(remote=True, roots=tuple(self.server.roots)))
         except OSError as exc:  # the launch itself failed (systemd-run refused, the disk is full)
             log.error("launch failed: %s", exc)
             self._json(500, {"error": f"the launch failed: {exc}"})
