@@ -137,6 +137,11 @@ class PooledHTTPServer(HTTPServer):
         for thread in self._threads:
             thread.start()
 
+    def set_client_timeout(self, seconds: float) -> None:
+        """New timeouts (a reload), for the next sweep and the next requests."""
+        self.client_timeout = seconds
+        self.request_timeout = min(REQUEST_TIMEOUT_MAX, seconds)
+
     # accepting (serve_forever's thread)
     def process_request(self, request: Any, client_address: Any) -> None:
         # an answer's head and body go in two writes: without this, Nagle's algorithm holds the body
