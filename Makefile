@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
 TEST_WORKERS ?= 3
 
-.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench docs
+.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench docs screenshot
 
 setup: $(VENV)/.hsmon-setup
 
@@ -34,6 +34,11 @@ demo: setup
 docs: setup
 	$(PY) scripts/cli_reference.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# docs/images/dashboard.svg, the dashboard shown in README and on the site: the real `hsmon tui` on a
+# real daemon watching a real extraction, saved by Textual's own screenshot facility (about 40 s).
+screenshot: setup
+	$(PY) scripts/dashboard_screenshot.py
 
 lint: setup
 	$(PY) -m ruff check .
