@@ -12,6 +12,8 @@ was, and the generated docs table is current.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from extractor.sglang import rule_table
@@ -76,3 +78,29 @@ def test_the_generated_table_and_contract_are_current(probed: rule_table.Derived
     docs = rule_table.DOCS.read_text()
     assert rule_table.replace_table(docs, rule_table.render_table([probed])) == docs, (
         "docs/extract.md's layer-rule table is stale: run python -m extractor.sglang.rule_table")
+
+
+def test_an_exported_drafters_ids_make_the_serving_class_capture_its_points(tmp_path: Path) -> None:
+    """export-drafter --serving-class: the ids in config.json, given to SGLang's own class, capture
+    the points the drafter was trained on (aux ids 2,4,5 = points 3,5,6 in training)."""
+    import json
+    import subprocess
+
+    from extractor.sglang.serve import build_env
+    from trainer.export import sglang_config
+
+    drafter = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "draft_vocab_size": 64, "num_aux": 3, "rms_norm_eps": 1e-6,
+               "rope_theta": 1e4, "max_position_embeddings": 1024, "hidden_act": "silu"}
+    env = build_env(dict(__import__("os").environ), str(tmp_path), cpu=True)
+    for serving, module in (("DeepseekV3ForCausalLM", "deepseek_v2"), ("LlamaForCausalLM", "llama")):
+        config = sglang_config(drafter, [2, 4, 5], serving)
+        ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        assert config["hsmon_capture"]["capture_points"] == [3, 5, 6]
+        out = subprocess.run([str(sglang_python()), "-m", "hsmon_sglang_plugin.rule_probe", module, serving,
+                              ",".join(map(str, ids))], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, 5, 6], (serving, ids)
+    assert sglang_config(drafter, [2, 4, 5], "DeepseekV3ForCausalLM")["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"] == [3, 5, 6]
+    assert sglang_config(drafter, [2, 4, 5])["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]

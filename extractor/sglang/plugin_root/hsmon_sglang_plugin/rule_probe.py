@@ -1,6 +1,7 @@
 """Every SGLang model class with ``set_eagle3_layers_to_capture``, asked which points ids capture.
 
-``python -m hsmon_sglang_plugin.rule_probe`` (in SGLang's environment, CPU engine) imports
+``python -m hsmon_sglang_plugin.rule_probe [MODULE CLASS IDS]`` (in SGLang's environment, CPU
+engine; with arguments: that one class asked about those ids) imports
 SGLang's model modules as its registry does, and for each class that has the method calls it on
 an object shaped just enough for it (the class made without ``__init__``, given a config, a
 pipeline group and a decoder stack of ``N`` empty layers), reading back what it stores
@@ -147,12 +148,26 @@ def derive(cls: type, classes: dict[str, type]) -> dict[str, Any]:
             module.get_parallel = value
 
 
+def one(module: str, name: str, ids: list[int]) -> list[int]:
+    """The points SGLang's class ``name`` (in ``sglang.srt.models.MODULE``) captures for ``ids``."""
+    cls = getattr(importlib.import_module(f"sglang.srt.models.{module}"), name)
+    old = _with_parallel(cls)
+    try:
+        return probe(shaped(cls, {}), ids)
+    finally:
+        for mod, value in old:
+            mod.get_parallel = value
+
+
 def main() -> int:
     import logging
 
     import sglang
 
     logging.disable(logging.WARNING)
+    if len(sys.argv) == 4:  # MODULE CLASS IDS: one class asked about one list of ids
+        print(json.dumps(one(sys.argv[1], sys.argv[2], [int(i) for i in sys.argv[3].split(",")])))
+        return 0
     classes, failed = _classes()
     found = {name: derive(cls, classes) for name, cls in sorted(classes.items()) if hasattr(cls, METHOD)}
     print(json.dumps({"sglang_version": sglang.__version__, "num_layers": NUM_LAYERS, "classes": found,
