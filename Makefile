@@ -90,7 +90,7 @@ test:
 # newest; this lane adds the others (its time does not fit make test's budget). CI runs both.
 # The tests marked client_side (the client's waits, retries and checks; the server only answers)
 # run on the newest only: about 75 s a release less.
-SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py
+SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py tests/test_layer_rules.py
 SGLANG_CONFORMANCE_SELECT ?= -m "not client_side"
 test-sglang-matrix: setup
 	for v in $(SGLANG_MATRIX); do \

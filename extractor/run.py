@@ -190,7 +190,7 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
                         "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
                         "rows_total": progress.rows_total, "tokens_total": progress.tokens_total,
                         "chunks_total": chunks_total, "rejects": progress.rejects,
-                        "bytes_needed": prep.bytes_needed}])
+                        "bytes_needed": prep.bytes_needed, "captured": backend.captured()}])
         writer.record_scan_rejects(prep.scan.rejects or [], prep.manifest.rejects)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk

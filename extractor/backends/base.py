@@ -77,5 +77,10 @@ class Backend(ABC):
         """Backend-specific fields for the run's ``start`` event (e.g. server URLs)."""
         return {}
 
+    def captured(self) -> dict[str, Any]:
+        """The manifest ``run`` record's ``captured``: the points the engine really captures (in
+        process: transformers' ``hidden_states[p]`` themselves)."""
+        return {"points": list(self.capture_points), "engine": self.name}
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the model or connection."""
