@@ -30,7 +30,6 @@ REVIEWED: dict[str, str] = {
     # to split along their seams when the hsmon/ root moves into packages by role
     "hsmon/daemon.py": "to split: the HTTP API, the control endpoints and the run loop",
     "hsmon/daemon.py:run": "to split: its start-up steps",
-    "hsmon/core/monitor.py": "to split: the reload's job changes and the rendering",
     "extractor/prepare.py:prepare": "to split: one step per thing known before a weight loads",
     # test modules that share one real server or model per module (their fixtures' cost)
     "tests/test_daemon.py": "one module: its daemons share fixtures",
