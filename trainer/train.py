@@ -39,7 +39,7 @@ from trainer.nonfinite import (
     rows_text,
 )
 from trainer.objective import TTTForward
-from trainer.runtime import Dist, lr_lambda_factory, set_rng_state
+from trainer.runtime import Dist, StopRequest, lr_lambda_factory, set_rng_state
 from trainer.settings import TrainSettings
 from trainer.target import load_embed_and_head, load_target_config
 
@@ -72,9 +72,10 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     set-up and loop (`hsmon train --follow`: trainer/follow.py), with the same signals and events."""
     world = Dist()
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
-    stop_requested = threading.Event()
+    stop_requested = StopRequest()
 
     def on_signal(signum: int, _frame: Any) -> None:
+        stop_requested.signum = signum
         stop_requested.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
