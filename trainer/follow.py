@@ -44,10 +44,13 @@ from trainer.follow_setup import (
 )
 from trainer.loop import Cursor, Interval, Training
 from trainer.nonfinite import LossGuard
-from trainer.runtime import Dist, Heartbeat
+from trainer.runtime import Dist, Heartbeat, exit_status, stopped_fields
 from trainer.settings import TrainSettings
 from trainer.window import ChunkRows, SpoolSource, Window
 
+# what resumes a following trainer that stopped (the ledger keeps every row's passes)
+FOLLOW_RESUME = ("rerun the same `hsmon train --follow` command with --resume: the ledger keeps every row's "
+                 "passes")
 NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has no epochs
 
 
@@ -83,8 +86,9 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                     if ledger is not None:
                         ledger.ended("stopped", int(ckpt["step"]) if ckpt else 0, reason="stopped")
                     if writer:
-                        writer.emit(ev.STOPPED, reason="signal", step=0, tokens=0)
-                    return 0
+                        writer.emit(ev.STOPPED, reason="signal", tokens=0,
+                                    **stopped_fields(stop_requested, 0, None, FOLLOW_RESUME))
+                    return exit_status(stop_requested)
                 if arrival.ended:
                     raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
                 pause.begin("no complete chunk in the spool yet (or, with --spool-max, rows for half of it)",
@@ -205,8 +209,9 @@ class FollowRun:
             self.ledger.ended("done" if ended == "done" else "stopped", cursor.step, reason=ended)
         if ended == "stopped":
             if self.writer:
-                self.writer.emit(ev.STOPPED, reason="signal", step=cursor.step, tokens=cursor.tokens)
-            return 0
+                fields = stopped_fields(self.training.stop_requested, cursor.step, None, FOLLOW_RESUME)
+                self.writer.emit(ev.STOPPED, reason="signal", tokens=cursor.tokens, **fields)
+            return exit_status(self.training.stop_requested)
         self.training.nonfinite_rows = len(self.window.nonfinite)
         training._emit_done(guard, out_of_time=ended == "out_of_time")
         return 0

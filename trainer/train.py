@@ -34,7 +34,7 @@ from trainer.nonfinite import (
     check_bad_fraction,
     rows_text,
 )
-from trainer.runtime import Dist
+from trainer.runtime import Dist, StopRequest
 from trainer.settings import TrainSettings
 
 
@@ -54,9 +54,10 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     set-up and loop (`hsmon train --follow`: trainer/follow.py), with the same signals and events."""
     world = Dist()
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
-    stop_requested = threading.Event()
+    stop_requested = StopRequest()
 
     def on_signal(signum: int, _frame: Any) -> None:
+        stop_requested.signum = signum
         stop_requested.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -13,6 +13,11 @@ from hsmon.status_doc.engine import ServerEntry
 from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
 
+# The job states after which nothing more happens until someone starts the job again: no ETA is
+# given for them (done's ``eta_s`` is 0). ``stopped``: ended on request or by a signal before its
+# work was done (a reader of an older release shows it as an unknown state, never as done).
+ENDED_STATES = frozenset({"done", "stopped", "dead", "exited"})
+
 
 class Hint(msgspec.Struct, frozen=True):
     """Something a person should know about the job (docs/daemon.md lists the ids); the state

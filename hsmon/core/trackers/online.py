@@ -156,7 +156,8 @@ class OnlineTracker:
             seen_alive=seen, ended=ended, paused_reason=tr.paused_reason,
             waiting_since_ts=self.rows_wait.since,
             last_progress_ts=_latest(tr.last_progress_ts, ledger.last_ts),
-            last_busy_ts=self.last_busy_ts, last_error=tr.last_error)
+            last_busy_ts=self.last_busy_ts, last_error=tr.last_error,
+            step=_step(tr.training) or ledger.step or None)
 
 
 def _is_trainer(cmdline: str) -> bool:

@@ -11,7 +11,8 @@ from hsmon.status_text import spool_fill
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
 STATE_STYLES = {"running": "green", "paused": "yellow", "waiting": "yellow", "stalled": "bold red",
-                "dead": "bold red", "done": "cyan", "starting": "dim"}
+                "dead": "bold red", "done": "cyan", "starting": "dim",
+                "stopped": "khaki1"}
 LABEL = 11
 BAR = 20
 
