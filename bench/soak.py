@@ -1,4 +1,4 @@
-"""Benchmark: a week of service compressed into ``--minutes`` (issue 33 item 2).
+"""Benchmark: a week of service compressed into ``--minutes``.
 
 A real `hsmon daemon` (hsmon.daemon.spawn), a real Prometheus (Debian's `prometheus`) scraping it
 every second with the shipped alert rules (dashboards/prometheus/hsmon-alerts.yml), and (unless

@@ -1,4 +1,4 @@
-"""`hsmon train SPOOL --follow --passes E --consume` beside a real `hsmon extract` (issue 29, the consumer):
+"""`hsmon train SPOOL --follow --passes E --consume` beside a real `hsmon extract` (the consumer):
 rows trained as their chunks complete, each exactly E times per the ledger, chunks deleted only
 after their passes, kill -9 of either side and its resume."""
 

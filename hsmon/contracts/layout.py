@@ -1,4 +1,4 @@
-"""Contract 2: the output layout, shared by the extractor (writes), monitor and trainer (read).
+"""The layout contract: the output layout, shared by the extractor (writes), monitor and trainer (read).
 
     OUT/rows_{a}-{b}/data_{i}.ckpt     one torch.save dict per input row i, a <= i < b
     OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
