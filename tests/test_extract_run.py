@@ -161,7 +161,7 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
     assert kills >= 4, f"seed {seed}: most runs ended before their kill"
     partial = read_manifest(out)
     assert len(partial.rows) < len(read_manifest(ref_out).rows), "nothing left to resume"
-    # issue 13: no process, no events, a plan not reached and no end record: a warning, never done
+    # no process, no events, a plan not reached and no end record: a warning, never done
     # nor stalled (the monitor cannot tell a killed run from a stuck one without a process)
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "1.5")
     assert rc == 0 and job["state"] == "quiet", job
