@@ -65,7 +65,7 @@ class TrainingRequest:
     gpus: int = 1
     time_limit: float | None = None  # seconds of steps; None: no limit
     threads: int | None = None  # torch CPU threads per process; None: torch's default
-    # online (issue 29): train while the extraction writes data_dir (`hsmon train --follow`)
+    # online: train while the extraction writes data_dir (`hsmon train --follow`)
     follow: bool = False
     passes: int | None = None  # with follow: batches each row is in (--passes E)
     consume: bool = False  # with follow: delete a chunk's rows once they had their passes
@@ -73,7 +73,7 @@ class TrainingRequest:
 
     @property
     def events_path(self) -> str:
-        """OUT/events.jsonl; a following trainer's go in the spool (contract 4), where the monitor
+        """OUT/events.jsonl; a following trainer's go in the spool (the spool contract), where the monitor
         reads the online job's consumer side."""
         if self.follow:
             return str(spool.train_events_path(self.data_dir))

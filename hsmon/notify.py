@@ -1,8 +1,8 @@
-"""Webhook notifications on transitions to stalled, dead, paused, exited and done.
+"""Webhook notifications on transitions to stalled, dead, paused, exited, stopped and done.
 
 Generic JSON by default; a Slack-compatible body (``{"text": ...}``) with format "slack".
 De-duplicated: one message per (job, state), repeated every ``repeat_s`` while the job stays
-there, except the end states ``done`` and ``exited``: said once, on the transition, never
+there, except the end states ``done``, ``stopped`` and ``exited``: said once, on the transition, never
 repeated (a finished job needs no hourly reminder). Delivery runs on its own
 thread; a failure is logged and counted, never fatal.
 """
@@ -24,16 +24,18 @@ from hsmon.status_doc import JobStatus, to_builtins
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
 SEVERITY = {
-    "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info"
+    "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info",
+    "stopped": "info",  # ended on request or by a signal: a notice (with how far and how to resume)
 }
-ONCE_STATES = frozenset({"exited", "done"})  # announced on the transition, never repeated
+ONCE_STATES = frozenset({"exited", "done", "stopped"})  # announced on the transition, never repeated
 
 
 def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]:
     """The webhook payload for a job's status (pure)."""
     hints = [h.message for h in doc.hints if h.severity in ("warning", "critical")]
     if fmt == "slack":
-        icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:"}
+        icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:",
+                 "stopped": ":stop_button:"}
         icon = icons.get(doc.state, ":warning:")
         text = f"{icon} hsmon: job *{doc.job}* is *{doc.state}*: {doc.reason}"
         if hints:

@@ -28,7 +28,7 @@ STANDIN_TRAIN = str(TESTS / "standin_train.py")
 
 def child_env(**extra: str) -> dict[str, str]:
     """The test's environment for a child, with this checkout importable and Python buffered as by
-    default (PYTHONUNBUFFERED removed: the story's trap must be reproducible)."""
+    default (PYTHONUNBUFFERED removed: the original job's trap must be reproducible)."""
     env = dict(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)

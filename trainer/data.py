@@ -1,4 +1,4 @@
-"""Training data over the extraction layout (contract 2), streamed with bounded memory.
+"""Training data over the extraction layout (the layout contract), streamed with bounded memory.
 
 Only an index of (file, row, length) stays in memory; row files are read batch by batch in a
 background thread with a bounded queue. Each epoch's batch plan is a pure function of

@@ -1,7 +1,7 @@
 """The following trainer's data: complete chunks read from a spool as they appear, and the replay
 window its batches are drawn from (`hsmon train SPOOL --follow --passes E`; docs/train.md "Online").
 
-`SpoolSource` tails every manifest of the spool (contract 2) and hands over a chunk only once its
+`SpoolSource` tails every manifest of the spool (the layout contract) and hands over a chunk only once its
 ``chunk`` record is written (every row of it is on disk and counted; a partial chunk is never
 read). It holds the row records of open chunks only (at most a chunk per shard). The extraction
 has ended when every shard's manifest ends its latest run with ``done``.

@@ -1,4 +1,5 @@
-"""Backend `hf`: any local Hugging Face causal LM, run in-process with transformers.
+"""Backend `hf`: any local Hugging Face causal LM (or a multimodal wrapper's text decoder, e.g.
+Kimi-K2.5: ``hf_load.py``), run in-process with transformers.
 
 Rows are right-padded into one batch. With causal attention a valid position never attends to
 a later one, so right padding cannot change the valid positions; the attention mask is passed
@@ -63,16 +64,15 @@ class HFBackend(Backend):
 
     def __init__(self, model_dir: str | Path, capture_points: Sequence[int] | None = None,
                  device: str = "auto", dtype: str = "auto") -> None:
-        from transformers import AutoModelForCausalLM
-
+        from extractor.backends.hf_load import load_target
         from hsmon.contracts.capture_points import default_capture_points
 
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.torch_dtype)
+        model, decoder = load_target(model_dir, self.torch_dtype)
         model.eval().to(self.device)
         self.model = model
-        self.decoder = model.get_decoder()
+        self.decoder = decoder
         num_layers, hidden, vocab, max_pos = model_facts(model.config)
         dtype_name = str(self.torch_dtype).removeprefix("torch.")
         self.info = ModelInfo(num_layers, hidden, vocab, max_pos, dtype_name, self.device)

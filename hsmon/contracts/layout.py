@@ -1,4 +1,4 @@
-"""Contract 2: the output layout, shared by the extractor (writes), monitor and trainer (read).
+"""The layout contract: the output layout, shared by the extractor (writes), monitor and trainer (read).
 
     OUT/rows_{a}-{b}/data_{i}.ckpt     one torch.save dict per input row i, a <= i < b
     OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
@@ -8,7 +8,10 @@
 
 Manifest records (one JSON object per line, ``type`` says which):
     {"type": "run", "settings": {...}, "pid": .., "started": ts, "rows_done": n, "tokens_done": n,
-     "rows_total": n, "tokens_total": n, "chunks_total": n, "rejects": n, "bytes_needed": b}
+     "rows_total": n, "tokens_total": n, "chunks_total": n, "rejects": n, "bytes_needed": b,
+     "captured": {"points": [p...], ...}}                   the points the engine really captures
+                                                            (sglang: per server, its model class,
+                                                            layer ids and captured_points)
                                                             once per (re)start of a run; the
                                                             ``*_total`` fields are the shard's
                                                             plan (what --dry-run computes)
