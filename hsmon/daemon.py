@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     from hsmon.contracts import events as ev
     from hsmon.core.monitor import Monitor
     from hsmon.metrics.exporter import MetricsEndpoint
-    from hsmon.notify import Notifier
+    from hsmon.notify import NotifierSlot
     from hsmon.scrape_latency import settle_for_serving
 
     if not cfg.jobs and token is None:
@@ -337,14 +337,13 @@ def run(args: argparse.Namespace) -> int:
 
     settle_for_serving()
     monitor = Monitor(cfg.jobs, scan_interval=cfg.scan_interval, source="daemon", event_log=state_log)
-    notifier = None
-    if cfg.notify_webhook:
-        try:
-            notifier = Notifier(cfg.notify_webhook, cfg.notify_format, cfg.notify_repeat)
-        except ValueError as exc:
-            print(f"hsmon daemon: {exc}", file=sys.stderr)
-            return 2
-        monitor.add_listener(notifier)
+    notifier = NotifierSlot()  # a reload may start, change or stop the webhook
+    try:
+        notifier.configure(cfg.notify_webhook, cfg.notify_format, cfg.notify_repeat)
+    except ValueError as exc:
+        print(f"hsmon daemon: {exc}", file=sys.stderr)
+        return 2
+    monitor.add_listener(notifier)
     metrics = MetricsEndpoint(monitor, notifier)
     monitor.add_tick_listener(MemoryTrim())
     try:
@@ -384,14 +383,13 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _shutdown)
     from hsmon.daemon_reload import Reloader
 
-    Reloader(lambda: build_config(args), cfg, monitor, stopping).install()
+    Reloader(lambda: build_config(args), cfg, monitor, stopping, server, notifier).install()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
         server.server_close()
         monitor.stop()
-        if notifier is not None:
-            notifier.close()
+        notifier.close()
         if state_stream is not sys.stderr:
             state_stream.close()
     return 0

@@ -137,8 +137,17 @@ class PooledHTTPServer(HTTPServer):
         for thread in self._threads:
             thread.start()
 
+    def set_client_timeout(self, seconds: float) -> None:
+        """New timeouts (a reload), for the next sweep and the next requests."""
+        self.client_timeout = seconds
+        self.request_timeout = min(REQUEST_TIMEOUT_MAX, seconds)
+
     # accepting (serve_forever's thread)
     def process_request(self, request: Any, client_address: Any) -> None:
+        # an answer's head and body go in two writes: without this, Nagle's algorithm holds the body
+        # until the client's delayed ACK (40 ms per request on a kept-alive connection)
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
             try:
                 request = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)

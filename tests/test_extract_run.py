@@ -186,7 +186,10 @@ def test_ctrl_c_reads_stopped_everywhere_exits_130_and_resume_completes(
     out = workdir / "terminated"
     events = workdir / "terminated-events.jsonl"
     hook, procs = WebhookReceiver(), Procs()
-    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events)
+    # each forward held 0.5 s (an engine slow on purpose): the SIGINT, sent once the first rows
+    # are written and a daemon has started, lands mid-run whatever the machine's speed
+    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events,
+                         env={"HSMON_HF_FORWARD_DELAY_S": "0.5"})
     try:
         wait_for_event(events, lambda e: e["kind"] == "rows", proc)
         daemon = Daemon(procs, workdir, ["--out", str(out), "--events", str(events), "--scan-interval", "0.5",

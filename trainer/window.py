@@ -27,7 +27,7 @@ from typing import Any
 
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import JsonlTail
-from trainer.data import RowRef, is_held_out, load_row
+from trainer.data import RowRef, check_chunk_name, is_held_out, load_row
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 # the held-out rule's default cap: evaluation rows are never consumed, so they stay in the spool
@@ -90,7 +90,8 @@ class SpoolSource:
                 self._tails[key], self._runs[key] = JsonlTail(key), layout.RunLog()
             run = self._runs[key]
 
-            def handle(record: dict[str, Any], run: layout.RunLog = run) -> None:
+            def handle(record: dict[str, Any], run: layout.RunLog = run, key: str = key) -> None:
+                check_chunk_name(record, key)
                 run.add(record)
                 self._add(record)
 

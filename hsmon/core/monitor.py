@@ -55,6 +55,7 @@ class Monitor:
         stale_after: float | None = None,
     ) -> None:
         self.scan_interval = scan_interval
+        self._tick_asked = tick_interval
         self.tick_interval = min(tick_interval, scan_interval)
         # a job no tick has measured for this long reads unknown (hsmon/core/state_blind.py)
         self.stale_after = max(STALE_AFTER_S, 10 * self.tick_interval) if stale_after is None else stale_after
@@ -155,6 +156,11 @@ class Monitor:
         if not processes and pid is not None and psutil.pid_exists(pid):
             return pid  # added since the last tick: its configured PID is the evidence there is
         return None
+
+    def set_scan_interval(self, seconds: float) -> None:
+        """A new reconciliation period (a reload), taken from the next tick on."""
+        self.scan_interval = seconds
+        self.tick_interval = min(self._tick_asked, seconds)
 
     def add_listener(self, listener: TransitionListener) -> None:
         """``listener(job_status, previous_state)`` after every tick for every job (a

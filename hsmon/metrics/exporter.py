@@ -94,7 +94,7 @@ class MonitorCollector(Collector):
         yield from self._extra()
 
     def _extra(self) -> Iterator[Any]:
-        if self.extra is None:
+        if self.extra is None or not getattr(self.extra, "active", True):
             return
         sent = _c("hsmon_notifications_sent_total", "webhook notifications delivered", ())
         failed = _c("hsmon_notifications_failed_total", "webhook notifications that failed", ())
