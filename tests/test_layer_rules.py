@@ -90,7 +90,8 @@ def test_an_exported_drafters_ids_make_the_serving_class_capture_its_points(tmp_
     from trainer.export import sglang_config
 
     drafter = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "draft_vocab_size": 64, "num_aux": 3, "rms_norm_eps": 1e-6,
+               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "draft_vocab_size": 64,
+               "num_aux": 3, "rms_norm_eps": 1e-6,
                "rope_theta": 1e4, "max_position_embeddings": 1024, "hidden_act": "silu"}
     env = build_env(dict(__import__("os").environ), str(tmp_path), cpu=True)
     for serving, module in (("DeepseekV3ForCausalLM", "deepseek_v2"), ("LlamaForCausalLM", "llama")):
