@@ -348,11 +348,16 @@ class StopRequest(threading.Event):
 
 
 def install_stop_handlers(stop_event: StopRequest) -> dict[int, Any]:
-    """First SIGTERM/SIGINT: stop at the next row boundary. A second one: leave at once."""
+    """First SIGTERM/SIGINT: stop at the next row boundary. The same signal again (a second Ctrl-C):
+    leave at once. The other signal after the first is the same request: Ctrl-C reaches every
+    process of the terminal's group, and a parent (`hsmon online`, a unit) then forwards SIGTERM;
+    taking that for a second request would leave before the run records how it stopped."""
 
     def handler(signum: int, _frame: Any) -> None:
         if stop_event.is_set():
-            os._exit(128 + signum)
+            if signum == stop_event.signum:
+                os._exit(128 + signum)
+            return
         stop_event.signum = signum
         stop_event.set()
 

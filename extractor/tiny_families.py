@@ -38,7 +38,7 @@ def deepseek_v3_text(vocab: int, bos: int, eos: int, kimi: bool = False) -> dict
         "max_position_embeddings": MAX_POSITIONS, "rms_norm_eps": 1e-6, "bos_token_id": bos,
         "eos_token_id": eos, "pad_token_id": 0, "tie_word_embeddings": False, "rope_parameters": dict(YARN),
         "rope_scaling": dict(YARN), "rope_theta": 10000.0, "rope_interleave": True, "attention_bias": False,
-        "num_nextn_predict_layers": 0, "torch_dtype": "float32",
+        "num_nextn_predict_layers": 0, "torch_dtype": "float32", "moe_layer_freq": 1, "ep_size": 1,
     }
 
 

@@ -39,6 +39,8 @@ REVIEWED: dict[str, str] = {
     "tests/test_trackers.py": "one module per tracker to come: shared helpers first",
     "tests/test_train.py": "one module: the tests share one trained drafter",
     "tests/test_tui_pilot.py": "one module: the pilot tests share their recorded documents",
+    "tests/test_extract_run.py:test_ctrl_c_reads_stopped_everywhere_exits_130_and_resume_completes":
+        "one real extraction stopped, read everywhere, then resumed",
     "tests/test_run_daemon.py:test_external_endings_done_dead_exited_and_one_warning":
         "one real daemon watching four endings in sequence",
 }

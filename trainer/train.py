@@ -57,7 +57,8 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     stop_requested = StopRequest()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        stop_requested.signum = signum
+        if not stop_requested.is_set():  # the first signal names the stop (Ctrl-C, then a forwarded SIGTERM)
+            stop_requested.signum = signum
         stop_requested.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

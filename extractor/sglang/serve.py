@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from extractor.sglang.cpu_binding import bind_env
 from extractor.sglang.ports import free_stable_port
 from hsmon.contracts.capture_points import layer_ids_for, parse_capture_points, rule_of
 from hsmon.contracts.units import port_number
@@ -267,6 +268,11 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if _given(extra, "--enable-dp-attention"):
+        print("hsmon sglang-serve: --enable-dp-attention is not supported by the capture plugin (untested: "
+              "its writing rank is chosen per attention-TP group); use --tp-size, or --dp-size without DP "
+              "attention", file=sys.stderr)
+        return 2
     python = sglang_python(args.python)
     if os.sep in python and not Path(python).exists():
         print(f"hsmon sglang-serve: --python {python} does not exist (make sglang-env builds .sglang-venv)",
@@ -278,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cpu = on_cpu(args.device)
     env = build_env(dict(os.environ), os.path.abspath(args.dump_dir), cpu)
+    if cpu:
+        bind_env(env, extra)  # one core group per rank: SGLang's CPU engine needs it past one NUMA node
     try:
         found = probe(python, env)
     except ServeError as exc:

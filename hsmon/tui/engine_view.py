@@ -90,6 +90,11 @@ def capture_line(capture: Capture | None, width: int) -> Text | None:
         line.append(f"  hook p99 {1000 * float(capture.hook_seconds_p99):.1f} ms", style="grey70")
     if capture.sglang_version:  # which release, which adapter
         line.append(f"  SGLang {capture.sglang_version} {capture.adapter or 'aux-return'}", style="grey70")
+    if capture.model_class:  # the class loaded, its parallel sizes, its layer rule, the points captured
+        tp = f" tp{capture.tp_size}" if capture.tp_size and capture.tp_size > 1 else ""
+        points = ",".join(map(str, capture.captured_points or [])) or "?"
+        line.append(f"  {capture.model_class}{tp} rule {capture.capture_rule or '?'} points {points}",
+                    style="grey70")
     line.truncate(width, overflow="ellipsis")
     return line
 

@@ -160,6 +160,8 @@ def _facts() -> dict[str, Any]:
             layer_ids, points = env_layer_ids(), []
         else:
             layer_ids, points = get_exec().features.return_aux_hidden_state_layer_ids, []
+        logger.warning("hsmon capture plugin: tp rank %s %s", getattr(parallel, "tp_rank", "?"),
+                       "writes the dumps" if writer else "does not write (attention-TP rank 0 does)")
         _process_facts.update(
             writer=writer,
             layer_ids=",".join(str(i) for i in layer_ids) if layer_ids else "",
