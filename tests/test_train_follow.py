@@ -39,9 +39,10 @@ def trainer_cmd(spool_dir: Path, out: Path, model: Path, *extra: str) -> list[st
             "--eval-fraction", "0.1", *extra]
 
 
-def start_trainer(spool_dir: Path, out: Path, model: Path, *extra: str) -> subprocess.Popen[str]:
+def start_trainer(spool_dir: Path, out: Path, model: Path, *extra: str,
+                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(trainer_cmd(spool_dir, out, model, *extra), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=extract_env())
+                            stderr=subprocess.PIPE, text=True, env={**extract_env(), **(env or {})})
 
 
 def wait_until(predicate, what: str, proc: subprocess.Popen[str] | None = None, timeout: float = 120) -> None:
@@ -152,7 +153,9 @@ def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, t
     spool_dir, out = tmp_path / "spool", tmp_path / "train"
     proc = run_extract(data, spool_dir, tiny_model, *CHUNK, events=tmp_path / "extract.jsonl")
     assert proc.returncode == 0, proc.stderr
-    trainer = start_trainer(spool_dir, out, tiny_model, "--window", "24")
+    # steps held 0.2 s each: the kill, sent once steps passed a checkpoint, lands before the end
+    trainer = start_trainer(spool_dir, out, tiny_model, "--window", "24",
+                            env={"HSMON_TRAIN_STEP_DELAY_S": "0.2"})
     try:
         def past_a_consuming_checkpoint() -> bool:
             ledger = spool.read_ledger(spool_dir)
