@@ -101,7 +101,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     expected, book, progress = start_books(prep)
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
     write_token_counts(prep)
-    stop_event = threading.Event()
+    stop_event = StopRequest()
     events = ev.EventWriter(prep.job, path=args.events)
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
@@ -273,10 +273,14 @@ def end_run(prep: Prepared, writer: Any, events: ev.EventWriter, snap: dict[str,
         if not stopped:
             events.emit(ev.ERROR, message="the run ended with rows left (writer gave up)", **snap)
             return 1
+        signum = getattr(writer.stop_event, "signum", None) or signal.SIGTERM
+        name = signal.Signals(signum).name
         writer.record_ending("stopped", snap, seconds)
-        events.emit(ev.STOPPED, reason="signal", seconds=seconds, **snap)
-        log(f"stopped at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to resume")
-        return 0
+        resume = f"run the same `hsmon extract` command again: it resumes after row {snap['rows_done']}"
+        events.emit(ev.STOPPED, reason="signal", signal=name, seconds=seconds, resume=resume, **snap)
+        log(f"stopped ({name}) at {snap['rows_done']}/{snap['rows_total']} rows; run the same command to "
+            f"resume (exit status {128 + signum})")
+        return 128 + signum  # the shell's convention for a run a signal ended: a wrapper sees no success
     writer.record_ending("done", snap, seconds)
     events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
     why = summary(snap["rejects_by_reason"])
@@ -337,12 +341,24 @@ class RowFetcher:
         return got
 
 
-def install_stop_handlers(stop_event: threading.Event) -> dict[int, Any]:
-    """First SIGTERM/SIGINT: stop at the next row boundary. A second one: leave at once."""
+class StopRequest(threading.Event):
+    """The run's stop flag, with the signal that set it (its exit status is 128 + that number)."""
+
+    signum: int | None = None
+
+
+def install_stop_handlers(stop_event: StopRequest) -> dict[int, Any]:
+    """First SIGTERM/SIGINT: stop at the next row boundary. The same signal again (a second Ctrl-C):
+    leave at once. The other signal after the first is the same request: Ctrl-C reaches every
+    process of the terminal's group, and a parent (`hsmon online`, a unit) then forwards SIGTERM;
+    taking that for a second request would leave before the run records how it stopped."""
 
     def handler(signum: int, _frame: Any) -> None:
         if stop_event.is_set():
-            os._exit(128 + signum)
+            if signum == stop_event.signum:
+                os._exit(128 + signum)
+            return
+        stop_event.signum = signum
         stop_event.set()
 
     previous = {}

@@ -52,6 +52,7 @@ def unit_argv(unit: str, argv: list[str], out_dir: str, log_path: str, user: str
            "--property", f"StandardOutput=append:{log_path}",
            "--property", f"StandardError=append:{log_path}",
            "--property", "KillSignal=SIGTERM",
+           "--property", "SuccessExitStatus=130 143",  # a training stopped by a signal exits 128 + it
            "--property", "KillMode=mixed",
            "--property", "TimeoutStopSec=15min",
            "--property", "UMask=0027",

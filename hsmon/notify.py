@@ -1,8 +1,8 @@
-"""Webhook notifications on transitions to stalled, dead, paused, exited and done.
+"""Webhook notifications on transitions to stalled, dead, paused, exited, stopped and done.
 
 Generic JSON by default; a Slack-compatible body (``{"text": ...}``) with format "slack".
 De-duplicated: one message per (job, state), repeated every ``repeat_s`` while the job stays
-there, except the end states ``done`` and ``exited``: said once, on the transition, never
+there, except the end states ``done``, ``stopped`` and ``exited``: said once, on the transition, never
 repeated (a finished job needs no hourly reminder). Delivery runs on its own
 thread; a failure is logged and counted, never fatal.
 """
@@ -24,16 +24,18 @@ from hsmon.status_doc import JobStatus, to_builtins
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
 SEVERITY = {
-    "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info"
+    "stalled": "critical", "dead": "critical", "exited": "warning", "paused": "warning", "done": "info",
+    "stopped": "info",  # ended on request or by a signal: a notice (with how far and how to resume)
 }
-ONCE_STATES = frozenset({"exited", "done"})  # announced on the transition, never repeated
+ONCE_STATES = frozenset({"exited", "done", "stopped"})  # announced on the transition, never repeated
 
 
 def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]:
     """The webhook payload for a job's status (pure)."""
     hints = [h.message for h in doc.hints if h.severity in ("warning", "critical")]
     if fmt == "slack":
-        icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:"}
+        icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:",
+                 "stopped": ":stop_button:"}
         icon = icons.get(doc.state, ":warning:")
         text = f"{icon} hsmon: job *{doc.job}* is *{doc.state}*: {doc.reason}"
         if hints:
@@ -119,3 +121,47 @@ class Notifier:
         """Deliver what is queued (up to ``timeout``), then stop."""
         self._queue.put(None)
         self._thread.join(timeout)
+
+
+class NotifierSlot:
+    """The daemon's notifications, which a reload may start, change or stop: a Monitor listener
+    that hands each transition to the current :class:`Notifier` (none: nothing is sent), with
+    counters that survive a change (``active`` once any webhook was configured)."""
+
+    def __init__(self) -> None:
+        self.current: Notifier | None = None
+        self.key: tuple[str | None, str, float] = (None, "json", 3600.0)
+        self.active = False
+        self._sent = self._failed = 0  # those of the notifiers replaced
+
+    def configure(self, url: str | None, fmt: str = "json", repeat_s: float = 3600.0) -> bool:
+        """Use this webhook from now on (None: none); False when nothing changed. ValueError (one
+        line) for a bad URL or format, the current one then kept."""
+        key = (url, fmt, repeat_s)
+        if key == self.key:
+            return False
+        new = Notifier(url, fmt, repeat_s) if url else None
+        old, self.current, self.key = self.current, new, key
+        self.active = self.active or new is not None
+        if old is not None:
+            old.close(timeout=1.0)
+            self._sent += old.sent_total
+            self._failed += old.failed_total
+        return True
+
+    def __call__(self, doc: JobStatus, previous: str | None) -> None:
+        current = self.current
+        if current is not None:
+            current(doc, previous)
+
+    @property
+    def sent_total(self) -> int:
+        return self._sent + (self.current.sent_total if self.current else 0)
+
+    @property
+    def failed_total(self) -> int:
+        return self._failed + (self.current.failed_total if self.current else 0)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()

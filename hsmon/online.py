@@ -7,7 +7,8 @@ Starts real processes and waits for them: `hsmon extract DATA --out DIR/spool` (
 the rest to the trainer). Logs: DIR/extract.log, DIR/train.log, DIR/daemon.log; events:
 DIR/extract-events.jsonl and DIR/spool/hsmon-train-events.jsonl. Either side failing stops the
 other (SIGTERM: it checkpoints or records where it was; rerun the same command with --resume to go
-on). SIGINT or SIGTERM stops both the same way. Exit status 0 when both ended well.
+on). SIGINT or SIGTERM stops both the same way. Exit status 0 when both ended well; 128 + the
+signal's number (130 SIGINT, 143 SIGTERM) when a signal stopped the run before its work was done.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Plan:
 
 
 def extractor_has_spool_max() -> bool:
-    """Whether this build's `hsmon extract --help` lists --spool-max (the producer side of issue 29)."""
+    """Whether this build's `hsmon extract --help` lists --spool-max (the producer side of an online job)."""
     proc = subprocess.run([sys.executable, "-m", "hsmon", "extract", "--help"], capture_output=True,
                           text=True, timeout=120)
     return "--spool-max" in proc.stdout
@@ -114,6 +115,10 @@ def daemon_config(out: Path, extract_pid: int) -> Path:
         f"events = {json.dumps(str(out / 'extract-events.jsonl'))}\npid = {extract_pid}\n"
     )
     return path
+
+
+# what a side that a signal stopped exits with (128 + SIGINT, 128 + SIGTERM): stopped, not failed
+STOPPED_STATUSES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def _start(argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -184,11 +189,19 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
     extract, train = procs["extract"], procs["train"]
     while True:
         if stop["signal"]:
-            print("hsmon online: stopping both sides (resume with the same command and --resume)", flush=True)
+            name = signal.Signals(stop["signal"]).name
+            print(f"hsmon online: stopping both sides ({name}; resume with the same command and --resume)",
+                  flush=True)
             _stop(train)
             _stop(extract)
-            return 1
+            return 128 + stop["signal"]  # stopped, not done: a wrapping script sees no success
         ext_rc, train_rc = extract.poll(), train.poll()
+        for side, rc, other in (("extraction", ext_rc, train), ("training", train_rc, extract)):
+            if rc in STOPPED_STATUSES:  # a side stopped by a signal someone sent it alone
+                print(f"hsmon online: the {side} was stopped ({signal.Signals(rc - 128).name}); stopping the "
+                      "other side (resume with the same command and --resume)", flush=True)
+                _stop(other)
+                return rc
         if ext_rc not in (None, 0):
             print(f"hsmon online: the extraction failed (status {ext_rc}; see {out / 'extract.log'}); "
                   "stopping the training", file=sys.stderr)

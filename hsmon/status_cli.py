@@ -18,6 +18,7 @@ from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.core import config as cfgmod
 from hsmon.status_doc import (
+    ENDED_STATES,
     Capture,
     DumpSection,
     GpuSection,
@@ -196,8 +197,9 @@ def _progress_rows(job: JobStatus) -> list[tuple[str, str]]:
         why = rejects_summary(prog.rejects_by_reason)
         rows.append(("rejects", f"{prog.rejects}" + (f": {why}" if why else "")))
     if prog.rows_per_s:
-        eta = eta_text(prog, prog.eta_s, format_duration)
-        rows.append(("rate", f"{prog.rows_per_s:.2f} rows/s, ETA {eta}"))
+        ended = job.state in ENDED_STATES  # no ETA on a job that ended
+        eta = "" if ended else f", ETA {eta_text(prog, prog.eta_s, format_duration)}"
+        rows.append(("rate", f"{prog.rows_per_s:.2f} rows/s{eta}"))
     if prog.elapsed_s is not None:
         rows.append(("took" if job.state == "done" else "elapsed", format_duration(prog.elapsed_s)))
     return rows

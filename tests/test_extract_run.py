@@ -3,20 +3,24 @@ shards, bad input, dry run, contract-2 files."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
+from daemon_helpers import Daemon, Procs, WebhookReceiver, wait_until
 from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     TIMEOUT,
     assert_same_output,
@@ -157,7 +161,7 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
     assert kills >= 4, f"seed {seed}: most runs ended before their kill"
     partial = read_manifest(out)
     assert len(partial.rows) < len(read_manifest(ref_out).rows), "nothing left to resume"
-    # issue 13: no process, no events, a plan not reached and no end record: a warning, never done
+    # no process, no events, a plan not reached and no end record: a warning, never done
     # nor stalled (the monitor cannot tell a killed run from a stuck one without a process)
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "1.5")
     assert rc == 0 and job["state"] == "quiet", job
@@ -174,27 +178,63 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
     assert (out / "rejects.jsonl").read_text() == (ref_out / "rejects.jsonl").read_text(), f"seed {seed}"
 
 
-def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model, reference):  # noqa: F811
+def test_ctrl_c_reads_stopped_everywhere_exits_130_and_resume_completes(
+        workdir, dataset, tiny_model, reference):  # noqa: F811
+    """Ctrl-C (SIGINT) of a real extraction watched by a real daemon: exit status 130, and
+    ``stopped`` (how far, what resumes it; no ETA), never ``done``, in the daemon's status, its
+    metrics and its webhook (a notice, not a page), and in `hsmon status --out` without a daemon."""
     out = workdir / "terminated"
     events = workdir / "terminated-events.jsonl"
-    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events)
+    hook, procs = WebhookReceiver(), Procs()
+    # each forward held 0.5 s (an engine slow on purpose): the SIGINT, sent once the first rows
+    # are written and a daemon has started, lands mid-run whatever the machine's speed
+    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events,
+                         env={"HSMON_HF_FORWARD_DELAY_S": "0.5"})
     try:
         wait_for_event(events, lambda e: e["kind"] == "rows", proc)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(TIMEOUT) == 0
+        daemon = Daemon(procs, workdir, ["--out", str(out), "--events", str(events), "--scan-interval", "0.5",
+                                         "--notify-webhook", hook.url])
+        wait_until(lambda: daemon.job()["state"] == "running", what="running")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(TIMEOUT) == 130  # 128 + SIGINT: a wrapping script sees no success
+        job = wait_until(lambda: (j := daemon.job())["state"] != "running" and j, what="the daemon's verdict")
+        last = events_of(events)[-1]
+        assert last["kind"] == "stopped" and last["signal"] == "SIGINT"
+        assert 0 < last["rows_done"] < last["rows_total"]
+        assert job["state"] == "stopped", job["reason"]
+        assert "stopped on request (SIGINT)" in job["reason"] and "`hsmon extract` command" in job["reason"]
+        assert f"at {last['rows_done']} / {last['rows_total']} rows" in job["reason"], job["reason"]
+        assert job["progress"]["eta_s"] is None
+        assert not [h for h in job["hints"] if h["severity"] == "critical"]
+        with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert re.search(r'hsmon_job_state\{[^}]*state="stopped"[^}]*\} 1', metrics)
+        body = wait_until(lambda: [b for b in hook.bodies if b["state"] == "stopped"], what="the webhook")[0]
+        assert body["severity"] == "info" and body["reason"] == job["reason"]
+        assert "done" not in [b["state"] for b in hook.bodies]
+        daemon.stop()
     finally:
+        hook.close()
+        procs.close()
         if proc.poll() is None:
             proc.kill()
-    last = events_of(events)[-1]
-    assert last["kind"] == "stopped" and 0 < last["rows_done"] < last["rows_total"]
     assert len(read_manifest(out).rows) == last["rows_done"]
     chunks_before = len(read_manifest(out).chunks)
     assert not [p for p in out.glob("rows_*/.*")], "temporary files left behind"
-    # issue 13: the manifest says how it ended, so the output directory alone reads "stopped"
+    # the manifest says how it ended, so the output directory alone reads "stopped"
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "0.2")
-    assert rc == 0 and job["state"] == "done" and job["output"]["ending"] == "stopped", job
-    assert "stopped on request" in job["reason"], job["reason"]
+    assert rc == 0 and job["state"] == "stopped" and job["output"]["ending"] == "stopped", job
+    assert "stopped on request" in job["reason"] and "run the same command to resume" in job["reason"]
     assert f"{last['rows_done']} / {last['rows_total']} rows" in job["reason"], job["reason"]
+    assert job["progress"]["eta_s"] is None, job["progress"]
+    # the TUI on the same files (`hsmon tui --out --events`): the STOPPED badge, no ETA, and its
+    # event log says stopped, never done
+    header, log = asyncio.run(_tui_shows(out, events))
+    assert header.startswith(" STOPPED ") and "stopped on request (SIGINT)" in header, header
+    assert "ETA -" in header, header
+    assert f"stopped (SIGINT) at {last['rows_done']}/{last['rows_total']} rows" in log, log
+    assert "stopped: the job stopped on request (SIGINT)" in log
+    assert not re.search(r"state (\S+ → )?done", log), log
     # the runbook's fixes are taken on resume: a smaller batch budget (memory), other threads,
     # heartbeat and reserve; none of them changes what a row holds beyond float rounding
     changed = ("--chunk-size", "16", "--batch-tokens", "128", "--threads", "1", "--heartbeat", "2",
@@ -221,6 +261,23 @@ def test_sigterm_stops_cleanly_and_resume_completes(workdir, dataset, tiny_model
     assert events_of(events)[-1]["chunks_done"] == resumed["chunks_total"]
     # the rows after the resume were batched otherwise: equal to float rounding, not bit for bit
     assert_same_output(out, reference[0], exact=False)
+
+
+async def _tui_shows(out: Path, events: Path) -> tuple[str, str]:
+    """(the job header's text, the event log's lines) of `hsmon tui --out OUT --events EVENTS`."""
+    from test_tui_pilot import log_text, running
+    from test_tui_rough_edges import in_process
+
+    from hsmon.tui.widgets.event_log import EventLog
+    from hsmon.tui.widgets.job_header import JobHeader
+
+    async with running(in_process(out, events), size=(160, 48)) as (app, pilot):
+        header, log = app.screen.query_one(JobHeader), app.screen.query_one(EventLog)
+        for _ in range(200):
+            if "STOPPED" in str(header.render()) and "stopped: the job" in log_text(log):
+                break
+            await pilot.pause(0.05)
+        return str(header.render()), log_text(log)
 
 
 def test_shards_are_disjoint_and_together_equal_one_run(workdir, dataset, tiny_model, reference):  # noqa: F811

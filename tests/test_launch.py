@@ -24,7 +24,7 @@ STANDIN = f"{sys.executable} {STANDIN_TRAIN}"
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
-    """A finished extraction (hsmon layout) made by a real run of the story script."""
+    """A finished extraction (hsmon layout) made by a real run of the original job's script."""
     out = tmp_path / "data"
     subprocess.run(
         [
@@ -248,7 +248,7 @@ def test_control_endpoints_off_by_default_token_checked_launch_and_stop(procs, t
         assert code == 409
         code, stopped = post_json(daemon.url + f"/api/v1/jobs/{name}/stop", {}, token=token)
         assert code == 202 and stopped["pid"] == pid
-        wait_until(lambda: daemon.job(name)["state"] == "done", 20, what="done after stop")
+        wait_until(lambda: daemon.job(name)["state"] == "stopped", 20, what="stopped after stop")
         assert "stopped on request" in daemon.job(name)["reason"]
         assert post_json(daemon.url + "/api/v1/jobs/nope/stop", {}, token=token)[0] == 404
     finally:
@@ -297,7 +297,7 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
     pid, name = body["pid"], body["job"]
     try:
         job = wait_until(
-            lambda: (j := daemon.job(name))["state"] in ("running", "dead", "done") and j,
+            lambda: (j := daemon.job(name))["state"] in ("running", "dead", "done", "stopped") and j,
             240,
             interval=0.5,
             what="training running",
@@ -310,9 +310,14 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
         code, _ = post_json(daemon.url + f"/api/v1/jobs/{name}/stop", {}, token=token)
         assert code == 202
         job = wait_until(
-            lambda: (j := daemon.job(name))["state"] in ("done", "dead") and j, 120, what="stopped"
+            lambda: (j := daemon.job(name))["state"] in ("done", "stopped", "dead") and j, 120, what="stopped"
         )
-        assert job["state"] == "done" and "stopped on request" in job["reason"]
+        # stopped from the TUI's path (the control API) long before its 50 epochs: never done
+        assert job["state"] == "stopped" and "stopped on request (SIGTERM)" in job["reason"], job["reason"]
+        step, total = job["training"]["step"], job["training"]["total_steps"]
+        resume = f"at step {step} of {total}: rerun the same `hsmon train` command with --resume"
+        assert resume in job["reason"], job["reason"]
+        assert step < total and job["training"]["eta_s"] is None and not (job["progress"] or {}).get("eta_s")
         assert job["training"]["last_checkpoint"]
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -41,6 +41,7 @@ def test_the_systemd_run_command_line(tmp_path):
     assert f"WorkingDirectory={req.out_dir}" in props
     assert f"StandardOutput=append:{tmp_path}/out/train.log" in props
     assert "KillSignal=SIGTERM" in props and "TimeoutStopSec=15min" in props
+    assert "SuccessExitStatus=130 143" in props  # a training stopped by SIGTERM exits 143
     # not the daemon's sandbox: no read-only filesystem, no private devices (the GPUs are seen)
     assert not [p for p in props if p.startswith(("ProtectSystem", "PrivateDevices", "DevicePolicy"))]
     assert "--collect" in cmd and cmd[cmd.index("--uid") + 1] == "hsmon"

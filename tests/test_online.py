@@ -42,3 +42,48 @@ def test_spool_max_goes_to_the_extractor_only_when_it_lists_it():
     assert with_it.extract[with_it.extract.index("--spool-max") + 1] == "20GB"
     assert (with_it.extract_threads, with_it.train_threads) == (2, 2)
     assert with_it.train[with_it.train.index("--passes") + 1] == "3" and "--consume" in with_it.train
+
+
+def test_ctrl_c_of_online_exits_130_and_reads_stopped_not_done(tmp_path, tiny_model):  # noqa: F811
+    """Ctrl-C (SIGINT to the terminal's process group) once the trainer has stepped: `hsmon online`
+    exits 130, and the online job reads ``stopped`` in `hsmon status` (each side's state, how to
+    resume, no ETA), never ``done``."""
+    import json
+    import os
+    import signal
+    import time
+
+    from extract_helpers import events_of, hsmon_status
+
+    from hsmon.online import daemon_config
+
+    data = make_dataset(tmp_path / "data.jsonl", 400, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
+         "--chunk-size", "8", "--threads", "2", "--passes", "2",
+         "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1", "--train-arg=--heartbeat=0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=extract_env(), start_new_session=True,
+    )  # fmt: skip
+    train_events = out / "spool" / "hsmon-train-events.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while not any(e["kind"] == "step" for e in events_of(train_events)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stdout + stderr
+    assert "stopping both sides (SIGINT" in stdout and "done" not in stdout.splitlines()[-1], stdout
+    start = next(e for e in events_of(out / "extract-events.jsonl") if e["kind"] == "start")
+    config = daemon_config(out, start["pid"])  # the job `hsmon online --daemon` watches
+    _, job = hsmon_status("--config", str(config), "--sample", "0.5")
+    assert job["state"] == "stopped", json.dumps(job)[:3000]
+    online = job["online"]
+    assert online["consumer"]["state"] == "stopped" and online["producer"]["state"] in ("stopped", "done")
+    assert "--resume" in job["reason"] and not job["progress"]["eta_s"], job["reason"]
+    assert not [h for h in job["hints"] if h["severity"] == "critical"], job["hints"]

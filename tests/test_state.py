@@ -77,7 +77,29 @@ def test_zombie_is_dead():
 def test_done_event_wins_over_a_gone_process():
     proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
     assert decide(snap(processes=[proc], terminal_kind="done")).state == "done"
-    assert decide(snap(processes=[proc], terminal_kind="stopped")).state == "done"
+    assert decide(snap(processes=[proc], terminal_kind="stopped")).state == "stopped"
+
+
+def test_stopped_is_its_own_state_with_how_far_and_what_resumes_it():
+    """A run ended on request before its work was done is never ``done``: the reason says what
+    stopped it, how far it got and the command that resumes it, from the writer's own event."""
+    from hsmon.core.state_facts import StopFacts
+
+    proc = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
+    event = {"kind": "stopped", "reason": "signal", "signal": "SIGINT", "rows_done": 193, "rows_total": 400,
+             "resume": "run the same `hsmon extract` command again: it resumes after row 193"}
+    d = decide(snap(processes=[proc], terminal_kind="stopped", terminal_ts=NOW - 5, rows_done=193,
+                    rows_total=400, stopped=StopFacts.of_event(event)))
+    assert d.state == "stopped"
+    assert d.reason == ("the job stopped on request (SIGINT) at 193 / 400 rows (48 %): run the same "
+                        "`hsmon extract` command again: it resumes after row 193")
+    assert not [h for h in d.hints if h.severity == "critical"]
+    train = {"kind": "stopped", "reason": "signal", "signal": "SIGTERM", "step": 31, "total_steps": 1000}
+    d = decide(snap(terminal_kind="stopped", stopped=StopFacts.of_event(train)))
+    assert d.state == "stopped" and "at step 31 of 1000: rerun the same command with --resume" in d.reason
+    # the output's manifest alone (no events): stopped too, never done
+    d = decide(snap(output_ending="stopped", output_ending_ts=NOW - 10, rows_done=32, rows_total=48))
+    assert d.state == "stopped" and "at 32 / 48 rows (67 %): run the same command to resume" in d.reason
 
 
 def test_paused_when_the_job_says_so():
@@ -154,7 +176,7 @@ def test_a_second_process_gone_is_a_warning():
     assert d.state == "running" and "process-gone" in hint_ids(d)
 
 
-# -- issue 13: what the output's manifest says, and a quiet directory nobody accounts for ----------
+# -- what the output's manifest says, and a quiet directory nobody accounts for ----------
 GONE = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
 
 
@@ -164,7 +186,7 @@ def test_done_from_the_manifest_without_events_or_process():
             process_watched=False,
             processes=[],
             evidence_of_job=True,
-            last_work_ts=NOW - 1320,  # 22 minutes of nothing: the story of the false alarm
+            last_work_ts=NOW - 1320,  # 22 minutes of nothing: the original false alarm
             output_ending="done",
             output_ending_ts=NOW - 1320,
             output_run_seconds=17.0,
@@ -195,7 +217,7 @@ def test_stopped_from_the_manifest():
             rows_total=160,
         )
     )
-    assert d.state == "done"
+    assert d.state == "stopped"
     assert "stopped on request" in d.reason and "40 / 160 rows" in d.reason and "resume" in d.reason
 
 

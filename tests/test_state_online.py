@@ -138,6 +138,27 @@ def test_extraction_finished_takes_the_trainers_state_then_done_with_both():
     assert d.state == "stalled" and "trainer-stalled" in ids(d) and "the extraction finished" in d.reason
 
 
+def test_both_sides_stopped_on_request_is_stopped_never_done():
+    """Ctrl-C of `hsmon online`: the extraction's stopped event and the trainer's stopped ledger
+    record make the job ``stopped`` (how far each side got, how to resume), not ``done``."""
+    from hsmon.core.state_facts import StopFacts
+
+    gone = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
+    stop = StopFacts.of_event({"kind": "stopped", "signal": "SIGINT", "rows_done": 150, "rows_total": 600})
+    d = decide(snap(facts(trainer(ended="stopped", alive=False, step=31)), paused=None, processes=[gone],
+                    terminal_kind="stopped", terminal_ts=NOW - 3, rows_done=150, rows_total=600,
+                    stopped=stop))
+    assert d.state == "stopped", d.reason
+    assert (d.online.producer.state, d.online.consumer.state) == ("stopped", "stopped")
+    assert d.reason.startswith("the extraction stopped on request (SIGINT) at 150 / 600 rows (25 %); "
+                               "training stopped on request at step 31: rerun `hsmon online`")
+    assert "--resume" in d.reason and not [h for h in d.hints if h.severity == "critical"]
+    # the trainer stopped while the extraction still writes: the job runs on, the trainer's stop said
+    d = decide(snap(facts(trainer(ended="stopped", alive=False, step=31)), paused=None,
+                    last_progress_ts=NOW - 1))
+    assert d.state == "running" and "side-stopped" in ids(d) and "training stopped on request" in d.reason
+
+
 def test_both_sides_waiting_on_each_other_for_stall_after_is_the_pipeline_stopped():
     tr = trainer(paused_reason="rows", waiting_since_ts=NOW - 2 * STALL)
     d = decide(snap(facts(tr, producer_paused_since_ts=NOW - 3 * STALL)))

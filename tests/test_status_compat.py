@@ -118,3 +118,36 @@ def test_the_tui_reads_the_v1_document_and_refuses_a_future_one(tmp_path) -> Non
     future.write_text(json.dumps(json.loads(V1.read_text()) | {"v": 2}))
     with pytest.raises(ValueError, match=r"^status document v2 is newer than this hsmon reads"):
         FixedSource.from_file(str(future))
+
+
+def test_a_state_added_after_v1_reads_as_itself_and_an_ended_job_shows_no_eta(tmp_path) -> None:
+    """`stopped` came after v1: a document carrying it reads in `hsmon status` and the TUI as
+    STOPPED (never as done, never refused), and the stale ETA a writer left in it is not shown."""
+    from hsmon.tui.app import HsmonApp
+    from hsmon.tui.sources import FixedSource
+    from hsmon.tui.widgets.job_header import JobHeader
+
+    doc = json.loads(V1.read_text())
+    doc["jobs"][0].update(state="stopped", reason="the job stopped on request (SIGINT) at 193 / 400 rows")
+    assert doc["jobs"][0]["progress"]["eta_s"] > 0  # a stale estimate, as an older daemon may leave
+    with _serving(json.dumps(doc).encode()) as url:
+        run = _status(url)
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("extract [extract]:"))
+    assert "STOPPED" in line and "DONE" not in line and "stopped on request (SIGINT)" in line
+    rate = next(x for x in run.stdout.splitlines() if x.strip().startswith("rate"))
+    assert "ETA" not in rate, rate
+    path = tmp_path / "stopped.json"
+    path.write_text(json.dumps(doc))
+
+    async def header() -> str:
+        app = HsmonApp([FixedSource.from_file(str(path))])
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(200):
+                if app.documents and "STOPPED" in str(app.screen.query(JobHeader).first().render()):
+                    break
+                await pilot.pause(0.05)
+            return str(app.screen.query(JobHeader).first().render())
+
+    shown = asyncio.run(header())
+    assert shown.startswith(" STOPPED ") and "ETA -" in shown, shown

@@ -99,6 +99,8 @@ def test_units_carry_what_the_issue_asks(root: Path) -> None:
     for name, resume in (("hsmon-extract@.service", False), ("hsmon-train@.service", True)):
         svc = unit(root, name)["Service"]
         assert svc["Restart"] == "on-failure" and svc["KillSignal"] == "SIGTERM"
+        # the stop a unit asks for exits 143 (130 for SIGINT): success, not a failure to restart
+        assert svc["SuccessExitStatus"].split() == ["130", "143"]
         assert svc["TimeoutStopSec"] == "15min" and "PYTHONUNBUFFERED=1" in svc["Environment"]
         assert svc["NoNewPrivileges"] == "yes" and svc["ProtectSystem"] == "strict"
         assert "/data/hs" in svc["ReadWritePaths"].split() and svc["User"] == "hsmon"

@@ -265,14 +265,15 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, proc.communicate()[1][-2000:]
+        assert proc.wait(timeout=120) == 143, proc.communicate()[1][-2000:]  # 128 + SIGTERM: stopped
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     evs = list(iter_events(events))
     stopped = [e for e in evs if e["kind"] == "stopped"]
-    assert stopped and stopped[0]["step"] < int(steps)
+    assert stopped and stopped[0]["step"] < int(steps) and stopped[0]["signal"] == "SIGTERM"
+    assert stopped[0]["total_steps"] == int(steps) and "--resume" in stopped[0]["resume"]
     assert evs[-2]["kind"] == "checkpoint" and evs[-2]["step"] == stopped[0]["step"]
     assert not any(e["kind"] == "done" for e in evs)
 

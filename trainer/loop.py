@@ -21,7 +21,7 @@ from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
 from trainer.model import DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import LossGuard, backward_unless_nonfinite, skip_step
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
-from trainer.runtime import Dist, Heartbeat, ranks_in_sync, rng_state
+from trainer.runtime import Dist, Heartbeat, exit_status, ranks_in_sync, rng_state, stopped_fields
 from trainer.settings import TrainSettings
 
 
@@ -160,10 +160,11 @@ class Training:
             self.checkpoint()
         if ended == "stopped":
             if self.writer:
-                self.writer.emit(
-                    ev.STOPPED, reason="signal", step=self.cursor.step, tokens=self.cursor.tokens
-                )
-            return 0
+                resume = (f"rerun the same `hsmon train` command with --resume: it goes on from step "
+                          f"{self.cursor.step}'s checkpoint")
+                fields = stopped_fields(self.stop_requested, self.cursor.step, self.total_steps, resume)
+                self.writer.emit(ev.STOPPED, reason="signal", tokens=self.cursor.tokens, **fields)
+            return exit_status(self.stop_requested)
         self._emit_done(guard, out_of_time=ended == "out_of_time")
         return 0
 

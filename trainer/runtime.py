@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,28 @@ import torch.distributed as dist
 
 from hsmon.contracts import events as ev
 from trainer.model import Eagle3Drafter
+
+
+class StopRequest(threading.Event):
+    """The training's stop flag, with the signal that set it (None: another rank's, or none)."""
+
+    signum: int | None = None
+
+
+def stopped_fields(stop: threading.Event, step: int, total_steps: int | None, resume: str) -> dict[str, Any]:
+    """The ``stopped`` event's fields besides the reason: the signal, how far, what resumes it."""
+    signum = getattr(stop, "signum", None) or signal.SIGTERM
+    fields: dict[str, Any] = {"signal": signal.Signals(signum).name, "step": step, "resume": resume}
+    if total_steps:
+        fields["total_steps"] = total_steps
+    return fields
+
+
+def exit_status(stop: threading.Event) -> int:
+    """The exit status of a run ``stop`` ended: 128 + the signal's number (130 SIGINT, 143 SIGTERM; a
+    rank that saw no signal itself: SIGTERM's), the shell's convention, so no wrapper takes it for
+    success."""
+    return 128 + (getattr(stop, "signum", None) or signal.SIGTERM)
 
 
 def lr_lambda_factory(total_steps: int, warmup_steps: int, min_ratio: float) -> Callable[[int], float]:

@@ -2,7 +2,7 @@
 
 A backend owns the target model (in-process, or behind a server). For each row of a batch it
 returns the last layer's hidden state after the final norm and the K capture points,
-concatenated in order, exactly what contract 2 stores. Capture points are indices into
+concatenated in order, exactly what the layout contract stores. Capture points are indices into
 transformers' ``hidden_states`` tuple: point ``p`` is the residual stream after decoder layer
 ``p - 1`` (0-based), which is SGLang's aux-hidden-state layer id ``p - 1``.
 """

@@ -12,6 +12,8 @@ layer ``p - 1`` = ``hidden_states[p]``), so the other layers' outputs are never 
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ import torch
 from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates
 from hsmon.contracts.rejects import BACKEND_FAILED
 
+# tests: an engine slow on purpose (seconds per forward), so that a signal sent once the first rows
+# are written always lands mid-run, whatever the machine's speed
+FORWARD_DELAY_ENV = "HSMON_HF_FORWARD_DELAY_S"
 PROBE_TOKENS = 8  # a row that fails alone is rejected only if its first tokens go through
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -153,6 +158,8 @@ class HFBackend(Backend):
 
     @torch.inference_mode()
     def _forward(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
+        if delay := float(os.environ.get(FORWARD_DELAY_ENV) or 0):
+            time.sleep(delay)
         ids, attention, lengths = self._padded(batch)
         self._captured.clear()
         out = self.decoder(input_ids=ids, attention_mask=attention, use_cache=False)

@@ -13,6 +13,7 @@ from hsmon.contracts import events as ev
 from hsmon.core.config import JobConfig
 from hsmon.core.state_facts import Decision, Hint
 from hsmon.status_doc import (
+    ENDED_STATES,
     DiskEntry,
     DumpSection,
     EventsSection,
@@ -84,7 +85,9 @@ class Sections:
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
-    """The job's whole section of the status document."""
+    """The job's whole section of the status document (a job that ended has no ETA left)."""
+    if st.state in ENDED_STATES:
+        sec = _without_eta(sec, 0.0 if st.state == "done" else None)
     history = list(st.events)
     recent = sorted(sec.recent_events + history, key=lambda e: e.get("ts") or 0)[-20:]
     return JobStatus(
@@ -112,6 +115,19 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
         online=sec.online if sec.online is not None else msgspec.UNSET,
     )
+
+
+def _without_eta(sec: Sections, eta: float | None) -> Sections:
+    """``sec`` with ``eta`` as the progress's ETA and none in the training section (copies)."""
+    from dataclasses import replace
+
+    progress = sec.progress
+    if progress is not None and (progress.eta_s != eta or progress.eta_low_s or progress.eta_high_s):
+        progress = msgspec.structs.replace(progress, eta_s=eta, eta_low_s=None, eta_high_s=None)
+    training = sec.training
+    if training is not None and training.eta_s is not None:
+        training = msgspec.structs.replace(training, eta_s=None)
+    return replace(sec, progress=progress, training=training)
 
 
 def not_measured(cfg: JobConfig, now: float) -> JobStatus:

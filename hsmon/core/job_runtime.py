@@ -22,7 +22,7 @@ from hsmon.core.job_ending import EndingWatch, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.state import decide
 from hsmon.core.state_blind import blind_decision, blind_entries, stale_status
-from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot
+from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot, StopFacts
 from hsmon.core.tracker_errors import TrackerErrors
 from hsmon.core.trackers import disk
 from hsmon.core.trackers.base import Tracker, poll_all, sections
@@ -282,6 +282,7 @@ class JobRuntime:
             started=bool(pr and pr.started),
             terminal_kind=pr.terminal_kind if pr else None,
             terminal_ts=pr.terminal_ts if pr else None,
+            stopped=StopFacts.of_event(pr.terminal_event) if pr else None,
             paused_reason=pr.paused_reason if pr else None,
             last_progress_ts=pr.last_progress_ts if pr else None,
             last_error=pr.last_error if pr else None,

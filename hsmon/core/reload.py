@@ -59,9 +59,9 @@ def apply_reload(monitor: Any, plan: ReloadPlan, grace_s: float) -> None:
 
 def finished_launched(statuses: list[Any], configured: set[str], watched: set[str], now: float,
                       grace_s: float) -> list[str]:
-    """Jobs the daemon launched itself (watched, not in its configuration) that ended (done or dead)
+    """Jobs the daemon launched itself (watched, not in its configuration) that ended (done, stopped or dead)
     more than ``grace_s`` ago: their time to be read is over. A job a reload removed is no longer
     watched (its last status stays for its own grace): it is not one of them."""
     return [s.job for s in statuses if s.job in watched and s.job not in configured
-            and s.state in ("done", "dead") and s.state_since_ts is not None
+            and s.state in ("done", "stopped", "dead") and s.state_since_ts is not None
             and now - s.state_since_ts >= grace_s]

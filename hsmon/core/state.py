@@ -1,10 +1,10 @@
 """The job state machine: a pure function of a snapshot of plain figures.
 
-States (contract of issue 3):
+States:
     starting  watched, but no work seen yet (loading a model, waiting for a process)
     running   progress events arrive
     silent    work is visible (dump files, output growth, CPU time, I/O) but no progress events:
-              the story's empty log, not an alert
+              the original job's empty log, not an alert
     stalled   alive, and no signal has moved for ``stall_after`` seconds
     quiet     nothing moved for ``stall_after`` seconds, but no process and no events are watched:
               finished and stalled look alike (a warning, never critical, never notified)
@@ -14,8 +14,11 @@ States (contract of issue 3):
     exited    a process that writes no events ended with no sign of success or failure: a
               warning, never critical
     paused    the job said so (``pause`` event: disk, shm, server)
-    done      the job said it finished (``done``, or ``stopped`` on request), in its events or
-              in its output's manifest (a ``done``/``stopped`` record after the last ``run``)
+    done      the job said it finished every row or step (``done``), in its events or in its
+              output's manifest (a ``done`` record after the last ``run``)
+    stopped   the job ended on request or by a signal before its work was done (``stopped``
+              event or manifest record): how far it got and the command that resumes it; a
+              notice, never a page
 
 No I/O, no clock, no threads here: the caller measures, this decides. The facts it reads
 (`Snapshot` and its parts) are hsmon/core/state_facts.py, shared with the engine and data rules.
@@ -27,7 +30,7 @@ from hsmon.contracts.units import format_duration
 from hsmon.core import logtail
 from hsmon.core.state_data import data_hints
 from hsmon.core.state_engine import engine_hints, server_blame
-from hsmon.core.state_facts import Decision, Hint, Snapshot, age, fmt_seconds
+from hsmon.core.state_facts import Decision, Hint, Snapshot, StopFacts, age, fmt_seconds
 from hsmon.core.state_online import online_decision
 
 
@@ -157,10 +160,11 @@ def _decide_job(snap: Snapshot) -> Decision:
     if snap.terminal_kind is not None:
         if snap.terminal_kind == "done":
             return Decision("done", "the job reported done", hints)
-        return Decision("done", f"the job stopped on request ({snap.terminal_kind} event)", hints)
+        # when it stopped is the state's own clock (state_since_ts): the reason stays the same line
+        return Decision("stopped", stopped_reason(snap, snap.stopped or StopFacts(), None), hints)
     ending = _output_ending(snap)
     if ending is not None:
-        return Decision("done", ending, hints)
+        return Decision(ending[0], ending[1], hints)
 
     gone = _process_verdict(snap, hints)
     if gone is not None:
@@ -290,8 +294,8 @@ def _counts(snap: Snapshot) -> str:
     return f"{snap.rows_done}{total} rows"
 
 
-def _output_ending(snap: Snapshot) -> str | None:
-    """The reason for ``done`` when the output's manifests say the run ended, else None.
+def _output_ending(snap: Snapshot) -> tuple[str, str] | None:
+    """("done" or "stopped", the reason) when the output's manifests say the run ended, else None.
 
     A start event newer than the manifest's ending is a new run (e.g. paused for disk before its
     ``run`` record): its events decide.
@@ -300,6 +304,9 @@ def _output_ending(snap: Snapshot) -> str | None:
         return None
     if snap.events_start_ts is not None and snap.events_start_ts > (snap.output_ending_ts or 0.0):
         return None
+    if snap.output_ending != "done":
+        return "stopped", stopped_reason(snap, snap.stopped or StopFacts(), snap.output_ending_ts,
+                                         "the output's manifest says the run")
     when = ""
     if snap.output_ending_ts is not None:
         when = f" {fmt_seconds(max(0.0, snap.now - snap.output_ending_ts))} ago"
@@ -307,10 +314,25 @@ def _output_ending(snap: Snapshot) -> str | None:
     if snap.output_run_seconds is not None:
         facts.append(f"took {format_duration(snap.output_run_seconds)}")
     detail = f" ({', '.join(facts)})" if facts else ""
-    said = "the output's manifest says the run"
-    if snap.output_ending == "done":
-        return f"{said} finished{when}{detail}"
-    return f"{said} stopped on request{when}{detail}: run the same command to resume"
+    return "done", f"the output's manifest says the run finished{when}{detail}"
+
+
+def stopped_reason(snap: Snapshot, stop: StopFacts, ts: float | None, who: str = "the job") -> str:
+    """"the job stopped on request (SIGINT) 5s ago at 193 / 400 rows (48 %): run the same
+    `hsmon extract` command to resume": what stopped it, how far it got, what resumes it."""
+    how = f" ({stop.how})" if stop.how and stop.how not in ("signal", "request") else ""
+    when = f" {fmt_seconds(max(0.0, snap.now - ts))} ago" if ts is not None else ""
+    at = ""
+    if stop.step is not None:
+        of = f" of {stop.total_steps}" if stop.total_steps else ""
+        at = f" at step {stop.step}{of}"
+    elif snap.rows_done is not None:
+        at = f" at {_counts(snap)}"
+        if snap.rows_total:
+            at += f" ({100.0 * snap.rows_done / snap.rows_total:.0f} %)"
+    resume = stop.resume or ("rerun the same command with --resume" if stop.step is not None
+                             else "run the same command to resume")
+    return f"{who} stopped on request{how}{when}{at}: {resume}"
 
 
 def _quiet_message(snap: Snapshot, quiet: float) -> str:

@@ -69,9 +69,9 @@ def _clock(ts: float) -> str:
 def stale_status(doc: JobStatus, now: float, measured_ts: float | None, stale_after: float,
                  stuck: CallInProgress | None) -> JobStatus:
     """The job's status as read at ``now``: unchanged while its last tick (``measured_ts``) is recent
-    or its verdict is final (done); else ``unknown``, saying how old the figures are and which call
+    or its verdict is final (done or stopped); else ``unknown``, saying how old the figures are and which call
     the tick is stuck in, with every section marked stale."""
-    if measured_ts is None or now - measured_ts <= stale_after or doc.state == "done":
+    if measured_ts is None or now - measured_ts <= stale_after or doc.state in ("done", "stopped"):
         return doc
     age = now - measured_ts
     where = (f"stuck in the {stuck.tracker} tracker's {stuck.phase or 'call'} since {_clock(stuck.since_ts)}"

@@ -15,8 +15,9 @@ from hsmon.core.verify_watch import VerifyResult
 from hsmon.status_doc.job import Hint  # the status document's own type: one hint type
 from hsmon.status_doc.online import OnlineSection
 
-STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet", "unknown")
-ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited"})
+STATES = ("starting", "running", "silent", "stalled", "dead", "paused", "done", "exited", "quiet", "unknown",
+          "stopped")
+ALERT_STATES = frozenset({"stalled", "dead", "paused", "done", "exited", "stopped"})
 
 
 @dataclass
@@ -31,6 +32,35 @@ class ProcessFacts:
     cmdline: str = ""
     oom_kill: str | None = None  # gone: the kernel's word that its OOM killer killed it
     oom_in_cgroup: str | None = None  # gone: its shared cgroup counted an OOM kill naming no one (a hint)
+
+
+@dataclass
+class StopFacts:
+    """How far a job got when it stopped on request, from its ``stopped`` event (or its manifest's
+    ``stopped`` record): what a ``stopped`` reason says besides the counts the snapshot has."""
+
+    how: str | None = None  # "SIGINT", "SIGTERM", "signal" (an older writer), "request"
+    step: int | None = None  # a training's step when it stopped
+    total_steps: int | None = None
+    resume: str | None = None  # the writer's own word on the command that resumes it
+
+    @classmethod
+    def of_event(cls, e: dict[str, Any] | None) -> StopFacts | None:
+        """From a ``stopped`` event (fields an older writer lacks stay None); None for another."""
+        if not e or e.get("kind") != "stopped":
+            return None
+
+        def num(key: str) -> int | None:
+            v = e.get(key)
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        def text(key: str) -> str | None:
+            v = e.get(key)
+            return v[:300] if isinstance(v, str) and v else None
+
+        step = num("step") if e.get("rows_total") is None else None  # a training counts steps
+        return cls(how=text("signal") or text("reason"), step=step, total_steps=num("total_steps"),
+                   resume=text("resume"))
 
 
 @dataclass
@@ -58,6 +88,7 @@ class Snapshot:
     started: bool = False  # a start event was seen
     terminal_kind: str | None = None  # done | stopped (after the last start)
     terminal_ts: float | None = None
+    stopped: StopFacts | None = None  # the ``stopped`` event's word (terminal_kind "stopped")
     events_start_ts: float | None = None  # the last start event's time
     paused_reason: str | None = None
     last_progress_ts: float | None = None  # last event that moved a counter

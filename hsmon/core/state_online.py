@@ -1,5 +1,5 @@
 """An online job's verdict: the extraction writing a spool and the trainer following it, judged
-together (issue 29). Pure: the facts come from hsmon/core/trackers/online.py, the extraction's own
+together. Pure: the facts come from hsmon/core/trackers/online.py, the extraction's own
 verdict from `decide` (hsmon/core/state.py), which calls `online_decision` last.
 
 Each side gets a state (hsmon/status_doc/online.py ``SIDE_STATES``):
@@ -15,7 +15,8 @@ naming it) even while the extraction waits for room; a dead or stalled extractio
 extraction does; an extraction paused for room while the trainer consumes is ``running`` (the
 pipeline moves; its pauses are the bottleneck's words, not alerts); both sides waiting on each
 other for stall_after is ``stalled`` (the pipeline stopped); an extraction that finished while the
-trainer goes on takes the trainer's state; the job is ``done`` when both are.
+trainer goes on takes the trainer's state; the job is ``done`` when both are, ``stopped`` when a side
+stopped on request (or by a signal) and neither moves any more.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class TrainerFacts:
     last_progress_ts: float | None = None  # a step (or any counting event) last arrived
     last_busy_ts: float | None = None  # its CPU time last moved
     last_error: str | None = None
+    step: int | None = None  # its last step (events or ledger)
 
 
 @dataclass
@@ -132,8 +134,11 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
     what = f"trainer PID {t.pid}" if t.pid else "the trainer"
     if not t.seen:
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
+    if t.ended == "done":
+        return "done", "training finished"
     if t.ended is not None:
-        return "done", "training finished" if t.ended == "done" else "training stopped on request"
+        at = f" at step {t.step}" if t.step is not None else ""
+        return "stopped", f"training stopped on request{at}"
     if t.alive is False and t.seen_alive:  # seen alive here, now gone (not merely on another host)
         detail = f" (last error: {t.last_error})" if t.last_error else ""
         return "dead", f"{what} is gone without a done record{detail}"
@@ -202,6 +207,8 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
                    "extraction")
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
+    if "stopped" in (producer.state, consumer.state):
+        return _stopped_decision(f, base, producer, consumer, hints)
     if producer.state == "done":
         waited = age(now, f.trainer.waiting_since_ts)
         if consumer.state == "waiting" and waited is not None and waited > stall:
@@ -221,3 +228,24 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
             return Decision(base.state, base.reason, hints)
         return Decision("running", f"{producer.reason}; the trainer: {consumer.reason}", hints)
     return base
+
+
+IDLE_SIDE_STATES = frozenset({"done", "stopped", "waiting", "starting", "paused"})
+
+
+def _stopped_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer: OnlineSide,
+                      hints: list[Hint]) -> Decision:
+    """A side stopped on request: ``stopped`` once neither side moves, else the moving side runs on."""
+    resume = (f"rerun `hsmon online` with the same arguments and --resume (or the extraction's own command "
+              f"and `hsmon train {f.path} --follow --resume`); the ledger keeps every row's passes")
+    if producer.state == "stopped":
+        words = producer.reason.removeprefix("the job ").removeprefix("the output's manifest says the run ")
+        said = f"the extraction {words.split(': ')[0]}"
+    else:
+        said = f"the extraction: {producer.reason}"
+    trained = consumer.reason if consumer.state == "stopped" else f"the trainer: {consumer.reason}"
+    if producer.state in IDLE_SIDE_STATES and consumer.state in IDLE_SIDE_STATES:
+        return Decision("stopped", f"{said}; {trained}: {resume}", hints)
+    moving = "the trainer" if producer.state == "stopped" else "the extraction"
+    hints.append(Hint("side-stopped", "info", f"{said}; {trained}; {moving} goes on. To go on: {resume}"))
+    return Decision("running", f"{said}; {trained}", hints)

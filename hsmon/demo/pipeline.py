@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.demo.prepare import EVAL_DEPTH, PROFILES
-from hsmon.status_doc import StatusDocument
+from hsmon.status_doc import ENDED_STATES, StatusDocument
 
 
 def daemon_status(url: str) -> StatusDocument | None:
@@ -123,11 +123,12 @@ class Pipeline:
             self._phase("finished")
 
     def _wait_state(self, job: str, seconds: float = 15.0) -> str | None:
-        """The daemon's state of ``job`` once terminal (done/dead), or the last one after ``seconds``."""
+        """The daemon's state of ``job`` once it ended (done, stopped, dead, exited), else the last
+        one after ``seconds``."""
         deadline = time.monotonic() + seconds
         while True:  # read at least once: a TUI quit right after DONE still counts the extraction
             state = _job_state(self.url, job)
-            if state in ("done", "dead") or time.monotonic() > deadline or self.cancel.wait(0.5):
+            if state in ENDED_STATES or time.monotonic() > deadline or self.cancel.wait(0.5):
                 return state
 
     def _run(self) -> bool:

@@ -6,6 +6,7 @@ import time
 
 from hsmon.demo.pipeline import Pipeline, daemon_status, eval_progress
 from hsmon.demo.prepare import EVAL_DEPTH
+from hsmon.status_doc import ENDED_STATES
 
 MEANING = (
     "  meaning: tokens each verifying target forward yields (its own token plus the accepted drafts; "
@@ -84,7 +85,7 @@ def headless(url: str, pipeline: Pipeline, interval: float, started: float) -> N
             for job in document.jobs:
                 if job.job in printed_done and not finished:
                     continue  # a finished job's line once is enough while the next step runs
-                if job.state == "done":
+                if job.state in ENDED_STATES:
                     printed_done.add(job.job)
                 print(f"{stamp} {status_line(job)}", flush=True)
         if pipeline.phase == "evaluating":

@@ -33,6 +33,7 @@ from hsmon.status_doc.engine import (
     ServerInfo,
 )
 from hsmon.status_doc.job import (
+    ENDED_STATES,
     DiskEntry,
     DumpSection,
     EventsSection,
@@ -57,8 +58,8 @@ from hsmon.status_doc.output import (
 )
 
 __all__ = [
-    "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry", "DriftEntry",
-    "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
+    "ENDED_STATES", "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry",
+    "DriftEntry", "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
     "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OnlineSection", "OnlineSide",
     "OutputSection", "ProcessEntry",
     "Progress", "Reading", "ServerEntry", "ServerInfo", "StateEvent", "StatusDocument",

@@ -65,7 +65,7 @@ class Capture(Section, omit_defaults=True):
     hook_seconds_p50: Num | None
     hook_seconds_p99: Num | None
     read_ts: float
-    # issue 32: the SGLang release and the plugin's capture adapter in it (docs/extract.md's support
+    # the SGLang release and the plugin's capture adapter in it (docs/extract.md's support
     # table); optional: left out of the document (omit_defaults) when the plugin does not say
     sglang_version: str | None = None
     adapter: str | None = None

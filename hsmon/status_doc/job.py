@@ -13,6 +13,11 @@ from hsmon.status_doc.engine import ServerEntry
 from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
 
+# The job states after which nothing more happens until someone starts the job again: no ETA is
+# given for them (done's ``eta_s`` is 0). ``stopped``: ended on request or by a signal before its
+# work was done (a reader of an older release shows it as an unknown state, never as done).
+ENDED_STATES = frozenset({"done", "stopped", "dead", "exited"})
+
 
 class Hint(msgspec.Struct, frozen=True):
     """Something a person should know about the job (docs/daemon.md lists the ids); the state
@@ -123,7 +128,7 @@ class ProcessEntry(Section):
 
 
 class EventsSection(Section):
-    """The job's events file (contract 1)."""
+    """The job's events file (the events contract)."""
 
     path: str
     exists: bool
@@ -193,7 +198,7 @@ class JobStatus(Section):
     disk: list[DiskEntry]
     processes: list[ProcessEntry]
     events: EventsSection | None
-    recent_events: list[dict[str, Any]]  # the events as written (contract 1), and state events
+    recent_events: list[dict[str, Any]]  # the events as written (the events contract), and state events
     training: TrainingSection | None
     servers: list[ServerEntry]
     gpu: JobGpu

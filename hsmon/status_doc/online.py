@@ -14,8 +14,9 @@ from hsmon.status_doc.base import Num, Section
 #   running   it moves                    paused    the extractor waits for spool room (not stalled)
 #   waiting   the trainer waits for rows  starting  not seen yet
 #   stalled   alive, nothing moved for stall_after (and not waiting)
-#   dead      its process is gone without a done/stopped   done      it ended (done or stopped)
-SIDE_STATES = ("starting", "running", "paused", "waiting", "stalled", "dead", "done")
+#   dead      its process is gone without a done/stopped   done      it did all its work
+#   stopped   it ended on request or by a signal before its work was done
+SIDE_STATES = ("starting", "running", "paused", "waiting", "stalled", "dead", "done", "stopped")
 
 
 class OnlineSide(Section):

@@ -20,10 +20,10 @@ from typing import Any
 from msgspec.structs import replace
 
 from hsmon.contracts.units import format_bytes
-from hsmon.status_doc import JobStatus, StatusDocument
+from hsmon.status_doc import ENDED_STATES, JobStatus, StatusDocument
 from hsmon.tui.numbers import fmt_clock, has_short_clock
 
-FINISHED = frozenset({"done", "dead", "exited"})
+FINISHED = ENDED_STATES
 # Durations of a minute or more in a reason ("68s", "125 s", "4m", "2h05m"): shown at the minute.
 _LONG_CLOCK = re.compile(r"\b(?:\d+ ?s|\d+m|\d+h\d*m?)\b")
 _PROCESS_DROP = dict.fromkeys(

@@ -1,4 +1,4 @@
-"""One human line per progress event (contract 1), and the event log's filters.
+"""One human line per progress event (the events contract), and the event log's filters.
 
 Every kind the extractor, the trainer, `hsmon eval-drafter` and the monitor emit has its own
 summary (``rows 256/300 (+15, 2,157 tok)``); a kind not known here keeps the raw ``key=value``
@@ -204,14 +204,16 @@ def _done(e: dict[str, Any]) -> str:
 
 
 def _stopped(e: dict[str, Any]) -> str:
+    step, total = _n(e, "step"), _n(e, "total_steps")
     where = (
-        f"step {fmt_count(_n(e, 'step'))}"
-        if _n(e, "step") is not None
+        f"step {fmt_count(step)}" + (f" of {fmt_count(total)}" if total else "")
+        if step is not None
         else f"{_of(_n(e, 'rows_done'), _n(e, 'rows_total'))} rows"
         if _n(e, "rows_done") is not None
         else None
     )
-    return f"stopped ({e.get('reason', '?')})" + (f" at {where}" if where else "")
+    why = e.get("signal") if isinstance(e.get("signal"), str) else e.get("reason", "?")
+    return f"stopped ({why})" + (f" at {where}" if where else "")
 
 
 def _state(e: dict[str, Any]) -> str:

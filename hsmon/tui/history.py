@@ -7,9 +7,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsmon.status_doc import JobStatus, TrainingSection
+from hsmon.status_doc import ENDED_STATES, JobStatus, TrainingSection
 
-FINISHED_STATES = frozenset({"done", "dead", "exited"})
+FINISHED_STATES = ENDED_STATES
 HISTORY_POINTS = 60
 EVENT_HISTORY = 200  # a document carries the last 20 events; the log keeps more across documents
 

@@ -14,7 +14,15 @@ from typing import Any
 from msgspec import UNSET
 
 from hsmon.contracts.units import format_bytes, format_duration
-from hsmon.status_doc import DiskEntry, JobStatus, ProcessEntry, Progress, TrainingSection, online_of
+from hsmon.status_doc import (
+    ENDED_STATES,
+    DiskEntry,
+    JobStatus,
+    ProcessEntry,
+    Progress,
+    TrainingSection,
+    online_of,
+)
 from hsmon.status_text import disk_verdict, eta_text, verdict_alarming
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
@@ -35,6 +43,7 @@ STATE_STYLES: dict[str, str] = {
     "dead": "state-dead",
     "paused": "state-paused",
     "done": "state-done",
+    "stopped": "state-stopped",
     "exited": "state-exited",
     "quiet": "state-quiet",
     "unknown": "state-unknown",
@@ -204,7 +213,7 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     }
     if job is None:
         return defaults
-    if online_of(job) is not None and job.state != "done":  # a spool being written: follow it
+    if online_of(job) is not None and job.state not in ENDED_STATES:  # a spool being written: follow it
         defaults.update(follow="yes", consume="yes")
     start = find_start_event(job) or {}
     output_path = job.output.path if job.output is not None else None

@@ -1,5 +1,5 @@
-"""An online job: the output directory is a spool (contract 4, hsmon/contracts/spool.py) that a
-following trainer consumes while the extraction writes it (issue 29).
+"""An online job: the output directory is a spool (the spool contract, hsmon/contracts/spool.py) that a
+following trainer consumes while the extraction writes it.
 
 `OnlineTracker` measures the spool and its trainer for the job that watches the extraction: the
 limit (SPOOL/hsmon-spool.json, read again every ``LIMIT_EVERY_S``: a resume may change it), the
@@ -156,7 +156,8 @@ class OnlineTracker:
             seen_alive=seen, ended=ended, paused_reason=tr.paused_reason,
             waiting_since_ts=self.rows_wait.since,
             last_progress_ts=_latest(tr.last_progress_ts, ledger.last_ts),
-            last_busy_ts=self.last_busy_ts, last_error=tr.last_error)
+            last_busy_ts=self.last_busy_ts, last_error=tr.last_error,
+            step=_step(tr.training) or ledger.step or None)
 
 
 def _is_trainer(cmdline: str) -> bool:

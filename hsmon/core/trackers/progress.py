@@ -1,4 +1,4 @@
-"""Progress tracker: tails a job's events file (contract 1) and keeps the job's counters.
+"""Progress tracker: tails a job's events file (the events contract) and keeps the job's counters.
 
 Copes with a file that does not exist yet, truncation, rotation, a partial last line and garbage
 lines (hsmon.contracts.events.EventFileReader). Field names are read liberally (cumulative ``rows_done``
@@ -53,6 +53,7 @@ class ProgressTracker:
         self.bytes_done = 0
         self.terminal_kind: str | None = None
         self.terminal_ts: float | None = None
+        self.terminal_event: dict[str, Any] | None = None  # the done/stopped event itself
         self.paused_reason: str | None = None
         self.last_error: str | None = None
         self.last_event_ts: float | None = None
@@ -113,7 +114,7 @@ class ProgressTracker:
         elif kind == ev.RESUME:
             self.paused_reason = None
         elif kind in ev.TERMINAL_KINDS:
-            self.terminal_kind, self.terminal_ts = kind, ts
+            self.terminal_kind, self.terminal_ts, self.terminal_event = kind, ts, e
             self.paused_reason = None
         elif kind == ev.ERROR:
             self.last_error = str(e.get("message") or e.get("error") or "error")[:300]
@@ -137,7 +138,7 @@ class ProgressTracker:
         self.started_as = started_as(e)
         arch = e.get("arch")  # a trainer's drafter architecture (eagle3, eagle3.1)
         self.arch = arch if isinstance(arch, str) else None
-        self.terminal_kind = self.terminal_ts = self.paused_reason = None
+        self.terminal_kind = self.terminal_ts = self.paused_reason = self.terminal_event = None
         pid = e.get("pid")
         self.pid = pid if isinstance(pid, int) else None
         runner = e.get("runner_pid")
@@ -236,6 +237,8 @@ class ProgressTracker:
                               self.tokens_done, self.tokens_total)
             if self.terminal_kind == ev.DONE:
                 eta = 0.0  # a time-limited training ends before its schedule says
+            elif self.terminal_kind is not None:
+                pass  # stopped: no ETA on a job that ended
             elif planned is not None:
                 eta, low, high = planned.eta_s, planned.low_s, planned.high_s
             elif self.rows_total is not None and rows_per_s:

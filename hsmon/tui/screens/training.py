@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header
 
 from hsmon.contracts.layout import MANIFEST_NAME
-from hsmon.status_doc import JobStatus, online_of
+from hsmon.status_doc import ENDED_STATES, JobStatus, online_of
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel
@@ -92,7 +92,8 @@ class TrainingScreen(Screen[None]):
             self._prefilled_from = key
             form.prefill(self._defaults(source_job))
         extraction = source_job[1] if source_job else None
-        following = bool(extraction and online_of(extraction) is not None and extraction.state != "done")
+        following = bool(extraction and online_of(extraction) is not None
+                         and extraction.state not in ENDED_STATES)
         form.show_follow(following)
         if following:
             form.set_warning(f"▲ extraction {extraction.job} writes a spool: follow = yes trains on its "
@@ -112,8 +113,7 @@ class TrainingScreen(Screen[None]):
         acceptance = app.acceptance_job()
         self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
         self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
-        self.query_one("#stop", Button).disabled = training is None or training[1].state in (
-            "done", "dead")
+        self.query_one("#stop", Button).disabled = training is None or training[1].state in ENDED_STATES
 
     def action_leave_field(self) -> None:
         self.query_one("#launch", Button).focus()

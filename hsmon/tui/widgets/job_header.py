@@ -17,6 +17,7 @@ BADGE_STYLES = {
     "dead": "bold white on dark_red",
     "paused": "bold black on magenta",
     "done": "bold white on blue",
+    "stopped": "bold black on khaki1",  # ended on request before its work was done: not done
     "exited": "bold black on dark_orange",
     "quiet": "bold black on orange3",
     "unknown": "bold white on grey37",  # a tracker the verdict stands on is blind
