@@ -254,7 +254,9 @@ def test_preflight_names_the_flags_to_add(workdir, server, plain_server, data_sh
                        *sglang_args(server, workdir, "json", "x"))
     assert proc.returncode == 2 and [line for line in proc.stderr.splitlines() if "--url" in line] == \
         proc.stderr.strip().splitlines()[-1:], proc.stderr
-    assert "--return-aux-hidden-state-layer-ids 0 1 2" in proc.stderr
+    # the points the server's class really captures (read back by the plugin), and both ways out
+    assert "LlamaForCausalLM on the server captures points 2,4,5" in proc.stderr
+    assert "hsmon sglang-serve --layers 1,2,3, or pass --layers 2,4,5" in proc.stderr
     assert not (workdir / "wrong-layers" / "rows_0-2000").exists()
     # A plain SGLang launch: no capture flags, radix cache on (SGLang's default).
     url = wait_plain(workdir, plain_server)

@@ -106,6 +106,7 @@ def test_dump_mode_writes_whole_prompts_equal_to_transformers(server, reference,
     aux_ref, last_ref = reference(ids)
     with safe_open(str(file), framework="pt") as fh:
         assert fh.metadata() == {"rid": f"row-{n}", "tokens": str(n), "layer_ids": "1,3,4",
+                                 "captured_points": "2,4,5",
                                  "sglang_version": sglang_release()["sglang_version"], "plugin_version": "1"}
         aux, last = fh.get_tensor("aux_hidden_state"), fh.get_tensor("hidden_state")
     # n = 200 > --chunked-prefill-size 64: stock SGLang would return only the last 8 rows
