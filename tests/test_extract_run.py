@@ -315,6 +315,38 @@ def test_a_run_that_wrote_no_row_binds_no_setting(workdir, tiny_model):  # noqa:
     assert "was started with different settings (dtype: 'bfloat16', now 'float32')" in refused.stderr
 
 
+def test_on_a_terminal_events_go_to_a_file_never_into_the_progress_line(workdir, tiny_model):  # noqa: F811
+    """README's first tour command in a terminal (no --events): the terminal shows the progress line
+    and one line saying where the events went (OUT/events.jsonl), never a raw JSON event."""
+    import pty
+
+    from extract_helpers import extract_cmd
+
+    data = make_dataset(workdir / "tty.jsonl", rows=12, seed=9, min_lines=1, max_lines=2)
+    out = workdir / "tty"
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(extract_cmd(data, out, tiny_model, "--chunk-size", "8"), stdin=subprocess.DEVNULL,
+                            stdout=secondary, stderr=secondary, env=extract_env())
+    os.close(secondary)
+    shown = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+        assert proc.wait(TIMEOUT) == 0, shown.decode(errors="replace")[-2000:]
+    text = shown.decode(errors="replace")
+    assert f"events -> {out / 'events.jsonl'} (stdout is a terminal" in text, text
+    assert '{"v"' not in text and '"kind"' not in text, text
+    assert events_of(out / "events.jsonl")[-1]["kind"] == "done"
+
+
 async def _tui_shows(out: Path, events: Path) -> tuple[str, str]:
     """(the job header's text, the event log's lines) of `hsmon tui --out OUT --events EVENTS`."""
     from test_tui_pilot import log_text, running
