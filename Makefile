@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
 TEST_WORKERS ?= 3
 
-.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench
+.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench docs screenshot
 
 setup: $(VENV)/.hsmon-setup
 
@@ -28,6 +28,17 @@ $(VENV)/.hsmon-setup: pyproject.toml
 # DEMO_ARGS="--model smollm2" runs it on SmolLM2-135M-Instruct (converted on first use).
 demo: setup
 	$(PY) -m hsmon.demo $(DEMO_ARGS)
+
+# The documentation site, into build/site (--strict: a broken link or anchor fails; tests/test_docs_site.py
+# builds it in make test); the command-line reference page is generated from the parsers first.
+docs: setup
+	$(PY) scripts/cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# docs/images/dashboard.svg, the dashboard shown in README and on the site: the real `hsmon tui` on a
+# real daemon watching a real extraction, saved by Textual's own screenshot facility (about 40 s).
+screenshot: setup
+	$(PY) scripts/dashboard_screenshot.py
 
 lint: setup
 	$(PY) -m ruff check .
@@ -79,7 +90,7 @@ test:
 # newest; this lane adds the others (its time does not fit make test's budget). CI runs both.
 # The tests marked client_side (the client's waits, retries and checks; the server only answers)
 # run on the newest only: about 75 s a release less.
-SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py
+SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py tests/test_layer_rules.py
 SGLANG_CONFORMANCE_SELECT ?= -m "not client_side"
 test-sglang-matrix: setup
 	for v in $(SGLANG_MATRIX); do \

@@ -2,7 +2,7 @@
 daemon's allocators reach their high-water mark first and the RSS slope measures creep.
 
 The daemon's RSS rises while jobs come and go and levels off after about a thousand jobs, with
-Python's live memory flat all along (docs/operations.md, "Soak"): memory freed by retired jobs
+Python's live memory flat all along (docs/benchmarks.md, "Soak"): memory freed by retired jobs
 is kept by glibc's and Python's allocators (free chunks, arenas with a block still in use) and
 reused, not a leak. A 60-minute soak sees ~320 jobs, not enough for that level; this churn gives
 the daemon ``jobs`` jobs first: every cycle a reload swaps 20 jobs for 20 new ones, each reading

@@ -1,4 +1,4 @@
-"""bench/soak.py's report: the figures of a run and its RESULT line (issue 33's goals)."""
+"""bench/soak.py's report: the figures of a run and its RESULT line, with the soak's goals."""
 
 from __future__ import annotations
 

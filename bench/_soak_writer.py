@@ -3,12 +3,12 @@
     python bench/_soak_writer.py EVENTS JOB ROWS SEED ROTATE [--out DIR] [--dump DIR]
                                  [--rate TOKENS_PER_S] [--row-bytes N]
 
-- contract 1 events (hsmon.contracts.events): ``start`` with the row and token plan, one ``rows``
+- progress events (hsmon.contracts.events): ``start`` with the row and token plan, one ``rows``
   event a row (cumulative), a ``chunk`` event a chunk, ``done``; ROTATE (none, rename,
   copytruncate) rotates the events file halfway, as logrotate would;
-- with ``--out``: contract 2 output (hsmon.contracts.layout): a ``run`` record with the plan, one
-  row file a row (written atomically), its ``row`` record, a ``chunk`` record a chunk, ``done``;
-- with ``--dump``: the dump-dir churn of the story's server: one file a row written into the dump
+- with ``--out``: the layout contract's output (hsmon.contracts.layout): a ``run`` record with
+  the plan, one row file a row (written atomically), its ``row`` record, a ``chunk`` record a chunk, ``done``;
+- with ``--dump``: the dump-dir churn of the original job's server: one file a row written into the dump
   directory (/dev/shm) before the row's work and consumed (deleted) after it.
 
 Synthetic: a row's work is a sleep as long as its token count (200-4000) over ``--rate`` tokens/s

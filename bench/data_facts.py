@@ -4,7 +4,7 @@ Feeds ``--rows`` row records shaped like `hsmon extract`'s (4 layers of 7 figure
 every ``--chunk-size`` rows) to the output tracker's two paths: parsing alone (json.loads, what
 the tracker already does for every record: the baseline) and parsing plus ``DataFacts.add``; plus
 ``snapshot()`` and ``summarize()``, which the daemon runs once per scan. Printed: microseconds
-per row for each, the extra per row, the share of one core that the extra costs at the story's
+per row for each, the extra per row, the share of one core that the extra costs at the original job's
 rate (2 rows/s, one scan per second; goal <= 0.1 %), and the accumulator's size after 10 chunks and
 after all rows (goal: flat).
 

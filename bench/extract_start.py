@@ -1,5 +1,5 @@
-"""How long `hsmon extract` takes to write its first row on the story's job: 10,000 conversations of
-~2,100 tokens (issue 19). Before the first row it scans (tokenizes) the whole dataset to plan bytes
+"""How long `hsmon extract` takes to write its first row on the original job: 10,000 conversations of
+~2,100 tokens. Before the first row it scans (tokenizes) the whole dataset to plan bytes
 and disk; that scan is what grows with the dataset.
 
 Builds a ShareGPT dataset (3 user/assistant pairs a row, text cut from Python's standard library,

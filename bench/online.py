@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,7 @@ def last_event(path: Path, kind: str) -> dict[str, Any]:
     return next(e for e in reversed(list(ev.iter_events(path))) if e["kind"] == kind)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -177,16 +178,11 @@ def main() -> int:
                         help=f"full batches the spool limit holds: sets the batch size of both sides "
                              f"(default {BATCHES_IN_LIMIT})")
     parser.add_argument("--keep", metavar="DIR", default=None, help="work here and keep it")
-    args = parser.parse_args()
-    rows = args.rows or (120 if args.quick else 276)
-    passes = args.passes or (2 if args.quick else 4)
-    new_tokens = 24 if args.quick else 32
-    core_x, core_t = cores_of(args.cores)
-    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hsmon-online-bench-"))
-    base.mkdir(parents=True, exist_ok=True)
-    load_start = load()
-    print(f"load average at start {load_start}; extractor on core {core_x}, trainer on core {core_t} "
-          "(alone and online; each 1 torch thread, OMP_NUM_THREADS=1)", flush=True)
+    return parser.parse_args()
+
+
+def sample_data(base: Path, rows: int) -> tuple[dict[str, Any], Path]:
+    """The demo's set-up (its target) and the first ``rows`` rows of its sample, shuffled once."""
     from hsmon.demo.prepare import prepare
 
     setup = prepare(base / "prep", "embedded")
@@ -197,6 +193,146 @@ def main() -> int:
     lines = Path(setup["data"]).read_text().splitlines(keepends=True)[:rows]
     random.Random(0).shuffle(lines)
     data.write_text("".join(lines))
+    return setup, data
+
+
+@dataclass
+class Phase:
+    """What the online run hands the later steps: its sizes, its clocks and its ledger's counts."""
+
+    args: argparse.Namespace
+    base: Path
+    data: Path
+    setup: dict[str, Any]
+    rows: int
+    passes: int
+    cores: tuple[int, int]
+    ext_args: list[str]
+    train_args: list[str]
+    data_bytes: int = 0
+    limit: int = 0
+    limited: bool = False
+    chunk_rows: int = 0
+    t_online: float = 0.0
+    t_ext_online: float = 0.0
+    started_wall: float = 0.0
+    peak: int = 0
+    steps: int = 0
+    tokens: int = 0
+    waited: float = 0.0
+    held_bytes: int = 0
+    lost: int = 0
+    extra: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def online(phase: Phase) -> None:
+    """Both sides at once through a bounded spool, until every row had its E passes (a trainer
+    ended early by --max-steps would leave a bounded extractor waiting for room for ever)."""
+    core_x, core_t = phase.cores
+    base = phase.base
+    phase.limit = limit = phase.data_bytes // 10
+    phase.limited = limited = has_spool_max()
+    # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit.
+    # Smaller chunks would free room sooner, but the following trainer takes its draft vocabulary
+    # and its step budget from the first chunk alone: with chunks of 1 row (--chunk-rows 1) the
+    # online drafter's acceptance fell to 0.76x offline (docs/train.md "Online")
+    chunk_rows = phase.args.chunk_rows or max(1, int(limit * 0.75 / (phase.data_bytes / phase.rows) / 3))
+    phase.chunk_rows = chunk_rows
+    sp = base / "spool"
+    sp.mkdir()
+    watch = SpoolWatch(sp)
+    started, phase.started_wall = time.monotonic(), time.time()
+    spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
+    ext = start(hsmon("extract", str(phase.data), "--out", str(sp), *phase.ext_args, *spool_args),
+                base / "online.log", core_x)  # fmt: skip
+    follow = ["--follow", "--passes", str(phase.passes), "--consume", "--out", str(base / "on-drafter")]
+    trainer = start(
+        hsmon("train", str(sp), *follow, "--target-model", phase.setup["model"], *phase.train_args),
+        base / "online.log", core_t,
+    )  # fmt: skip
+    wait_ok(ext, "the online extraction", "extract_online")
+    phase.t_ext_online = time.monotonic() - started
+    sched_online = SchedWatch(trainer.pid)
+    wait_ok(trainer, "the following trainer", "train_online")
+    SCHED["online"] = sched_online.close()
+    phase.t_online = time.monotonic() - started
+    phase.peak = watch.close()
+    phase.events = list(ev.iter_events(spool.train_events_path(sp)))
+    on_done = next(e for e in reversed(phase.events) if e["kind"] == "done")
+    phase.steps, phase.tokens = int(on_done["step"]), int(on_done["tokens"])
+    phase.waited = sum(float(e.get("paused_seconds") or 0) for e in phase.events if e["kind"] == "resume")
+    phase.lost, phase.extra, trained = ledger_errors(sp, phase.passes)
+    held_rows, phase.held_bytes = heldout_bytes(sp)
+    print(f"online: {held_rows} held-out rows stay in the spool (never consumed): "
+          f"{phase.held_bytes / 1e6:.2f} MB, {phase.held_bytes / max(limit, 1):.0%} of the limit",
+          flush=True)  # fmt: skip
+    enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
+    print(
+        f"online: {phase.t_online:.1f} s wall ({phase.steps} steps, the trainer waited "
+        f"{phase.waited:.1f} s for rows), peak spool {phase.peak / 1e6:.1f} MB "
+        f"(limit {limit / 1e6:.1f} MB {enforced}, chunks of {chunk_rows if limited else CHUNK} rows); "
+        f"rows short of E at the end {phase.lost}, above {phase.extra} of {trained}",
+        flush=True,
+    )
+
+
+def report(on: Phase, clocks: dict[str, float], tok_off: int, timeline: dict[str, float], batch_tokens: int,
+           new_tokens: int, loads: tuple[Any, Any]) -> None:
+    """Steps 4-6 (acceptance, faults, the monitor's cost), then the RESULT line with the goals."""
+    t_extract, t_train = clocks["extract"], clocks["train"]
+    # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)
+    sets = eval_prompts(on.setup, on.rows, on.base)
+    on_pairs = acceptance(on.base / "on-drafter", on.setup, sets, new_tokens)
+    off_pairs = acceptance(on.base / "off-drafter", on.setup, sets, new_tokens)
+    acc_on, acc_off = accept_len(on_pairs), accept_len(off_pairs)
+    lo, hi = ratio_spread(on_pairs, off_pairs)
+    # 5. faults
+    lost, extra, fault_rows = faults(on.base, on.data, on.setup, on.passes, on.train_args)
+    # 6. the monitor's cost for the online job against the two offline jobs
+    monitor = monitor_cost()
+    overlap = on.t_online / max(t_extract, t_train)
+    ok = {
+        "accept": acc_on / acc_off >= GOALS["accept_ratio"],
+        "spool": on.limited and on.peak <= on.limit and on.limit <= GOALS["limit_share"] * on.data_bytes,
+        "overlap": overlap <= GOALS["overlap"],
+        "ledger": lost == 0 and extra == 0 and on.lost == 0 and on.extra == 0,
+        "monitor": monitor is not None and monitor <= GOALS["monitor"],
+    }
+    verdict = " ".join(f"{k}_goal={'pass' if v else 'FAIL'}" for k, v in ok.items())
+    times = " ".join(f"{k}={v:.0f}" if k == "saves" else f"{k}={v:.2f}" for k, v in timeline.items())
+    print(
+        f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
+        f"accept_ratio_p5={lo:.3f} accept_ratio_p95={hi:.3f} eval_prompts={len(on_pairs)} "
+        f"peak_spool_mb={on.peak / 1e6:.2f} limit_mb={on.limit / 1e6:.2f} data_mb={on.data_bytes / 1e6:.2f} "
+        f"spool_peak_ratio={on.peak / max(on.limit, 1):.2f} limit_enforced={int(on.limited)} "
+        f"overlap={overlap:.3f} offline_ratio={on.t_online / (t_extract + t_train):.3f} "
+        f"online_s={on.t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} "
+        f"waited_s={on.waited:.1f} "
+        f"steps={on.steps} batch_tokens={batch_tokens} tokens_ratio={on.tokens / max(tok_off, 1):.3f} "
+        f"{times} "
+        f"passes={on.passes} rows={on.rows} chunk_rows={on.chunk_rows} "
+        f"heldout_limit_share={on.held_bytes / max(on.limit, 1):.2f} "
+        f"rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
+        f"monitor_ratio={monitor if monitor is None else round(monitor, 3)} "
+        f"threads=1+1 cores={on.cores[0]},{on.cores[1]} load_start={loads[0]} load_timed_end={loads[1]} "
+        f"load_end={load()} {verdict} goals_met={sum(ok.values())}/{len(ok)}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    args = parse_args()
+    rows = args.rows or (120 if args.quick else 276)
+    passes = args.passes or (2 if args.quick else 4)
+    new_tokens = 24 if args.quick else 32
+    core_x, core_t = cores_of(args.cores)
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hsmon-online-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    load_start = load()
+    print(f"load average at start {load_start}; extractor on core {core_x}, trainer on core {core_t} "
+          "(alone and online; each 1 torch thread, OMP_NUM_THREADS=1)", flush=True)
+    setup, data = sample_data(base, rows)
     ext_args = ["--model", setup["model"], "--chunk-size", str(CHUNK), "--threads", "1", "--min-free", "10M"]
 
     # 1. the extraction alone
@@ -205,111 +341,35 @@ def main() -> int:
         "extract_alone",
     )
     manifest = read_manifest(base / "offline")
-    data_bytes = manifest.bytes
     batch_tokens = batch_tokens_for(manifest.tokens, args.batches_in_limit)
     train_args = [*TRAIN, "--batch-tokens", str(batch_tokens)]
     print(
-        f"offline: extraction {t_extract:.1f} s, data {data_bytes / 1e6:.1f} MB, {manifest.tokens} tokens: "
+        f"offline: extraction {t_extract:.1f} s, data {manifest.bytes / 1e6:.1f} MB, "
+        f"{manifest.tokens} tokens: "
         f"batches of {batch_tokens} tokens on both sides ({args.batches_in_limit} fit in 10 % of the data)",
         flush=True,
     )
-
-    # 2. online: both at once, until every row had its E passes (a trainer ended early by
-    # --max-steps would leave a bounded extractor waiting for room for ever)
-    limit = data_bytes // 10
-    limited = has_spool_max()
-    # a chunk is the unit the trainer frees: a few of them (and the held-out rows) fit the limit.
-    # Smaller chunks would free room sooner, but the following trainer takes its draft vocabulary
-    # and its step budget from the first chunk alone: with chunks of 1 row (--chunk-rows 1) the
-    # online drafter's acceptance fell to 0.76x offline (docs/train.md "Online")
-    chunk_rows = args.chunk_rows or max(1, int(limit * 0.75 / (data_bytes / rows) / 3))
-    sp = base / "spool"
-    sp.mkdir()
-    watch = SpoolWatch(sp)
-    started, started_wall = time.monotonic(), time.time()
-    spool_args = ["--spool-max", str(limit), "--chunk-size", str(chunk_rows)] if limited else []
-    ext = start(hsmon("extract", str(data), "--out", str(sp), *ext_args, *spool_args), base / "online.log",
-                core_x)
-    follow = ["--follow", "--passes", str(passes), "--consume", "--out", str(base / "on-drafter")]
-    trainer = start(
-        hsmon("train", str(sp), *follow, "--target-model", setup["model"], *train_args), base / "online.log",
-        core_t,
-    )
-    wait_ok(ext, "the online extraction", "extract_online")
-    t_ext_online = time.monotonic() - started
-    sched_online = SchedWatch(trainer.pid)
-    wait_ok(trainer, "the following trainer", "train_online")
-    SCHED["online"] = sched_online.close()
-    t_online = time.monotonic() - started
-    peak = watch.close()
-    on_events = list(ev.iter_events(spool.train_events_path(sp)))
-    on_done = next(e for e in reversed(on_events) if e["kind"] == "done")
-    steps = int(on_done["step"])
-    waited = sum(float(e.get("paused_seconds") or 0) for e in on_events if e["kind"] == "resume")
-    lost0, extra0, trained = ledger_errors(sp, passes)
-    held_rows, held_bytes = heldout_bytes(sp)
-    print(f"online: {held_rows} held-out rows stay in the spool (never consumed): {held_bytes / 1e6:.2f} MB, "
-          f"{held_bytes / max(limit, 1):.0%} of the limit", flush=True)  # fmt: skip
-    enforced = "passed" if limited else "NOT enforced: this extractor has no --spool-max"
-    print(
-        f"online: {t_online:.1f} s wall ({steps} steps, the trainer waited {waited:.1f} s for rows), "
-        f"peak spool {peak / 1e6:.1f} MB "
-        f"(limit {limit / 1e6:.1f} MB {enforced}, chunks of {chunk_rows if limited else CHUNK} rows); "
-        f"rows short of E at the end {lost0}, above {extra0} of {trained}",
-        flush=True,
-    )
-
+    # 2. online: both at once
+    on = Phase(args, base, data, setup, rows, passes, (core_x, core_t), ext_args, train_args,
+               data_bytes=manifest.bytes)  # fmt: skip
+    online(on)
     # 3. the training alone on the finished data, the same steps
     off_events = base / "offline-train.jsonl"
     t_train = run(
-        hsmon("train", str(base / "offline"), "--max-steps", str(steps), "--out", str(base / "off-drafter"),
-              "--target-model", setup["model"], "--events", str(off_events), *train_args),
+        hsmon("train", str(base / "offline"), "--max-steps", str(on.steps),
+              "--out", str(base / "off-drafter"), "--target-model", setup["model"],
+              "--events", str(off_events), *train_args),
         base / "offline.log", core_t, "train_alone",
     )  # fmt: skip
-    tok_on, tok_off = int(on_done["tokens"]), int(last_event(off_events, "done")["tokens"])
-    print(f"offline: training {t_train:.1f} s ({steps} steps); tokens trained online {tok_on}, "
+    tok_off = int(last_event(off_events, "done")["tokens"])
+    print(f"offline: training {t_train:.1f} s ({on.steps} steps); tokens trained online {on.tokens}, "
           f"offline {tok_off}", flush=True)  # fmt: skip
-    timeline = online_timeline(on_events, CPU, started_wall, t_online, t_ext_online, t_train,
+    timeline = online_timeline(on.events, CPU, on.started_wall, on.t_online, on.t_ext_online, t_train,
                                {"online": SCHED["online"], "alone": SCHED.get("train_alone", (0.0, 0.0))})
     load_timed = load()
 
-    # 4. held-out acceptance, per prompt (its spread over prompts by a paired bootstrap)
-    sets = eval_prompts(setup, rows, base)
-    on_pairs = acceptance(base / "on-drafter", setup, sets, new_tokens)
-    off_pairs = acceptance(base / "off-drafter", setup, sets, new_tokens)
-    acc_on, acc_off = accept_len(on_pairs), accept_len(off_pairs)
-    lo, hi = ratio_spread(on_pairs, off_pairs)
-    # 5. faults
-    lost, extra, fault_rows = faults(base, data, setup, passes, train_args)
-    # 6. the monitor's cost for the online job against the two offline jobs
-    monitor = monitor_cost()
-    overlap = t_online / max(t_extract, t_train)
-    ok = {
-        "accept": acc_on / acc_off >= GOALS["accept_ratio"],
-        "spool": limited and peak <= limit and limit <= GOALS["limit_share"] * data_bytes,
-        "overlap": overlap <= GOALS["overlap"],
-        "ledger": lost == 0 and extra == 0 and lost0 == 0 and extra0 == 0,
-        "monitor": monitor is not None and monitor <= GOALS["monitor"],
-    }
-    verdict = " ".join(f"{k}_goal={'pass' if v else 'FAIL'}" for k, v in ok.items())
-    times = " ".join(f"{k}={v:.0f}" if k == "saves" else f"{k}={v:.2f}" for k, v in timeline.items())
-    print(
-        f"RESULT accept_online={acc_on:.3f} accept_offline={acc_off:.3f} accept_ratio={acc_on / acc_off:.3f} "
-        f"accept_ratio_p5={lo:.3f} accept_ratio_p95={hi:.3f} eval_prompts={len(on_pairs)} "
-        f"peak_spool_mb={peak / 1e6:.2f} limit_mb={limit / 1e6:.2f} data_mb={data_bytes / 1e6:.2f} "
-        f"spool_peak_ratio={peak / max(limit, 1):.2f} limit_enforced={int(limited)} "
-        f"overlap={overlap:.3f} offline_ratio={t_online / (t_extract + t_train):.3f} "
-        f"online_s={t_online:.1f} extract_s={t_extract:.1f} train_s={t_train:.1f} waited_s={waited:.1f} "
-        f"steps={steps} batch_tokens={batch_tokens} tokens_ratio={tok_on / max(tok_off, 1):.3f} "
-        f"{times} "
-        f"passes={passes} rows={rows} chunk_rows={chunk_rows} "
-        f"heldout_limit_share={held_bytes / max(limit, 1):.2f} "
-        f"rows_lost={lost} rows_extra={extra} fault_rows={fault_rows} "
-        f"monitor_ratio={monitor if monitor is None else round(monitor, 3)} "
-        f"threads=1+1 cores={core_x},{core_t} load_start={load_start} load_timed_end={load_timed} "
-        f"load_end={load()} {verdict} goals_met={sum(ok.values())}/{len(ok)}",
-        flush=True,
-    )
+    clocks = {"extract": t_extract, "train": t_train}
+    report(on, clocks, tok_off, timeline, batch_tokens, new_tokens, (load_start, load_timed))
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -20,13 +20,13 @@ over a request's pieces) and read from /server_info (``internal_states[0].hsmon_
 Tokens/s: prompt tokens over the wall time of the batch, for dump modes until every file is
 renamed (the client's wait included) and removed.
 
-Goals (issue 21): hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run counts);
+Goals: hook p99 <= 1 ms for dumps up to 100 MB (every dump of the run counts);
 dump >= 0.97x no-capture tokens/s at 2,048-token prompts.
 Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
 before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
 
-``--sglang-venv DIR``: the same measurement on another SGLang release's environment (issue 32's
-matrix), then on the baseline ``.sglang-venv`` (0.5.23) in the same run, one server at a time;
+``--sglang-venv DIR``: the same measurement on another SGLang release's environment (a release of the
+support matrix), then on the baseline ``.sglang-venv`` (0.5.23) in the same run, one server at a time;
 the RESULT line adds ``dumps=... baseline_hook_ms_p99=... hook_p99_over_baseline=...`` (goal <= 2)
 and the same for the hook thread's CPU time (``hook_cpu_p99_over_baseline``: wall minus CPU is
 time the hook waited for the GIL or for a core, not work it did).

@@ -1,5 +1,5 @@
 """What watching and resuming cost at 10k, 100k and 1 M rows: the monitor's cost must not grow with
-the job (issue 19).
+the job.
 
 For each size it builds a synthetic output directory with the project's own layout functions
 (tests/synthetic_output.py: ``layout.append_jsonl`` and the extractor's ``ChunkBook``; a row record

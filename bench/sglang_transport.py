@@ -12,7 +12,7 @@ Client overhead (shm runs): the client's own time per row (decode the response, 
 check, load and delete the dump file) against the request's latency (send to response), as
 `hsmon extract` reports on stderr when the sglang backend closes.
 
-Goals (issue 8): shm >= 5x json in bytes/s; client overhead <= 10 % of request time.
+Goals: shm >= 5x json in bytes/s; client overhead <= 10 % of request time.
 Ends with: RESULT json_mb_s=... shm_mb_s=... shm_over_json=... client_overhead_ratio=...
 """
 

@@ -1,4 +1,4 @@
-"""Benchmark: a week of service compressed into ``--minutes`` (issue 33 item 2).
+"""Benchmark: a week of service compressed into ``--minutes``.
 
 A real `hsmon daemon` (hsmon.daemon.spawn), a real Prometheus (Debian's `prometheus`) scraping it
 every second with the shipped alert rules (dashboards/prometheus/hsmon-alerts.yml), and (unless
@@ -31,35 +31,30 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import psutil
-import yaml
 from _soak_prewarm import prewarm  # bench/ is on sys.path: python bench/soak.py
+from _soak_probes import DISK_MB, SmallDisk, fd_kinds, tui_figures
+from _soak_prom import firing, get, start_prometheus
 from _soak_report import report
 
-from extractor.sglang.ports import free_stable_port
 from hsmon import daemon as daemon_process
 
 REPO = Path(__file__).resolve().parent.parent
-RULES = REPO / "dashboards" / "prometheus" / "hsmon-alerts.yml"
 STALL_AFTER = 15.0
 GRACE = 15.0
 MAX_JOBS = 20
 TOKENS_PER_S = 10_500.0
 
 WRITER = REPO / "bench" / "_soak_writer.py"
-DISK_MB = 4  # the small tmpfs of the disk-full fault
 
 
 @dataclass
@@ -78,11 +73,6 @@ class Job:
     eta_at: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
     end_ts: float | None = None
     seen: tuple[int, str, float] | None = None  # last status: rows_done, state, state_since_ts
-
-
-def get(url: str, timeout: float = 10.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read()
 
 
 def stopped(pid: int, timeout: float = 2.0) -> bool:
@@ -111,47 +101,6 @@ def config_text(jobs: list[Job], anchor: Path) -> str:
         text += f'out_dir = "{j.out}"\n' if j.out else ""
         text += f'dump_dir = "{j.dump}"\n' if j.dump else ""
     return text
-
-
-def start_prometheus(tmp: Path, target: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_stable_port()  # outside the ephemeral range: no port-0 bind takes it before Prometheus
-    prom = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "hsmon", "honor_labels": True,
-                                "static_configs": [{"targets": [target]}]}]}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(prom))
-    proc = subprocess.Popen(["prometheus", f"--config.file={tmp / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=open(tmp / "prometheus.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-    return proc, port
-
-
-def rule_waits() -> dict[str, float]:
-    """alert name -> its rule's `for:` in seconds (the shipped rules)."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
-    return {r["alert"]: float(r["for"][:-1]) * units[r["for"][-1]] if "for" in r else 0.0 for r in rules}
-
-
-WAITS = rule_waits()
-
-
-def firing(prom_port: int) -> list[tuple[str, str, float]]:
-    """The firing alerts: (name, job, when it fired: Prometheus's activeAt + the rule's `for:`), so
-    a delay does not depend on when the bench polled."""
-    url = f"http://127.0.0.1:{prom_port}/api/v1/alerts"
-    try:
-        alerts = json.loads(get(url, 5))["data"]["alerts"]
-    except OSError:
-        return []
-    out = []
-    for a in alerts:
-        if a.get("state") != "firing":
-            continue
-        name = a["labels"].get("alertname", "?")
-        stamp = re.sub(r"(\.\d{6})\d*", r"\1", a["activeAt"]).replace("Z", "+00:00")
-        fired = datetime.fromisoformat(stamp).timestamp() + WAITS.get(name, 0.0)
-        out.append((name, a["labels"].get("job", ""), fired))
-    return out
 
 
 class Soak:
@@ -392,65 +341,6 @@ class Soak:
         self.load.append(os.getloadavg())
         self.fds_seen.append(fd_kinds(self.daemon.pid))
         self.end_ts = time.time()
-
-
-def fd_kinds(pid: int) -> dict[str, int]:
-    """What a process's open fds are (socket, pipe, anon_inode:inotify, a file's directory)."""
-    kinds: dict[str, int] = {}
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("anon_inode:"):
-            kind = target
-        elif ":" in target and not target.startswith("/"):
-            kind = target.split(":")[0]  # socket:[inode], pipe:[inode]
-        else:
-            kind = str(Path(target).parent)
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return kinds
-
-
-def tui_figures() -> dict[str, float]:
-    """The `hsmon tui` process's RSS (MB), open fds and threads (the python in the tmux pane)."""
-    nan = float("nan")
-    out = subprocess.run(["tmux", "list-panes", "-t", "hsmon-soak", "-F", "#{pane_pid}"],
-                         capture_output=True, text=True).stdout.split()
-    try:
-        pane = psutil.Process(int(out[0]))
-        proc = max([pane, *pane.children(recursive=True)], key=lambda p: p.memory_info().rss)
-        return {"tui_rss_mb": proc.memory_info().rss / 2**20, "tui_fds": proc.num_fds(),
-                "tui_threads": proc.num_threads()}
-    except (IndexError, ValueError, psutil.Error):
-        return {"tui_rss_mb": nan, "tui_fds": nan, "tui_threads": nan}
-
-
-class SmallDisk:
-    """A real tmpfs of DISK_MB MiB mounted for the disk-full fault (needs root), and its ballast."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(path)],
-                              capture_output=True, text=True)
-        self.mounted = done.returncode == 0
-        if not self.mounted:
-            print(f"disk fault not injected: cannot mount a tmpfs on {path}: {done.stderr.strip()}",
-                  flush=True)
-        self.job: Job | None = None
-
-    def fill(self, leave: int) -> None:
-        st = os.statvfs(self.path)
-        with open(self.path / "ballast", "wb") as fh:
-            fh.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
-
-    def empty(self) -> None:
-        (self.path / "ballast").unlink(missing_ok=True)
-
-    def unmount(self) -> None:
-        if self.mounted:
-            subprocess.run(["umount", "-l", str(self.path)], check=False)
 
 
 def main() -> None:

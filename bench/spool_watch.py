@@ -1,5 +1,5 @@
-"""What watching an online job costs against the two offline jobs it replaces (issue 29's goal: "the
-monitor's cost for an online job no more than for the two offline jobs it replaces").
+"""What watching an online job costs against the two offline jobs it replaces (the goal:
+the monitor's cost for an online job no more than for the two offline jobs it replaces).
 
 Both sides get the same data and the same appends, and run in this one process, one after the
 other, on the real Monitor (hsmon/core/monitor.py, its trackers from JOB_TRACKERS) and the real

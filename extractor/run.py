@@ -200,7 +200,7 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
                         "rows_done": len(prep.done), "tokens_done": prep.done_tokens, "job": prep.job,
                         "rows_total": progress.rows_total, "tokens_total": progress.tokens_total,
                         "chunks_total": chunks_total, "rejects": progress.rejects,
-                        "bytes_needed": prep.bytes_needed}])
+                        "bytes_needed": prep.bytes_needed, "captured": backend.captured()}])
         writer.record_scan_rejects(prep.scan.rejects or [], prep.manifest.rejects)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
@@ -358,11 +358,16 @@ class StopRequest(threading.Event):
 
 
 def install_stop_handlers(stop_event: StopRequest) -> dict[int, Any]:
-    """First SIGTERM/SIGINT: stop at the next row boundary. A second one: leave at once."""
+    """First SIGTERM/SIGINT: stop at the next row boundary. The same signal again (a second Ctrl-C):
+    leave at once. The other signal after the first is the same request: Ctrl-C reaches every
+    process of the terminal's group, and a parent (`hsmon online`, a unit) then forwards SIGTERM;
+    taking that for a second request would leave before the run records how it stopped."""
 
     def handler(signum: int, _frame: Any) -> None:
         if stop_event.is_set():
-            os._exit(128 + signum)
+            if signum == stop_event.signum:
+                os._exit(128 + signum)
+            return
         stop_event.signum = signum
         stop_event.set()
 

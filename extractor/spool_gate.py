@@ -1,5 +1,5 @@
 """`hsmon extract --spool-max SIZE`: the output directory is a spool that a following trainer
-consumes (contract 4, hsmon.contracts.spool).
+consumes (the spool contract, hsmon.contracts.spool).
 
 At start the limit is recorded in SPOOL/hsmon-spool.json (a resume may change it; a resume without
 --spool-max keeps the recorded one). Before each row file the writer asks `SpoolGate.wait_for_room`:

@@ -31,7 +31,20 @@ def preset_dir(name: str) -> Path:
             return ensure_smollm2()
         except PresetError as exc:
             raise ModelUnavailable(f"smollm2: {exc}") from None
+    if name.startswith("tiny-") and name in PRESETS:
+        return tiny_preset(name)
     raise ModelUnavailable(f"{name}: not a preset (presets: {', '.join(PRESETS)})")
+
+
+def tiny_preset(name: str, out: Path | None = None) -> Path:
+    """A tiny random target of another family (``extractor.tiny_families``), made once and cached."""
+    from extractor.embedded_target import default_cache_dir
+    from extractor.tiny_families import MAKERS
+
+    out = out if out is not None else default_cache_dir() / "models" / name
+    if not (out / "config.json").is_file():
+        MAKERS[name](out)
+    return out
 
 
 def resolve_model(value: str | None, option: str = "--model") -> Path:

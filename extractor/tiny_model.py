@@ -32,14 +32,12 @@ def stdlib_text(max_chars: int = 400_000) -> str:
     return "".join(parts)[:max_chars]
 
 
-def make_tiny_llama(out_dir: str | Path, num_layers: int = 8, hidden_size: int = 64, vocab_size: int = 512,
-                    chat_template: str | None = None, seed: int = 0, max_positions: int = 1024) -> Path:
-    """Write a random LlamaForCausalLM and its tokenizer to ``out_dir``; returns the directory."""
-    import torch
+def write_tokenizer(out: Path, vocab_size: int = 512,
+                    chat_template: str | None = None) -> tuple[int, int, int]:
+    """A byte-level BPE tokenizer trained on stdlib text, saved in ``out``: (vocab, bos, eos) ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     specials = ["<pad>", "<s>", "</s>"]
     tok = Tokenizer(models.BPE())
@@ -55,10 +53,21 @@ def make_tiny_llama(out_dir: str | Path, num_layers: int = 8, hidden_size: int =
     if chat_template:
         fast.chat_template = chat_template
     fast.save_pretrained(out)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden_size,
+    return tok.get_vocab_size(), bos, tok.token_to_id("</s>")
+
+
+def make_tiny_llama(out_dir: str | Path, num_layers: int = 8, hidden_size: int = 64, vocab_size: int = 512,
+                    chat_template: str | None = None, seed: int = 0, max_positions: int = 1024) -> Path:
+    """Write a random LlamaForCausalLM and its tokenizer to ``out_dir``; returns the directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(out_dir)
+    vocab, bos, eos = write_tokenizer(out, vocab_size, chat_template)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden_size,
                          intermediate_size=hidden_size * 2, num_hidden_layers=num_layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                         bos_token_id=bos, eos_token_id=tok.token_to_id("</s>"), pad_token_id=0,
+                         bos_token_id=bos, eos_token_id=eos, pad_token_id=0,
                          tie_word_embeddings=False)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

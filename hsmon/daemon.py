@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,12 @@ from hsmon.contracts.layout import atomic_write
 from hsmon.contracts.units import port_number
 from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
+from hsmon.daemon_http import PooledHandler, PooledHTTPServer
 from hsmon.memory_trim import MemoryTrim
 
 log = logging.getLogger("hsmon.daemon")
 MAX_BODY = 64 * 1024
+MIN_TOKEN = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help=f"reconciliation scan period (default {cfgmod.DEFAULT_SCAN_INTERVAL})",
+    )
+    parser.add_argument(
+        "--client-timeout", type=float, default=None, metavar="SECONDS",
+        help=f"close a connection idle this long; a request's head and body must come within "
+        f"min(10, SECONDS) (default {cfgmod.DEFAULT_CLIENT_TIMEOUT:g})",
     )
     parser.add_argument(
         "--notify-webhook", metavar="URL", help="POST on transitions to stalled/dead/paused/done"
@@ -120,49 +126,37 @@ def read_control_token(path: str | None) -> str | None:
             raise cfgmod.ConfigError(
                 f"--control-token-file {path}: {exc.strerror}; give a readable file"
             ) from None
-        if len(token) < 16:
-            raise cfgmod.ConfigError(f"--control-token-file {path}: the token must be at least 16 characters")
+        if len(token) < MIN_TOKEN:
+            raise cfgmod.ConfigError(f"--control-token-file {path}: the token must be at least {MIN_TOKEN} "
+                                     "characters")
         security.check_token_file(path)
     elif os.environ.get("HSMON_CONTROL_TOKEN"):
         token = os.environ["HSMON_CONTROL_TOKEN"].strip()
+        if len(token) < MIN_TOKEN:
+            raise cfgmod.ConfigError(
+                f"HSMON_CONTROL_TOKEN: the token must be at least {MIN_TOKEN} characters; give a longer one")
     return token or None
 
 
-class DaemonServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256  # 50+ scrapers connecting at once must not be refused
+class DaemonServer(PooledHTTPServer):
+    """The daemon's endpoints on a fixed pool of handler threads (hsmon/daemon_http.py)."""
 
     def __init__(
         self, address: tuple[str, int], monitor: Any, metrics: Any, token: str | None, notifier: Any = None,
         tls: ssl.SSLContext | None = None, roots: list[str] | None = None,
+        client_timeout: float = cfgmod.DEFAULT_CLIENT_TIMEOUT,
     ) -> None:
-        super().__init__(address, Handler)
+        super().__init__(address, Handler, tls, client_timeout, MAX_BODY)
         self.monitor = monitor
         self.metrics = metrics  # hsmon.metrics.exporter.MetricsEndpoint
         self.token = token
         self.notifier = notifier
-        self.tls = tls
         self.roots = roots or []
         self.launched: dict[str, int] = {}
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """With TLS, the handshake happens here, in the connection's own thread (a slow or bad
-        client never holds up the accepting loop)."""
-        if self.tls is not None:
-            request.settimeout(10.0)
-            try:
-                request = self.tls.wrap_socket(request, server_side=True)
-            except (OSError, ssl.SSLError) as exc:
-                log.warning("refused %s: TLS handshake failed (%s)", client_address[0], exc)
-                return
-            request.settimeout(None)
-        super().finish_request(request, client_address)
 
-
-class Handler(BaseHTTPRequestHandler):
+class Handler(PooledHandler):
     server: DaemonServer
-    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -172,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -202,7 +198,8 @@ class Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def _refuse(self, code: int, obj: dict[str, Any]) -> None:
-        """Answer a refusal, and log it (who asked what, and why not)."""
+        """Answer a refusal, and log it (who asked what, and why not). Its body, unread, is
+        passed over (hsmon/daemon_http.py), never read as the next request."""
         log.warning("refused %s %s from %s: %d %s", self.command, self.path.split("?", 1)[0],
                     self.client_address[0], code, obj.get("error") or obj.get("errors"))
         self._json(code, obj)
@@ -228,6 +225,10 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def _body(self) -> dict[str, Any] | None:
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._refuse(411, {"error": "chunked bodies are not read: send the JSON with a Content-Length"})
+            return None
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -265,16 +266,14 @@ class Handler(BaseHTTPRequestHandler):
             self._train(body)
 
     def _train(self, body: dict[str, Any]) -> None:
+        from hsmon.launch_paths import PathRule
         from hsmon.launch_watch import launch_and_watch
 
-        paths = {k: v for k in ("data_dir", "out_dir", "target_model")
-                 if isinstance(v := body.get(k), str) and v and (k != "target_model" or os.sep in v)}
-        outside = security.outside_roots(paths, self.server.roots)
-        if outside:
-            self._refuse(400, {"errors": outside})
-            return
         try:
-            outcome = launch_and_watch(self.server.monitor, body)
+            # an API caller: no `~`, no relative path; every path resolved, then checked against the
+            # roots here and again on what the launch creates (hsmon/launch_paths.py)
+            outcome = launch_and_watch(self.server.monitor, body,
+                                       PathRule(remote=True, roots=tuple(self.server.roots)))
         except OSError as exc:  # the launch itself failed (systemd-run refused, the disk is full)
             log.error("launch failed: %s", exc)
             self._json(500, {"error": f"the launch failed: {exc}"})
@@ -318,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     from hsmon.contracts import events as ev
     from hsmon.core.monitor import Monitor
     from hsmon.metrics.exporter import MetricsEndpoint
-    from hsmon.notify import Notifier
+    from hsmon.notify import NotifierSlot
     from hsmon.scrape_latency import settle_for_serving
 
     if not cfg.jobs and token is None:
@@ -338,18 +337,18 @@ def run(args: argparse.Namespace) -> int:
 
     settle_for_serving()
     monitor = Monitor(cfg.jobs, scan_interval=cfg.scan_interval, source="daemon", event_log=state_log)
-    notifier = None
-    if cfg.notify_webhook:
-        try:
-            notifier = Notifier(cfg.notify_webhook, cfg.notify_format, cfg.notify_repeat)
-        except ValueError as exc:
-            print(f"hsmon daemon: {exc}", file=sys.stderr)
-            return 2
-        monitor.add_listener(notifier)
+    notifier = NotifierSlot()  # a reload may start, change or stop the webhook
+    try:
+        notifier.configure(cfg.notify_webhook, cfg.notify_format, cfg.notify_repeat)
+    except ValueError as exc:
+        print(f"hsmon daemon: {exc}", file=sys.stderr)
+        return 2
+    monitor.add_listener(notifier)
     metrics = MetricsEndpoint(monitor, notifier)
     monitor.add_tick_listener(MemoryTrim())
     try:
-        server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots)
+        server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots,
+                              cfg.client_timeout)
     except OSError as exc:
         print(
             f"hsmon daemon: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}; pick another --port",
@@ -384,14 +383,13 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _shutdown)
     from hsmon.daemon_reload import Reloader
 
-    Reloader(lambda: build_config(args), cfg, monitor, stopping).install()
+    Reloader(lambda: build_config(args), cfg, monitor, stopping, server, notifier).install()
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
         server.server_close()
         monitor.stop()
-        if notifier is not None:
-            notifier.close()
+        notifier.close()
         if state_stream is not sys.stderr:
             state_stream.close()
     return 0

@@ -1,5 +1,9 @@
 """`hsmon daemon`'s reload: SIGHUP (`systemctl reload hsmon-daemon`, the unit's ExecReload) reads the
-configuration again and applies it without a restart (the plan: hsmon/core/reload.py)."""
+configuration again and applies it without a restart (the jobs' plan: hsmon/core/reload.py): the
+jobs, `allow_roots`, the notifications, `scan_interval`, `retire_grace`, `client_timeout`, and the
+TLS certificate and key read again from their files (a bad pair refused, the old one kept). What
+takes a restart (`host`, `port`, the token, TLS turned on or off) is named in one log line.
+docs/daemon.md lists what a reload does with each key."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hsmon import daemon_security as security
 from hsmon.core import config as cfgmod
 
 log = logging.getLogger("hsmon.daemon")
@@ -24,8 +29,9 @@ class Reloader:
     ago."""
 
     def __init__(self, read_config: Callable[[], cfgmod.DaemonConfig], cfg: cfgmod.DaemonConfig,
-                 monitor: Any, stopping: threading.Event) -> None:
+                 monitor: Any, stopping: threading.Event, server: Any = None, notifier: Any = None) -> None:
         self.read_config, self.cfg, self.monitor, self.stopping = read_config, cfg, monitor, stopping
+        self.server, self.notifier = server, notifier  # hsmon.daemon.DaemonServer, hsmon.notify.NotifierSlot
         self.configured = {job.name: job for job in cfg.jobs}
         # SIGHUPs, from the signal handler to the reload thread. A SimpleQueue's put takes no lock
         # (reentrant-safe): a handler that set a threading.Event took the Event's lock, and a second
@@ -54,13 +60,20 @@ class Reloader:
         started = time.perf_counter()
         try:
             new = self.read_config()
+            roots = self._roots(new)
         except cfgmod.ConfigError as exc:
             log.error("reload refused: %s; the %d jobs watched go on unchanged", exc, len(self.configured))
             return
-        fixed = [k for k in ("host", "port", "tls_cert", "tls_key", "control_token_file")
-                 if getattr(new, k) != getattr(self.cfg, k)]
-        if fixed:
-            log.warning("reload: %s changed, which takes a restart; the rest is applied", ", ".join(fixed))
+        try:
+            notes = self._notifications(new)
+        except ValueError as exc:
+            log.error("reload refused: %s; nothing changed", exc)
+            return
+        restart = [k for k in ("host", "port", "control_token_file")
+                   if getattr(new, k) != getattr(self.cfg, k)]
+        notes += self._tls(new, restart)
+        if restart:
+            log.warning("reload: %s changed, which takes a restart; the rest is applied", ", ".join(restart))
         plan = plan_reload(self.configured, new.jobs)
         apply_reload(self.monitor, plan, new.retire_grace)
         if plan.add or plan.change or plan.remove:
@@ -70,8 +83,58 @@ class Reloader:
             gc.collect()
             self.monitor.jobs_changed()
         self.configured = {job.name: job for job in new.jobs}
-        self.cfg.retire_grace = new.retire_grace
-        log.info("reloaded in %.3f s: %s", time.perf_counter() - started, plan.summary())
+        notes += self._settings(new, roots)
+        log.info("reloaded in %.3f s: %s%s", time.perf_counter() - started, plan.summary(),
+                 "".join(f"; {n}" for n in notes))
+
+    def _roots(self, new: cfgmod.DaemonConfig) -> list[str]:
+        """The new allowed roots, resolved; ConfigError when they are bad or too few for the
+        address the daemon listens on."""
+        roots = security.resolved_roots(new.allow_roots)
+        if self.server is not None:
+            security.check_exposure(self.cfg.host, self.server.token, roots)
+        return roots
+
+    def _notifications(self, new: cfgmod.DaemonConfig) -> list[str]:
+        if self.notifier is None or not self.notifier.configure(new.notify_webhook, new.notify_format,
+                                                               new.notify_repeat):
+            return []
+        self.cfg.notify_webhook, self.cfg.notify_format = new.notify_webhook, new.notify_format
+        self.cfg.notify_repeat = new.notify_repeat
+        return [f"notifications {'to ' + new.notify_webhook if new.notify_webhook else 'off'}"]
+
+    def _tls(self, new: cfgmod.DaemonConfig, restart: list[str]) -> list[str]:
+        """The certificate and key read again (a renewed pair at the same paths, or new paths);
+        a bad pair is refused and the old one kept. TLS on or off takes a restart."""
+        if self.server is None or (self.server.tls is None and not (new.tls_cert or new.tls_key)):
+            return []
+        if self.server.tls is None or not (new.tls_cert or new.tls_key):
+            turned = "on" if self.server.tls is None else "off"
+            restart.append(f"tls_cert/tls_key (TLS turned {turned})")
+            return []
+        try:
+            ctx = security.tls_context(new.tls_cert, new.tls_key)
+        except cfgmod.ConfigError as exc:
+            log.error("reload: TLS refused: %s; the old certificate is kept", exc)
+            return []
+        self.server.tls = ctx
+        self.cfg.tls_cert, self.cfg.tls_key = new.tls_cert, new.tls_key
+        return [f"TLS certificate read again from {new.tls_cert}"]
+
+    def _settings(self, new: cfgmod.DaemonConfig, roots: list[str]) -> list[str]:
+        notes = []
+        if self.server is not None and roots != self.server.roots:
+            self.server.roots = roots
+            notes.append(f"allow_roots {', '.join(roots) or 'none'}")
+        if new.scan_interval != self.cfg.scan_interval:
+            self.monitor.set_scan_interval(new.scan_interval)
+            notes.append(f"scan_interval {new.scan_interval:g} s")
+        if self.server is not None and new.client_timeout != self.cfg.client_timeout:
+            self.server.set_client_timeout(new.client_timeout)
+            notes.append(f"client_timeout {new.client_timeout:g} s")
+        self.cfg.allow_roots, self.cfg.scan_interval = new.allow_roots, new.scan_interval
+        self.cfg.client_timeout, self.cfg.retire_grace = new.client_timeout, new.retire_grace
+        return notes
 
     def _retire_finished(self) -> None:
         from hsmon.core.reload import finished_launched

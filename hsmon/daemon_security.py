@@ -1,9 +1,9 @@
 """What makes the daemon's API safe to expose beyond loopback: TLS, a token file only its owner
-reads, trainings launched only under allowed roots, command lines only for authorised callers.
+reads, the allowed roots (checked on each launch by hsmon/launch_paths.py), command lines only
+for authorised callers.
 
     ctx = tls_context(cert, key)                      # None without TLS; ConfigError in one line
     check_token_file(path)                            # ConfigError when group/others may read it
-    error = outside_roots(paths, roots)               # None, or why a path is refused
     doc = without_cmdlines(doc)                       # for a caller that is not authorised
 
 docs/operations.md "Security" says what is exposed, to whom, and how to run it behind a proxy.
@@ -77,19 +77,6 @@ def resolved_roots(roots: Iterable[str]) -> list[str]:
             raise ConfigError(f"--allow-root {root!r}: give an absolute directory")
         out.append(os.path.realpath(root))
     return out
-
-
-def outside_roots(paths: dict[str, str], roots: list[str]) -> dict[str, str]:
-    """Field -> error for each path that does not lie under an allowed root once links and ``..``
-    are resolved (no roots: nothing is refused)."""
-    if not roots:
-        return {}
-    errors = {}
-    for name, path in paths.items():
-        real = os.path.realpath(path)
-        if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
-            errors[name] = f"{path} is outside the daemon's allowed roots ({', '.join(roots)})"
-    return errors
 
 
 def without_cmdlines(doc: StatusDocument) -> StatusDocument:

@@ -9,6 +9,7 @@ No heavy imports: the monitor side imports this module.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -24,6 +25,7 @@ from hsmon import launch_unit
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.launch_paths import PathRule, checked_paths, make_dir_inside
 
 FIELDS = (
     "data_dir",
@@ -63,14 +65,15 @@ class TrainingRequest:
     gpus: int = 1
     time_limit: float | None = None  # seconds of steps; None: no limit
     threads: int | None = None  # torch CPU threads per process; None: torch's default
-    # online (issue 29): train while the extraction writes data_dir (`hsmon train --follow`)
+    # online: train while the extraction writes data_dir (`hsmon train --follow`)
     follow: bool = False
     passes: int | None = None  # with follow: batches each row is in (--passes E)
     consume: bool = False  # with follow: delete a chunk's rows once they had their passes
+    roots: tuple[str, ...] = ()  # the allowed roots its paths were checked against (launch_paths)
 
     @property
     def events_path(self) -> str:
-        """OUT/events.jsonl; a following trainer's go in the spool (contract 4), where the monitor
+        """OUT/events.jsonl; a following trainer's go in the spool (the spool contract), where the monitor
         reads the online job's consumer side."""
         if self.follow:
             return str(spool.train_events_path(self.data_dir))
@@ -104,56 +107,6 @@ class LaunchedJob:
         }
 
 
-def has_extraction_output(data_dir: str | os.PathLike[str]) -> bool:
-    """True when the directory holds a hsmon manifest or SpecForge ``rows_*/data_*.ckpt`` files."""
-    path = Path(data_dir)
-    if layout.manifest_paths(path):
-        return True
-    for chunk in path.iterdir():
-        if (
-            chunk.is_dir()
-            and layout.parse_chunk_dir_name(chunk.name)
-            and any(layout.parse_row_file_name(f.name) is not None for f in chunk.iterdir())
-        ):
-            return True
-    return False
-
-
-def _is_inside(child: Path, parent: Path) -> bool:
-    try:
-        child.relative_to(parent)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_preset(name: str) -> bool:
-    """A target preset's name (extractor.presets, no imports); False where it is absent."""
-    try:
-        from extractor.presets import is_preset
-    except ImportError:
-        return False
-    return is_preset(name)
-
-
-def _creatable_dir(path: Path) -> str | None:
-    """None if ``path`` is a writable directory or could be made as one; else why not."""
-    if path.exists():
-        if not path.is_dir():
-            return f"{path} exists and is not a directory"
-        return None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
-    probe = path.parent
-    while not probe.exists():
-        if probe.parent == probe:
-            return f"no existing parent directory for {path}"
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a directory, so {path} cannot be created"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"cannot create {path}: {probe} is not writable"
-    return None
-
-
 def _number(
     fields: dict[str, Any], name: str, kind: type, low: float, high: float | None, errors: dict[str, str]
 ) -> Any:
@@ -169,6 +122,9 @@ def _number(
     except (TypeError, ValueError):
         errors[name] = f"{name} must be {'a whole number' if kind is int else 'a number'} (got {raw!r})"
         return None
+    if not math.isfinite(value):
+        errors[name] = f"{name} must be a finite number (got {raw!r})"
+        return None
     if value < low or (high is not None and value > high):
         upper = f" and at most {high:g}" if high is not None else ""
         errors[name] = f"{name} must be at least {low:g}{upper} (got {value:g})"
@@ -176,49 +132,18 @@ def _number(
     return value
 
 
-def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest | None, dict[str, str]]:
-    """Check a launch form; returns (request, {}) or (None, {field: one-line error})."""
+def validate_training_request(
+    fields: dict[str, Any], rule: PathRule | None = None
+) -> tuple[TrainingRequest | None, dict[str, str]]:
+    """Check a launch form; returns (request, {}) or (None, {field: one-line error}). ``rule``: who
+    names the paths and where they may lie (hsmon/launch_paths.py; default: a local user, anywhere)."""
+    rule = rule or PathRule()
     errors: dict[str, str] = {}
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
         errors["_"] = f"unknown field(s) {', '.join(unknown)}; known: {', '.join(FIELDS)}"
 
-    data_raw = str(fields.get("data_dir") or "").strip()
-    data = Path(data_raw).expanduser().resolve() if data_raw else None
-    if data is None:
-        errors["data_dir"] = "data_dir is required: the --out directory of an hsmon extract run"
-    elif not data.is_dir():
-        errors["data_dir"] = f"{data} is not an existing directory"
-    else:
-        try:
-            if not has_extraction_output(data):
-                errors["data_dir"] = (
-                    f"{data} holds no extraction output (no hsmon-manifest.jsonl, no "
-                    "rows_*/data_*.ckpt): point it at an hsmon extract --out directory"
-                )
-        except PermissionError:
-            errors["data_dir"] = f"{data} is not readable"
-
-    out_raw = str(fields.get("out_dir") or "").strip()
-    out = Path(out_raw).expanduser().resolve() if out_raw else None
-    if out is None:
-        errors["out_dir"] = "out_dir is required: where the drafter checkpoints go"
-    else:
-        problem = _creatable_dir(out)
-        if problem:
-            errors["out_dir"] = problem
-        elif data is not None and _is_inside(out, data):
-            errors["out_dir"] = f"out_dir must not be inside data_dir ({data}): pick a directory beside it"
-
-    target_raw = str(fields.get("target_model") or "").strip()
-    target: Path | str | None = Path(target_raw).expanduser().resolve() if target_raw else None
-    if _is_preset(target_raw):
-        target = target_raw  # `hsmon train` makes the preset's directory (extractor.targets)
-    elif target is not None and not target.is_dir():
-        errors["target_model"] = (
-            f"{target} is not a model directory nor a preset (embedded, smollm2); "
-            "leave it empty for the embedded default target"
-        )
+    data, out, target = checked_paths(fields, rule, errors)
 
     epochs = _number(fields, "epochs", int, 1, 10_000, errors)
     lr = _number(fields, "lr", float, 1e-9, 1.0, errors)
@@ -257,6 +182,7 @@ def validate_training_request(fields: dict[str, Any]) -> tuple[TrainingRequest |
         follow=follow,
         passes=passes if follow else None,
         consume=consume,
+        roots=rule.roots,
     ), {}
 
 
@@ -326,33 +252,55 @@ def launch_training(
     under the daemon's systemd unit a transient unit of its own, hsmon/launch_unit.py), stdout and
     stderr appended to OUT/train.log, its PID in OUT/train.pid."""
     argv = argv or training_argv(req)
-    os.makedirs(req.out_dir, exist_ok=True)
+    out_fd = make_dir_inside(Path(req.out_dir), req.roots)  # the check repeated on what is made
+    try:
+        return _start(req, argv, out_fd, env)
+    finally:
+        os.close(out_fd)
+
+
+def _open_in(dir_fd: int, name: str, flags: int) -> int:
+    """A file of the launch's out_dir, opened through the directory's descriptor, no link followed."""
+    return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+
+
+def _start(req: TrainingRequest, argv: list[str], out_fd: int, env: dict[str, str] | None) -> LaunchedJob:
     log_path = os.path.join(req.out_dir, LOG_NAME)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")  # its log is a file: an empty buffered log, avoided
     if launch_unit.wanted():
-        return _launch_as_unit(req, argv, log_path, child_env)
-    with open(log_path, "ab") as log:
+        return _launch_as_unit(req, argv, log_path, child_env, out_fd)
+    log_fd = _open_in(out_fd, LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=log_fd,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
             env=child_env,
-            cwd=req.out_dir,
+            # the directory made and checked above, whatever its path names by now
+            cwd=f"/proc/self/fd/{out_fd}" if req.roots else req.out_dir,
         )
+    finally:
+        os.close(log_fd)
     # Reap it when it ends, so that a long-lived launcher never shows a zombie as "alive".
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
-    with open(os.path.join(req.out_dir, PIDFILE_NAME), "w") as fh:
-        fh.write(f"{proc.pid}\n")
+    _write_pidfile(out_fd, proc.pid)
     return LaunchedJob(
         pid=proc.pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path, argv=argv
     )
 
 
-def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: dict[str, str]) -> LaunchedJob:
+def _write_pidfile(out_fd: int, pid: int) -> None:
+    fd = _open_in(out_fd, PIDFILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{pid}\n")
+
+
+def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: dict[str, str],
+                    out_fd: int) -> LaunchedJob:
     """The training as a transient systemd unit (see hsmon/launch_unit.py); OSError when systemd-run
     refuses (its own words)."""
     import pwd
@@ -367,8 +315,7 @@ def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: d
     pid = launch_unit.main_pid(unit)
     if pid is None:
         raise OSError(f"{unit} started but systemd reports no main PID; see journalctl -u {unit}")
-    with open(os.path.join(req.out_dir, PIDFILE_NAME), "w") as fh:
-        fh.write(f"{pid}\n")
+    _write_pidfile(out_fd, pid)
     return LaunchedJob(pid=pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path,
                        argv=argv, unit=unit)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hsmon import launch
 from hsmon.core.config import JobConfig
+from hsmon.launch_paths import PathRefused, PathRule
 
 if TYPE_CHECKING:
     from hsmon.core.monitor import Monitor
@@ -36,10 +37,12 @@ def job_config_for(launched: launch.LaunchedJob) -> JobConfig:
                      role="trainer", stall_after=TRAIN_STALL_AFTER_S)
 
 
-def launch_and_watch(monitor: Monitor, fields: dict[str, Any]) -> LaunchOutcome:
-    """Validate the form, launch the training detached and add a job that watches it. A finished
-    job of the same name is replaced. OSError from the launch itself propagates."""
-    request, errors = launch.validate_training_request(fields)
+def launch_and_watch(monitor: Monitor, fields: dict[str, Any], rule: PathRule | None = None) -> LaunchOutcome:
+    """Validate the form (its paths by ``rule``: hsmon/launch_paths.py), launch the training
+    detached and add a job that watches it. A finished job of the same name is replaced. A path
+    that left the roots between the check and the launch is an error of its field; any other
+    OSError from the launch itself propagates."""
+    request, errors = launch.validate_training_request(fields, rule)
     if request is None:
         return LaunchOutcome(errors=dict(errors))
     name = request.job_name
@@ -49,7 +52,10 @@ def launch_and_watch(monitor: Monitor, fields: dict[str, Any]) -> LaunchOutcome:
         monitor.remove_job(name)
     # a following trainer takes the chunks as they complete: no warning about unfinished ones
     warning = None if request.follow else launch.complete_chunks_warning(request.data_dir)
-    launched = launch.launch_training(request)
+    try:
+        launched = launch.launch_training(request)
+    except PathRefused as exc:
+        return LaunchOutcome(errors={exc.field: exc.message})
     monitor.add_job(job_config_for(launched))
     return LaunchOutcome(job=launched, warning=warning)
 

@@ -4,7 +4,7 @@ Jobs come and go (a reload, a retired job's grace): the memory they used is free
 it in its heaps for reuse, so the RSS a service manager reads (and MemoryMax= limits) steps up
 with the busiest moment seen and never comes down. Measured in the soak (bench/soak.py, idle, 60
 min, 320 jobs): RSS steps of +0.25 and +0.9 MB at two moments, flat between them and flat with no
-job: free memory kept, not a leak (docs/operations.md, "Soak"). ``malloc_trim(0)`` returns the free
+job: free memory kept, not a leak (docs/benchmarks.md, "Soak"). ``malloc_trim(0)`` returns the free
 pages of every arena. A tick listener calls it at most every ``every_s``; off glibc it does nothing.
 """
 

@@ -121,3 +121,47 @@ class Notifier:
         """Deliver what is queued (up to ``timeout``), then stop."""
         self._queue.put(None)
         self._thread.join(timeout)
+
+
+class NotifierSlot:
+    """The daemon's notifications, which a reload may start, change or stop: a Monitor listener
+    that hands each transition to the current :class:`Notifier` (none: nothing is sent), with
+    counters that survive a change (``active`` once any webhook was configured)."""
+
+    def __init__(self) -> None:
+        self.current: Notifier | None = None
+        self.key: tuple[str | None, str, float] = (None, "json", 3600.0)
+        self.active = False
+        self._sent = self._failed = 0  # those of the notifiers replaced
+
+    def configure(self, url: str | None, fmt: str = "json", repeat_s: float = 3600.0) -> bool:
+        """Use this webhook from now on (None: none); False when nothing changed. ValueError (one
+        line) for a bad URL or format, the current one then kept."""
+        key = (url, fmt, repeat_s)
+        if key == self.key:
+            return False
+        new = Notifier(url, fmt, repeat_s) if url else None
+        old, self.current, self.key = self.current, new, key
+        self.active = self.active or new is not None
+        if old is not None:
+            old.close(timeout=1.0)
+            self._sent += old.sent_total
+            self._failed += old.failed_total
+        return True
+
+    def __call__(self, doc: JobStatus, previous: str | None) -> None:
+        current = self.current
+        if current is not None:
+            current(doc, previous)
+
+    @property
+    def sent_total(self) -> int:
+        return self._sent + (self.current.sent_total if self.current else 0)
+
+    @property
+    def failed_total(self) -> int:
+        return self._failed + (self.current.failed_total if self.current else 0)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()

@@ -67,7 +67,7 @@ class Plan:
 
 
 def extractor_has_spool_max() -> bool:
-    """Whether this build's `hsmon extract --help` lists --spool-max (the producer side of issue 29)."""
+    """Whether this build's `hsmon extract --help` lists --spool-max (the producer side of an online job)."""
     proc = subprocess.run([sys.executable, "-m", "hsmon", "extract", "--help"], capture_output=True,
                           text=True, timeout=120)
     return "--spool-max" in proc.stdout

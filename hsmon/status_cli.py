@@ -19,6 +19,7 @@ from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.core import config as cfgmod
 from hsmon.status_doc import (
     ENDED_STATES,
+    Capture,
     DumpSection,
     GpuSection,
     JobStatus,
@@ -127,6 +128,15 @@ def _dump_rates(dump: DumpSection) -> str:
     return f" ({created:.1f}/s in, {consumed:.1f}/s out)"
 
 
+def capture_text(capture: Capture) -> str:
+    """'DeepseekV3ForCausalLM tp 2, rule deepseek, captures points 3,5,6 (attention-TP rank 0 writes)'."""
+    sizes = " ".join(f"{name} {value}" for name, value in (("tp", capture.tp_size), ("dp", capture.dp_size),
+                                                          ("ep", capture.ep_size)) if value and value > 1)
+    points = ",".join(map(str, capture.captured_points or [])) or "?"
+    text = f"{capture.model_class}{' ' + sizes if sizes else ''}, rule {capture.capture_rule or 'unknown'}"
+    return text + f", captures points {points}" + (f" ({capture.writer} writes)" if capture.writer else "")
+
+
 def _server_summary(srv: ServerEntry) -> str:
     """'UP: detail; model v0.5.23; SGLang's health check gives up at 20 s; running 2, queued 5, 310 tok/s'
     (figures only when known)."""
@@ -137,6 +147,8 @@ def _server_summary(srv: ServerEntry) -> str:
     capture = srv.capture
     if capture is not None and capture.sglang_version:  # the capture plugin's release and adapter
         parts.append(f"SGLang {capture.sglang_version}, capture adapter {capture.adapter or 'aux-return'}")
+    if capture is not None and capture.model_class:  # what the engine really captures
+        parts.append(capture_text(capture))
     if srv.health.sglang_timeout_s is not None:  # SGLang's own /health_generate timeout
         parts.append(f"SGLang's health check gives up at {srv.health.sglang_timeout_s:g} s")
     load = srv.load

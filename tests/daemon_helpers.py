@@ -28,7 +28,7 @@ STANDIN_TRAIN = str(TESTS / "standin_train.py")
 
 def child_env(**extra: str) -> dict[str, str]:
     """The test's environment for a child, with this checkout importable and Python buffered as by
-    default (PYTHONUNBUFFERED removed: the story's trap must be reproducible)."""
+    default (PYTHONUNBUFFERED removed: the original job's trap must be reproducible)."""
     env = dict(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
@@ -105,7 +105,7 @@ class Daemon:
     """A real `hsmon daemon` subprocess on a free port."""
 
     def __init__(self, procs: Procs, tmp: Path, args: list[str], env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", cwd: str | None = None) -> None:
         self.stderr_path = tmp / f"daemon-{time.monotonic_ns()}.err"
         self.stderr = open(self.stderr_path, "wb")  # noqa: SIM115
         try:
@@ -116,6 +116,7 @@ class Daemon:
                 host=host,
                 stderr=self.stderr,
                 env=env or child_env(),
+                cwd=cwd,
             )
         except daemon_process.DaemonStartError as exc:
             raise AssertionError(f"{exc}: {self.stderr_path.read_text()}") from exc

@@ -131,14 +131,17 @@ def run_extract(
 
 
 def start_extract(
-    data: Path, out: Path, model: Path, *extra: str, events: Path, stderr: Any = subprocess.PIPE
+    data: Path, out: Path, model: Path, *extra: str, events: Path, stderr: Any = subprocess.PIPE,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
+    """`hsmon extract` started; ``env`` adds to its environment (HSMON_HF_FORWARD_DELAY_S: an
+    engine slow on purpose, so that a signal after the first rows lands mid-run)."""
     return subprocess.Popen(
         extract_cmd(data, out, model, *extra, events=events),
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         text=True,
-        env=extract_env(),
+        env={**extract_env(), **(env or {})},
     )
 
 

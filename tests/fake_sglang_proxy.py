@@ -6,7 +6,11 @@
   that does not publish its limits), so that the real server's own refusal can be met;
 - ``untested``: the capture plugin's section of /server_info names this SGLang release, outside
   the tested set (``tested: false``), as a server started on it with ``hsmon sglang-serve
-  --allow-untested-sglang`` says; the hidden states stay the real server's.
+  --allow-untested-sglang`` says; the hidden states stay the real server's;
+- ``hold_after``: forward that many /generate requests, then hold the next ones (``held``
+  counts them) until ``release()``: a run that cannot end before the test has done its part
+  (killed the real server); ``as_dead``: when the real server does not answer, close the
+  client's connection unanswered, as the dead server's port would, instead of a 502.
 
 Everything else is forwarded unchanged, status and body included.
 """
@@ -26,7 +30,8 @@ class FakeSGLangProxy:
     """``start()`` serves on a free local port; ``url`` is what the client is given."""
 
     def __init__(self, upstream: str, fail_ids: list[int] | None = None, hide_limits: bool = False,
-                 port: int = 0, untested: str | None = None) -> None:
+                 port: int = 0, untested: str | None = None, hold_after: int | None = None,
+                 as_dead: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
         self.port = port  # 0: any free port
         self.fail_ids = fail_ids
@@ -34,6 +39,10 @@ class FakeSGLangProxy:
         self.untested = untested
         self.failed = 0  # 500s answered to the poison row
         self.forwarded = 0
+        self.hold_after, self.as_dead = hold_after, as_dead
+        self.generates = 0  # /generate requests received
+        self.held = 0  # of them, held until release()
+        self._released = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -65,7 +74,15 @@ class FakeSGLangProxy:
                 except urllib.error.HTTPError as exc:
                     return exc.code, exc.read()
                 except OSError as exc:
+                    if proxy.as_dead:
+                        raise ConnectionAbortedError from exc
                     return 502, json.dumps({"error": {"message": f"fake proxy: {exc}"}}).encode()
+
+            def handle_one_request(self) -> None:
+                try:
+                    super().handle_one_request()
+                except ConnectionAbortedError:  # as_dead: no answer, the connection closed
+                    self.close_connection = True
 
             def do_GET(self) -> None:
                 status, body = self._forward(None)
@@ -81,6 +98,8 @@ class FakeSGLangProxy:
                         proxy.failed += 1
                     self._reply(500, b'{"error": {"message": "fake proxy: internal error for this row"}}')
                     return
+                if self.path == "/generate":
+                    proxy.hold_or_pass()
                 status, body = self._forward(data)
                 with proxy._lock:
                     proxy.forwarded += 1
@@ -90,6 +109,19 @@ class FakeSGLangProxy:
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="fake-sglang-proxy", daemon=True).start()
         return self
+
+    def hold_or_pass(self) -> None:
+        with self._lock:
+            self.generates += 1
+            hold = self.hold_after is not None and self.generates > self.hold_after
+            if hold:
+                self.held += 1
+        if hold:
+            self._released.wait(600)
+
+    def release(self) -> None:
+        """Let the held /generate requests go on (to the real server, whatever its state)."""
+        self._released.set()
 
     def server_info(self, body: bytes) -> bytes:
         if not (self.hide_limits or self.untested):
@@ -103,6 +135,7 @@ class FakeSGLangProxy:
         return json.dumps(info).encode()
 
     def stop(self) -> None:
+        self.release()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

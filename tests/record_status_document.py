@@ -7,7 +7,7 @@ process, events and output trackers, a finished synthetic output (tests/syntheti
 watched with the PID of a process that has exited. Replayed: an SGLang server (the recorded answers of
 tests/fixtures/sglang_recording, its /server_info given the capture plugin's section as the
 plugin's own ``Stats.snapshot()`` builds it) and NVML (tests/fixtures/nvml_recording.json: no GPU
-here), the recording's PIDs mapped onto the story's.
+here), the recording's PIDs mapped onto the original job's.
 
     PYTHONPATH=. .venv/bin/python tests/record_status_document.py [OUT.json]
 """

@@ -1,4 +1,4 @@
-"""A real stand-in for the story's extraction script (not hsmon extract): a "server" writes one
+"""A real stand-in for the original job's extraction script (not hsmon extract): a "server" writes one
 dump file per request into DUMP, the script packs each into OUT/rows_a-b/data_i.ckpt and deletes
 the dump file, printing a line per row to stdout (block-buffered when stdout is a file and
 python runs without -u). With --events it also writes hsmon progress events; with --manifest it

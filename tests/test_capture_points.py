@@ -7,7 +7,10 @@ import pytest
 from hsmon.contracts.capture_points import (
     capture_points_of,
     default_capture_points,
+    layer_ids_for,
     parse_capture_points,
+    points_for,
+    rule_of,
     sglang_layer_ids,
 )
 
@@ -34,3 +37,27 @@ def test_a_bad_value_is_one_line_naming_it_and_the_range(text: str, why: str) ->
         parse_capture_points(text, 8)
     message = str(caught.value)
     assert message.startswith(f"--layers {text!r}: ") and why in message and "\n" not in message
+
+
+def test_each_named_rule_turns_points_into_the_ids_its_classes_need() -> None:
+    assert layer_ids_for([2, 30, 58], "llama", 61) == [1, 29, 57]
+    assert layer_ids_for([3, 5, 6], "llama", 8) == [2, 4, 5]
+    # DeepSeek's rule: ids used as they are unless the first is 1
+    assert layer_ids_for([2, 30, 58], "deepseek", 61) == [1, 29, 57]
+    assert layer_ids_for([3, 5, 6], "deepseek", 8) == [3, 5, 6]
+    assert points_for([2, 30, 58], "deepseek", 61) == [2, 30, 58]
+    assert points_for([2, 30, 58], "llama", 61) == [3, 31, 59]
+    with pytest.raises(ValueError, match=r"capture points \[1, 4, 5\]: no layer ids .* deepseek rule"):
+        layer_ids_for([1, 4, 5], "deepseek", 8)
+    assert layer_ids_for([2, 4, 7], "gpt-oss", 8) == [1, 3, 6]
+    assert points_for([1, 4, 8], "gpt-oss", 8) == [1, 4, 8]
+
+
+def test_a_serving_class_names_its_rule_and_an_unknown_name_is_one_line() -> None:
+    assert rule_of("DeepseekV3ForCausalLM") == "deepseek"
+    assert rule_of("KimiK25ForConditionalGeneration") == "deepseek"
+    assert rule_of("Qwen3MoeForCausalLM") == "llama"
+    assert rule_of("gpt-oss") == "gpt-oss"
+    with pytest.raises(ValueError) as caught:
+        rule_of("NoSuchForCausalLM")
+    assert "'NoSuchForCausalLM' is neither" in str(caught.value) and "\n" not in str(caught.value)

@@ -24,7 +24,7 @@ SCAN = 0.5
 
 
 def start_story(procs, tmp_path, *extra, name="story"):  # noqa: F811
-    """The story's script, run WITHOUT -u and with stdout redirected to a file."""
+    """The original job's script, run WITHOUT -u and with stdout redirected to a file."""
     log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115
     proc = procs.start(
         [
@@ -87,7 +87,7 @@ def test_story_silent_with_buffering_hint_never_stalled_then_frozen_stalled(proc
         assert str(log) in hint["message"] and "python -u" in hint["message"]
         assert job["processes"][0]["stdout_buffered"] is True
         assert job["output"]["rows"] > 0 and job["dump"]["created_total"] > 0
-        assert log.stat().st_size == 0  # the story's empty log, while rows are packed
+        assert log.stat().st_size == 0  # the original job's empty log, while rows are packed
         assert hook.bodies == []  # silent is not an alert
 
         os.kill(story.pid, signal.SIGSTOP)
@@ -103,7 +103,7 @@ def test_story_silent_with_buffering_hint_never_stalled_then_frozen_stalled(proc
         wait_until(lambda: daemon.job()["state"] == "silent", 10, what="silent again")
 
         # SIGKILL leaves no trace in its log and no total was given: the daemon cannot tell how it
-        # ended (issue 14), so it says so at warning level instead of paging
+        # ended, so it says so at warning level instead of paging
         story.kill()
         story.wait()
         wait_until(lambda: daemon.job()["state"] == "exited", 10, what="exited")
@@ -403,9 +403,9 @@ def test_status_doc_matches_documented_fields(procs, tmp_path):  # noqa: F811
     events = tmp_path / "events.jsonl"
     start_story(procs, tmp_path, "--events", str(events), "--manifest")
     # `hsmon status --out` refuses an output directory that does not exist (a typo, for a one-shot
-    # look): a clean-clone run at load 4 asked before the story's start had made it.
+    # look): a clean-clone run at load 4 asked before the original job's start had made it.
     wait_until(lambda: (tmp_path / "out").is_dir() and events.exists() and events.stat().st_size > 0, 30,
-               what="the story's output directory and first event")
+               what="the original job's output directory and first event")
     res = subprocess.run(
         [
             sys.executable,

@@ -1,4 +1,4 @@
-"""The output filesystem's inodes (issue 24's figure added end to end): a million-row extraction
+"""The output filesystem's inodes (a figure added end to end): a million-row extraction
 writes a file per row and a directory per chunk, and can run out of inodes before bytes. Measured
 for real on a tmpfs mounted with few inodes (root only), and the arithmetic on its own."""
 

@@ -18,7 +18,7 @@ from extractor.backend_options import EXTRACT_OPTIONS, misplaced_option
 from hsmon.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```")
 
 

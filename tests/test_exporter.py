@@ -100,7 +100,7 @@ def test_rejects_by_reason_reach_the_status_document_and_the_metric(tmp_path):
 
 def test_a_scrape_sends_what_the_tick_rendered(tmp_path):
     """While scrapes come, the tick thread renders /metrics after each tick and a scrape only sends
-    it (rendering 20 jobs' ~1,500 series took a scrape ~10 ms, issue 33); a job added or removed
+    it (rendering 20 jobs' ~1,500 series took a scrape ~10 ms); a job added or removed
     between ticks (a reload) shows in the next scrape all the same."""
     events = tmp_path / "a.jsonl"
     events.write_text('{"v":1,"ts":1,"job":"a","kind":"start","rows_total":10}\n')

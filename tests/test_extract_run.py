@@ -161,7 +161,7 @@ def test_kill_9_at_random_moments_then_resume_equals_uninterrupted(workdir, data
     assert kills >= 4, f"seed {seed}: most runs ended before their kill"
     partial = read_manifest(out)
     assert len(partial.rows) < len(read_manifest(ref_out).rows), "nothing left to resume"
-    # issue 13: no process, no events, a plan not reached and no end record: a warning, never done
+    # no process, no events, a plan not reached and no end record: a warning, never done
     # nor stalled (the monitor cannot tell a killed run from a stuck one without a process)
     rc, job = hsmon_status("--out", str(out), "--stall-after", "1", "--sample", "1.5")
     assert rc == 0 and job["state"] == "quiet", job
@@ -186,7 +186,10 @@ def test_ctrl_c_reads_stopped_everywhere_exits_130_and_resume_completes(
     out = workdir / "terminated"
     events = workdir / "terminated-events.jsonl"
     hook, procs = WebhookReceiver(), Procs()
-    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events)
+    # each forward held 0.5 s (an engine slow on purpose): the SIGINT, sent once the first rows
+    # are written and a daemon has started, lands mid-run whatever the machine's speed
+    proc = start_extract(dataset, out, tiny_model, *OPTS, events=events,
+                         env={"HSMON_HF_FORWARD_DELAY_S": "0.5"})
     try:
         wait_for_event(events, lambda e: e["kind"] == "rows", proc)
         daemon = Daemon(procs, workdir, ["--out", str(out), "--events", str(events), "--scan-interval", "0.5",

@@ -425,18 +425,26 @@ def test_daemon_engine_check_agrees_on_server_data_and_pages_on_other_weights(wo
 
 
 def test_kill_9_client_with_shm_resumes_without_orphans(workdir, server, data_long, shm_long):
+    """The client is killed with -9 mid-run while a request is on its way: the server answers it
+    after the client is gone (its dump files are orphans), and the next run leaves none. Mid-run
+    whatever the machine's speed: a proxy passes the first /generate and holds the next until
+    the client is dead."""
     out = workdir / "killed-client"
     events = workdir / "killed-client.jsonl"
-    args = sglang_args(server, workdir, "shm", "killed", "--batch-tokens", "256", "--concurrency", "2")
+    proxy = FakeSGLangProxy(server.url, hold_after=1).start()
+    args = ["--backend", "sglang", "--url", proxy.url, "--transport", "shm", "--dump-dir",
+            str(dump_dir(workdir, "killed")), "--batch-tokens", "256", "--concurrency", "2"]
     procs = Procs()
     try:
         daemon = Daemon(procs, workdir, ["--job", "extract-killed-client", "--dump-dir",
                                          str(dump_dir(workdir, "killed")), "--events", str(events),
                                          "--scan-interval", "0.2"])
         proc = start_extract(data_long, out, MODEL, *args, events=events)
-        wait_for_event(events, lambda e: e["kind"] == "rows", proc)
+        wait_until(lambda: proxy.held >= 1 or proc.poll() is not None, 300, what="a request held mid-run")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proxy.release()  # the held request reaches the server after its client died
         time.sleep(1.0)  # requests in flight at the kill finish on the server: orphans
         again = run_extract(data_long, out, MODEL, *args, events=events)
         assert again.returncode == 0, again.stderr
@@ -448,21 +456,30 @@ def test_kill_9_client_with_shm_resumes_without_orphans(workdir, server, data_lo
         daemon.stop()
     finally:
         procs.close()
+        proxy.stop()
 
 
 SLOW_WRITER = {"HSMON_PLUGIN_WRITE_DELAY_S": "1.0"}  # the plugin's writer takes 1 s a file
 
 
 def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_long, shm_long):
+    """The real server is killed with -9 mid-run, then started again: a pause, then a resume, and
+    every row as an uninterrupted run's. The kill lands mid-run whatever the machine's speed: the
+    client talks through a proxy that passes its first /generate and holds the next until the
+    server is dead (a 6-row run took 0.18 s here, and once ended before the kill)."""
     out = workdir / "server-killed"
     events = workdir / "server-killed.jsonl"
-    args = sglang_args(server, workdir, "shm", "restart", "--batch-tokens", "256", "--concurrency", "1")
+    proxy = FakeSGLangProxy(server.url, hold_after=1, as_dead=True).start()
+    args = ["--backend", "sglang", "--url", proxy.url, "--transport", "shm", "--dump-dir",
+            str(dump_dir(workdir, "restart")), "--batch-tokens", "256", "--concurrency", "1"]
     proc = start_extract(data_long, out, MODEL, *args, events=events)
     try:
-        wait_for_event(events, lambda e: e["kind"] == "rows", proc)
+        wait_until(lambda: proxy.held >= 1 or proc.poll() is not None, 300, what="a request held mid-run")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         server.kill()
+        proxy.release()  # the held request meets the dead server
         pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
-        assert pause["reason"] == "server" and pause["url"] == server.url
+        assert pause["reason"] == "server" and pause["url"] == proxy.url
         # Back as the slow writer the next test needs (a server start saved: each costs 25-150 s
         # here); one request in flight and the default 120 s dump wait: the files only come later.
         server.env = dict(SLOW_WRITER)
@@ -473,6 +490,7 @@ def test_server_killed_and_restarted_pauses_then_resumes(workdir, server, data_l
     finally:
         if proc.poll() is None:
             proc.kill()
+        proxy.stop()
     kinds = [e["kind"] for e in events_of(events)]
     assert kinds[-1] == "done" and "retry" in kinds
     assert_close(out, shm_long, atol=1e-5)

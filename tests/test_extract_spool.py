@@ -1,10 +1,10 @@
-"""`hsmon extract --spool-max` (issue 29): the real command pauses (reason spool) while the rows not
+"""`hsmon extract --spool-max`: the real command pauses (reason spool) while the rows not
 yet consumed would exceed the limit, and resumes as the trainer's ledger records consumption; the
 monitor reads it as an online job: paused (not stalled) however long it waits, a trainer that dies
 while the spool is full paged, /metrics and `hsmon status` saying so.
 
 The trainer's side here is the contract's other party written by the test as `hsmon train --follow
---consume` writes it (contract 4: a ``consumed`` record appended to SPOOL/hsmon-ledger.jsonl, the
+--consume` writes it (the spool contract: a ``consumed`` record appended to SPOOL/hsmon-ledger.jsonl, the
 chunk's row files deleted), not a fake of the product: the products under test are the extractor
 and the monitor. The trainer's process is real (killed for real with SIGKILL); the real following
 trainer (`hsmon train --follow`) is driven beside the real extractor in tests/test_train_follow.py.

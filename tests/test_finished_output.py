@@ -1,4 +1,4 @@
-"""Issue 13: a finished extraction is never called stalled. The output directory alone (no events
+"""A finished extraction is never called stalled. The output directory alone (no events
 file, no process) tells done from stopped from killed; a quiet directory that nothing accounts for
 is a warning, never a page; a watched live process that is frozen still stalls.
 

@@ -118,3 +118,24 @@ def test_the_step_budget_follows_the_rows_per_step_the_window_takes():
     assert fixed(step - 1) > 3 * floor  # the budget of the start: far from the floor at the end
     assert abs(budget.total - step) <= 2
     assert factor(step - 1) < 1.2 * floor  # the budget kept true: at the floor at the end
+
+
+def test_a_manifest_chunk_outside_the_layout_is_refused_with_its_line(tmp_path):
+    """`../victim` as a chunk would send reads, and --consume's deletes, outside the spool."""
+    import pytest
+
+    from trainer.data import DataError, manifest_rows
+
+    for bad, why in ((["../victim", 0], "is not a chunk directory"), (["rows_0-4\n", 0], "is not a chunk"),
+                     (["rows_0-4", 9], "row 9 does not belong in chunk rows_0-4")):
+        spool_dir = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+        spool_dir.mkdir()
+        chunk, index = bad
+        records = [row(index, chunk), {"type": "chunk", "chunk": chunk}]
+        layout.append_jsonl(spool_dir / layout.manifest_name(), records)
+        source = SpoolSource(spool_dir, max_length=None, heldout=HeldOut(0.0, 0))
+        with pytest.raises(DataError, match=why) as refused:
+            source.poll()
+        assert "hsmon-manifest.jsonl" in str(refused.value) and '"type": "row"' in str(refused.value)
+        with pytest.raises(DataError, match=why):
+            manifest_rows(spool_dir, None)

@@ -153,7 +153,7 @@ def _own_memory_cgroup() -> Path:
 
 
 def test_a_real_oom_kill_in_a_memory_limited_cgroup_reads_dead_with_the_kernels_line(tmp_path):
-    """A buffered Python script with its stdout to a file (the story's empty log) is moved into a
+    """A buffered Python script with its stdout to a file (the original job's empty log) is moved into a
     cgroup limited to 64 MiB, watched by --pid, then allocates 1 GiB: the kernel kills it."""
     cgroup = _own_memory_cgroup()
     procs = Procs()

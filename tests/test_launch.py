@@ -24,7 +24,7 @@ STANDIN = f"{sys.executable} {STANDIN_TRAIN}"
 
 @pytest.fixture
 def data_dir(tmp_path) -> Path:
-    """A finished extraction (hsmon layout) made by a real run of the story script."""
+    """A finished extraction (hsmon layout) made by a real run of the original job's script."""
     out = tmp_path / "data"
     subprocess.run(
         [

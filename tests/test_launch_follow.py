@@ -1,6 +1,6 @@
-"""The training launch's follow option (issue 29): the TUI form and the daemon's POST /api/v1/train
+"""The training launch's follow option: the TUI form and the daemon's POST /api/v1/train
 start `hsmon train DATA --follow --passes E [--consume]` on a running extraction, its events in
-the spool where the monitor reads the online job's trainer (contract 4)."""
+the spool where the monitor reads the online job's trainer (the spool contract)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The manifest's plan and ending (issue 13) as the output tracker reads them from real files:
+"""The manifest's plan and ending as the output tracker reads them from real files:
 done, stopped, resumed (not done), older manifests without either, and shards."""
 
 from __future__ import annotations

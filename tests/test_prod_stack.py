@@ -1,7 +1,7 @@
 """The production wiring against real parts: a real Prometheus 2.42, configured from the committed
 example (dashboards/prometheus/prometheus.yml: honor_labels, the committed alert rules), scrapes a
 real `hsmon daemon` (configured by a hsmon.toml) that watches a real `hsmon extract` of the embedded
-target and the story's packing script (tests/story_job.py: dump files in a directory).
+target and the original job's packing script (tests/story_job.py: dump files in a directory).
 
 - every query of the committed Grafana dashboard runs in that Prometheus: each parses, and every
   panel that concerns an extraction returns data; every template variable query returns our jobs;
@@ -56,7 +56,7 @@ class Stack:
         self.story = procs.start(
             [sys.executable, STORY, str(tmp / "dump"), str(tmp / "story-out"), "--delay", "0.1",
              "--rows", "100000", "--events", str(tmp / "story-events.jsonl")],
-            stdout=open(tmp / "story.log", "wb"),  # noqa: SIM115  (buffered: the story's trap)
+            stdout=open(tmp / "story.log", "wb"),  # noqa: SIM115  (buffered: the original job's trap)
         )
         config = tmp / "hsmon.toml"
         config.write_text(f"""
@@ -176,7 +176,7 @@ def test_stall_alert_fires_on_sigstop_and_resolves_on_sigcont(stack: Stack) -> N
     # the why, as the dashboard shows it: the daemon's hints for the job, by id
     hints = {r["metric"]["hint"] for r in stack.query('hsmon_job_hint{job="extract"} == 1')}
     assert {"stalled", "process-stopped"} <= hints, hints
-    # the story's job, still working, never alerts
+    # the original job, still working, never alerts
     assert all(a["labels"]["job"] == "extract" for a in stack.alerts("HsmonExtractionStalled"))
     print(f"stall alert fired {fired_after:.1f} s after SIGSTOP (stall_after {STALL_AFTER} s)")
     resumed = time.monotonic()

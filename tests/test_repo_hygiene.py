@@ -1,4 +1,5 @@
-"""Guards on the repository itself: no tracked file carries unresolved merge-conflict markers."""
+"""Guards on the repository itself: no tracked file carries unresolved merge-conflict markers, and no
+doc, README or Python source uses words only its authors know."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def test_no_tracked_file_has_merge_conflict_markers() -> None:
 def test_the_guard_finds_a_marker() -> None:
     sample = b"a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> main\n"
     assert len(MARKER.findall(sample)) == 2
+
+
+# Words only the project's authors know: numbered contracts, the seed run's nickname, issue numbers.
+PRIVATE_WORDS = re.compile("contract [0-9]|the st" + "ory|issues? [0-9]", re.IGNORECASE)
+
+
+def test_no_private_words_in_docs_readme_or_code() -> None:
+    offenders = []
+    for path in tracked_files():
+        if path.suffix not in (".py", ".md") or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if PRIVATE_WORDS.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}")
+    assert not offenders, "words a newcomer cannot know (name the thing instead):\n" + "\n".join(offenders)

@@ -1,5 +1,5 @@
 """The daemon and how jobs end, with real processes and a real webhook receiver on loopback:
-the story's script run through `hsmon run` (running, then done, no false alarm), and scripts
+the original job's script run through `hsmon run` (running, then done, no false alarm), and scripts
 started without it, stdout to a file (total reached, given or planned in the manifest: done;
 traceback: dead; neither: exited, a warning said once)."""
 
@@ -68,7 +68,7 @@ def test_story_through_hsmon_run_is_running_then_done_and_sends_no_alarm(procs, 
 
 
 def start_external(procs, tmp_path, name, argv):  # noqa: F811
-    """A job started as the story's user did: `python SCRIPT > LOG 2>&1`, no -u, no hsmon run.
+    """A job started as the original job's user did: `python SCRIPT > LOG 2>&1`, no -u, no hsmon run.
     It waits for tmp_path/go before it works, so that the daemon sees it alive first."""
     log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115
     return procs.start([sys.executable, WAIT_THEN, str(tmp_path / "go"), *argv], stdout=log,

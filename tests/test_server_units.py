@@ -328,6 +328,33 @@ def test_the_capture_section_names_the_sglang_release_and_adapter_and_status_sho
     assert "SGLang 0.5.18 layer-capture" in capture_line(facts, 200).plain
 
 
+def test_the_capture_section_names_the_class_its_sizes_rule_and_the_points_really_captured():
+    import msgspec
+
+    from hsmon import status_doc
+    from hsmon.core.trackers.server_capture import parse_capture
+    from hsmon.status_cli import _server_summary
+    from hsmon.tui.engine_view import capture_line
+
+    states = [{"hsmon_capture": _plugin_snapshot(1, [0.2])}]
+    plugin = {"version": "1", "sglang_version": "0.5.23", "adapter": "aux-return",
+              "model_class": "DeepseekV3ForCausalLM", "layer_ids": "3,31,59", "captured_points": "3,31,59"}
+    facts = parse_capture({"hsmon_plugin": plugin, "internal_states": states, "tp_size": 8, "dp_size": 1,
+                           "ep_size": 8}, now=1.0)
+    assert facts is not None
+    assert (facts.model_class, facts.tp_size, facts.ep_size, facts.capture_rule, facts.captured_points) == (
+        "DeepseekV3ForCausalLM", 8, 8, "deepseek", [3, 31, 59])
+    assert facts.writer == "attention-TP rank 0"
+    unknown = parse_capture({"hsmon_plugin": {**plugin, "model_class": "NewForCausalLM"},
+                             "internal_states": states}, now=1.0)
+    assert unknown is not None and unknown.capture_rule is None and unknown.tp_size is None
+    doc = status_doc.decode((Path(__file__).parent / "fixtures" / "status_document.json").read_bytes())
+    server = msgspec.structs.replace(doc.jobs[0].servers[0], capture=facts)
+    assert ("DeepseekV3ForCausalLM tp 8 ep 8, rule deepseek, captures points 3,31,59 "
+            "(attention-TP rank 0 writes)") in _server_summary(server)
+    assert "DeepseekV3ForCausalLM tp8 rule deepseek points 3,31,59" in capture_line(facts, 300).plain
+
+
 def test_capture_counters_are_exported_as_counters_and_gauges_promtool_clean():
     import shutil
     import subprocess

@@ -63,7 +63,7 @@ def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up(capsys):
     assert sorted(pause[0]["urls"]) == ["http://a", "http://b"]
     pool.failed("http://a", "refused")  # still down: no second pause
     assert [e["kind"] for e in kinds(stream)].count("pause") == 1
-    # one line for the human on stderr per pause (issue 13): why, what it waits for, how often
+    # one line for the human on stderr per pause: why, what it waits for, how often
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("hsmon extract: paused (server): no SGLang server answers (") and "refused" in line
     assert "waiting for one to answer (gives up after 0.2s" in line
@@ -175,7 +175,7 @@ def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, c
     pause, resume = [e for e in kinds(stream) if e["kind"] in ("pause", "resume")]
     assert pause["reason"] == "shm" and pause["limit"] == "max_dump_bytes" and pause["dump_bytes"] == 500
     assert resume["reason"] == "shm" and resume["paused_seconds"] > 0
-    paused, resumed = capsys.readouterr().err.splitlines()  # one stderr line each (issue 13)
+    paused, resumed = capsys.readouterr().err.splitlines()  # one stderr line each
     assert paused == (
         f"hsmon extract: paused (shm): the dump directory {d} holds 500 B, over --max-dump-bytes 100 B; "
         "waiting for the server's dump files to be consumed (stop with SIGTERM), checking every 0.02s"

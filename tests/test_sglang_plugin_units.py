@@ -359,4 +359,8 @@ def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_par
         "get_internal_state",
         "sglang.srt.server_args.ServerArgs.resolve_once",
         "sglang.srt.utils.common.build_server_info",
+        # the capture turned on with the ids the loaded class needs, and said (capture_rule.py)
+        "sglang.srt.model_executor.model_runner_components.attention_backend_setup."
+        "configure_aux_hidden_state_capture",
+        "sglang.srt.managers.scheduler.Scheduler.get_init_info",
     ]))

@@ -70,15 +70,17 @@ def test_server_info_announces_the_plugin_and_the_capture_flags(server):
     info = server.server_info()
     assert info["hsmon_plugin_version"] == "1"
     release = sglang_release()
+    # the class SGLang loaded, the ids it was given and the points it really captures (read back)
     expected = {"version": "1", "sglang_version": release["sglang_version"], "modes": ["dump", "pack"],
-                "adapter": release["adapter"], "tested": True, "dump_root": str(server.dump_root)}
+                "adapter": release["adapter"], "tested": True, "dump_root": str(server.dump_root),
+                "model_class": "LlamaForCausalLM", "layer_ids": ",".join(str(p - 1) for p in POINTS),
+                "captured_points": ",".join(map(str, POINTS))}
     assert info["enable_return_hidden_states"]
     if release["adapter"] == "aux-return":  # SGLang captures the layers (0.5.23)
         assert info["return_aux_hidden_state_layer_ids"] == [p - 1 for p in POINTS]
         assert info["enable_return_aux_hidden_states"]
     else:  # layer-capture: the plugin does, and says which; SGLang runs without a draft
         assert release["adapter"] == "layer-capture"
-        expected["layer_ids"] = ",".join(str(p - 1) for p in POINTS)
         assert not info.get("speculative_algorithm")
     assert info["hsmon_plugin"] == expected
     assert info["disable_radix_cache"] is True and info["chunked_prefill_size"] == CHUNK

@@ -1,4 +1,5 @@
-"""Contract 4 (hsmon.contracts.spool): the ledger's totals, its voided passes after a lost checkpoint."""
+"""The spool contract (hsmon.contracts.spool): the ledger's totals, its voided passes after a lost
+checkpoint."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ def test_a_second_process_gone_is_a_warning():
     assert d.state == "running" and "process-gone" in hint_ids(d)
 
 
-# -- issue 13: what the output's manifest says, and a quiet directory nobody accounts for ----------
+# -- what the output's manifest says, and a quiet directory nobody accounts for ----------
 GONE = ProcessFacts("extractor", 42, False, "gone", seen_alive=True)
 
 
@@ -186,7 +186,7 @@ def test_done_from_the_manifest_without_events_or_process():
             process_watched=False,
             processes=[],
             evidence_of_job=True,
-            last_work_ts=NOW - 1320,  # 22 minutes of nothing: the story of the false alarm
+            last_work_ts=NOW - 1320,  # 22 minutes of nothing: the original false alarm
             output_ending="done",
             output_ending_ts=NOW - 1320,
             output_run_seconds=17.0,

@@ -1,4 +1,4 @@
-"""How a job ended, decided purely (issue 14): a process that writes no events read from its log and
+"""How a job ended, decided purely: a process that writes no events read from its log and
 its output, a process started by `hsmon run` judged only once hsmon run has recorded its end; the
 log-tail classifier, the rotating log and hsmon run's ending, all without threads or clocks."""
 

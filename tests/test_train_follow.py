@@ -1,4 +1,4 @@
-"""`hsmon train SPOOL --follow --passes E --consume` beside a real `hsmon extract` (issue 29, the consumer):
+"""`hsmon train SPOOL --follow --passes E --consume` beside a real `hsmon extract` (the consumer):
 rows trained as their chunks complete, each exactly E times per the ledger, chunks deleted only
 after their passes, kill -9 of either side and its resume."""
 
@@ -286,3 +286,21 @@ def test_sigterm_while_waiting_for_the_first_chunk_stops_cleanly(tmp_path, tiny_
             trainer.wait()
     assert trainer_events(spool_dir)[-1]["kind"] == "stopped"
     assert spool.read_ledger(spool_dir).ended == "stopped"
+
+
+def test_a_consuming_trainer_refuses_a_manifest_chunk_outside_the_spool(tmp_path, tiny_model):  # noqa: F811
+    """A manifest naming `../victim` as a chunk: the trainer ends with one line naming the manifest
+    and the line, and the file outside the spool is still there."""
+    spool_dir, victim = tmp_path / "spool", tmp_path / "victim"
+    spool_dir.mkdir()
+    victim.mkdir()
+    (victim / "data_0.ckpt").write_bytes(b"not the trainer's to delete")
+    records = [{"type": "run", "rows_total": 1}, {"type": "row", "row": 0, "chunk": "../victim", "tokens": 20,
+                                                  "bytes": 100}, {"type": "chunk", "chunk": "../victim"}]
+    layout.append_jsonl(spool_dir / layout.manifest_name(), records)
+    res = subprocess.run(trainer_cmd(spool_dir, tmp_path / "train", tiny_model), capture_output=True,
+                         text=True, env=extract_env(), timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert "hsmon-manifest.jsonl" in line and "chunk '../victim' is not a chunk directory" in line, line
+    assert (victim / "data_0.ckpt").read_bytes() == b"not the trainer's to delete"

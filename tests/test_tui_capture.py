@@ -1,4 +1,4 @@
-"""The capture plugin's counters on the servers panel (issue 21, the TUI part): `servers[i].capture`
+"""The capture plugin's counters on the servers panel (the TUI part): `servers[i].capture`
 as /work/notes/capture-contract.md names it, one compact line under the server's figures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nothing repaints while only clocks move (issue 23): durations at the resolution of their size, and a
+"""Nothing repaints while only clocks move: durations at the resolution of their size, and a
 source that sends a document only when more than its clocks changed or the next minute has come."""
 
 from __future__ import annotations

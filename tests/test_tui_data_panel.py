@@ -1,4 +1,4 @@
-"""The data panel (issue 22 item 4, the TUI part): per layer a norm sparkline over chunks and its
+"""The data panel (the TUI part): per layer a norm sparkline over chunks and its
 NaN/Inf rows, the last engine-verify verdict; an alarm only when something is wrong."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The TUI's online panel (issue 29): both sides of an online job on its overview, hidden for any
+"""The TUI's online panel: both sides of an online job on its overview, hidden for any
 other job; a snapshot of a job whose trainer is the bottleneck and one whose trainer died."""
 
 from __future__ import annotations

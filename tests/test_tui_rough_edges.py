@@ -1,4 +1,4 @@
-"""Issue 23's rough edges, as a new user meets them on a finished extraction: a process that is gone
+"""The rough edges as a new user meets them on a finished extraction: a process that is gone
 shows PID '-', no stray scrollbar glyph at the right edge at 80x24, a finished job read from its
 files shows its rate history (rebuilt from its events file), and an output directory named
 `extract` gives a job named `extract`, not `extract-extract`.

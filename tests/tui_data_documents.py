@@ -1,5 +1,5 @@
 """The demo's finished extraction (tests/tui_run_documents.py) with the data facts a daemon publishes
-for it (`output.data`, docs/status-api.md; `verify` as issue 22's contract names it): a clean run whose
+for it (`output.data`, docs/status-api.md; `verify` as the status API names it): a clean run whose
 engine check agreed, and a run with NaN rows whose engine check disagreed. For the data panel's tests.
 
 The norms are those of the embedded target's layers 2, 4, 5 and final on the demo's rows (12-18 per

@@ -1,4 +1,4 @@
-"""A real job for the TUI's end-to-end tests and its benchmark: writes progress events (contract 1)
+"""A real job for the TUI's end-to-end tests and its benchmark: writes progress events (the events contract)
 and chunk records to a real output directory at a set rate, like an extraction does.
 
     python tests/tui_job_writer.py --out DIR --events FILE [--rows N] [--rate EVENTS_PER_S]

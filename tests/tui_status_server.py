@@ -1,7 +1,7 @@
 """A real HTTP server on 127.0.0.1 that speaks the daemon's documented API (docs/status-api.md).
 
 It serves fixed status documents and records the launch and stop requests it receives, with
-the token check of contract 4. For pilot tests of the TUI's controls; the end-to-end test runs
+the token check of the control API. For pilot tests of the TUI's controls; the end-to-end test runs
 against the real `hsmon daemon`.
 """
 

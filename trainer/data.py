@@ -1,4 +1,4 @@
-"""Training data over the extraction layout (contract 2), streamed with bounded memory.
+"""Training data over the extraction layout (the layout contract), streamed with bounded memory.
 
 Only an index of (file, row, length) stays in memory; row files are read batch by batch in a
 background thread with a bounded queue. Each epoch's batch plan is a pure function of
@@ -21,7 +21,13 @@ from typing import Any
 
 import torch
 
-from hsmon.contracts.layout import manifest_paths, parse_row_file_name, row_file_name
+from hsmon.contracts.layout import (
+    MANIFEST_GLOB,
+    manifest_chunk_error,
+    manifest_paths,
+    parse_row_file_name,
+    row_file_name,
+)
 from hsmon.contracts.manifest_reader import complete_row_files, iter_records
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
@@ -33,6 +39,15 @@ VOCAB_SAMPLE_ROWS = 4000
 
 class DataError(ValueError):
     """Unusable training data; the message names the input and the fix."""
+
+
+def check_chunk_name(record: dict[str, Any], manifest: str) -> None:
+    """DataError naming the manifest and its line when a record's chunk is not a plain chunk
+    directory of the layout (``../x`` would send reads, and --consume's deletes, outside)."""
+    error = manifest_chunk_error(record)
+    if error:
+        raise DataError(f"{manifest}: {error} in the line {json.dumps(record)[:200]}; refused: a manifest "
+                        "written by hsmon extract names only its own chunk directories (was it edited?)")
 
 
 @dataclass(frozen=True)
@@ -168,6 +183,7 @@ def manifest_rows(data_dir: Path, max_length: int | None
     unchecked: set[int] = set()
     base = str(data_dir) + os.sep
     for record in iter_records(data_dir):
+        check_chunk_name(record, f"{data_dir}/{MANIFEST_GLOB}")
         row, chunk, tokens = record.get("row"), record.get("chunk"), record.get("tokens")
         if record.get("type") != "row" or not isinstance(row, int) or not isinstance(chunk, str):
             continue

@@ -169,6 +169,9 @@ def _load_export(path: Path, target: Path):
     embed, _ = load_embed_and_head(target)
     state["embed_tokens.weight"] = embed
     drafter.load_state_dict(state, strict=True)
+    recorded = (config.get("hsmon_capture") or {}).get("capture_points")
+    if recorded:  # the points it was trained on (its ids follow the serving class's rule)
+        return drafter.eval(), [int(p) for p in recorded]
     layer_ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     return drafter.eval(), (capture_points_of(layer_ids) if layer_ids else None)
 

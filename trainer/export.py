@@ -7,6 +7,11 @@ The directory holds ``config.json`` (a Llama config with ``architectures:
 layer, with ``fc_norm`` and ``norm_output`` true in config.json). The token embedding is the
 target's and is not exported (SGLang shares the target's). Serve it with
 ``--speculative-algorithm EAGLE3 --speculative-draft-model-path DIR``.
+
+``eagle_config.eagle_aux_hidden_state_layer_ids`` are the ids that make the *serving* model class
+capture the points the drafter was trained on: SGLang's classes turn ids into layers by different
+rules (``--serving-class``, default ``LlamaForCausalLM``; docs/extract.md "Capture points and
+SGLang"). ``hsmon_capture`` in config.json records the points, the class and its rule.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 EXPORT_DTYPES = ("bfloat16", "float16", "float32")
+DEFAULT_SERVING_CLASS = "LlamaForCausalLM"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory to write config.json and model.safetensors")
     parser.add_argument("--dtype", choices=EXPORT_DTYPES, default="bfloat16",
                         help="dtype of the exported weights (default bfloat16)")
+    parser.add_argument("--serving-class", default=DEFAULT_SERVING_CLASS, metavar="CLASS",
+                        help="the SGLang model class (config.json's architectures[0]) or rule (llama, "
+                        "deepseek, gpt-oss) of the target that will serve the drafter; its layer ids are "
+                        "written "
+                        f"(default {DEFAULT_SERVING_CLASS})")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -45,8 +56,20 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | None = None) -> dict[str, Any]:
-    """config.json for SGLang's LlamaForCausalLMEagle3."""
+def serving_layer_ids(points: list[int], serving_class: str, num_layers: int | None = None) -> dict[str, Any]:
+    """``hsmon_capture``: the points, the serving class and its rule, and the layer ids that make
+    that class capture the points; ValueError in one line when it cannot."""
+    from hsmon.contracts.capture_points import layer_ids_for, rule_of
+
+    rule = rule_of(serving_class)
+    ids = layer_ids_for(points, rule, num_layers or max(points) + 2)
+    return {"capture_points": list(points), "serving_class": serving_class, "rule": rule, "layer_ids": ids}
+
+
+def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | None = None,
+                  serving_class: str = DEFAULT_SERVING_CLASS) -> dict[str, Any]:
+    """config.json for SGLang's LlamaForCausalLMEagle3. ``aux_layer_ids``: the checkpoint's, in
+    hsmon's training convention (capture point - 1); written as ``serving_class`` needs them."""
     cfg = drafter_config
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -76,11 +99,15 @@ def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | Non
         **cfg.get("target_extra", {}),
     }
     if aux_layer_ids:
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids)}
+        capture = serving_layer_ids([i + 1 for i in aux_layer_ids], serving_class,
+                                    cfg.get("target_num_layers"))
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": capture["layer_ids"]}
+        config["hsmon_capture"] = capture
     return config
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16") -> Path:
+def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16",
+                      serving_class: str = DEFAULT_SERVING_CLASS) -> Path:
     """Write the SGLang draft-model directory for a checkpoint; returns ``out``."""
     import torch
     from safetensors.torch import save_file
@@ -98,7 +125,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
             tensors[name] = tensor.contiguous()
         else:
             tensors[name] = tensor.to(torch_dtype).contiguous()
-    config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"))
+    config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"), serving_class)
     config["torch_dtype"] = dtype
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +138,10 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
 
 def run(args: argparse.Namespace) -> int:
     try:
-        out = export_checkpoint(args.checkpoint, args.out, args.dtype)
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.serving_class)
+    except ValueError as exc:
+        print(f"hsmon export-drafter: --serving-class {args.serving_class}: {exc}", file=sys.stderr)
+        return 2
     except FileNotFoundError as exc:
         print(f"hsmon export-drafter: {exc}", file=sys.stderr)
         return 2

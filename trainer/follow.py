@@ -27,6 +27,7 @@ from hsmon.contracts import events as ev
 from hsmon.contracts.spool_ledger import LedgerWriter
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import Batch, DataError, DataIndex, collate
+from trainer.drafter_setup import aux_layer_ids, build_drafter, optimization, restore
 from trainer.follow_budget import StepBudget
 from trainer.follow_setup import (
     Arrival,
@@ -45,7 +46,6 @@ from trainer.loop import Cursor, Interval, Training
 from trainer.nonfinite import LossGuard
 from trainer.runtime import Dist, Heartbeat, exit_status, stopped_fields
 from trainer.settings import TrainSettings
-from trainer.train import _aux_layer_ids, _build_drafter, _optimization, _restore
 from trainer.window import ChunkRows, SpoolSource, Window
 
 # what resumes a following trainer that stopped (the ledger keeps every row's passes)
@@ -150,15 +150,15 @@ def _budget(settings: TrainSettings, training: Training, ckpt: dict[str, Any] | 
 def _training(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
               stop_requested: threading.Event, index: DataIndex, ckpt: dict[str, Any] | None,
               resume_from: Any, total_steps: int) -> Training:
-    drafter, cfg, target_head = _build_drafter(settings, index, ckpt, world.device)
-    forward, params, optimizer, scheduler = _optimization(settings, drafter, world, total_steps)
-    cursor = _restore(ckpt, resume_from, world, optimizer, scheduler) if ckpt is not None else Cursor()
+    drafter, cfg, target_head = build_drafter(settings, index, ckpt, world.device)
+    forward, params, optimizer, scheduler = optimization(settings, drafter, world, total_steps)
+    cursor = restore(ckpt, resume_from, world, optimizer, scheduler) if ckpt is not None else Cursor()
     return Training(
         settings=settings, world=world, writer=writer, stop_requested=stop_requested, drafter=drafter,
         cfg=cfg, forward=forward, params=params, optimizer=optimizer, scheduler=scheduler,
         target_head=target_head, draft_ids=torch.nonzero(drafter.t2d, as_tuple=False).flatten(),
         train_rows=[], held_rows=[], steps_per_epoch=NO_EPOCHS, total_steps=total_steps,
-        aux_layer_ids=_aux_layer_ids(settings.data_dir), cursor=cursor, extra_state={},
+        aux_layer_ids=aux_layer_ids(settings.data_dir), cursor=cursor, extra_state={},
     )  # fmt: skip
 
 

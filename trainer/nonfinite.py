@@ -1,6 +1,6 @@
 """The trainer's guard against non-finite data and a diverging loss.
 
-Rows: the manifest's per-row ``stats`` (contract 2: ``[tokens, sum_l2, count, sum, sumsq,
+Rows: the manifest's per-row ``stats`` (the layout contract: ``[tokens, sum_l2, count, sum, sumsq,
 max_abs, nonfinite]`` per layer) say whether a row holds NaN/Inf without reading it; a row
 without stats (a plain SpecForge layout, an older manifest) has its tensors checked once, when
 the data index is built. Such rows are left out of training and counted.

@@ -9,40 +9,34 @@ trainer/runtime.py.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import writer_lock
-from hsmon.contracts.capture_points import sglang_layer_ids
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
     DataError,
     DataIndex,
     RowRef,
-    build_draft_vocab,
     build_index,
     load_index,
     plan_epoch,
     save_index,
 )
+from trainer.drafter_setup import aux_layer_ids, build_drafter, optimization, restore
 from trainer.loop import Cursor, Training
-from trainer.model import DEFAULT_ARCH, DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import (
     check_bad_fraction,
     rows_text,
 )
-from trainer.objective import TTTForward
-from trainer.runtime import Dist, StopRequest, lr_lambda_factory, set_rng_state
+from trainer.runtime import Dist, StopRequest
 from trainer.settings import TrainSettings
-from trainer.target import load_embed_and_head, load_target_config
 
 
 def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
@@ -54,18 +48,6 @@ def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
             save_index(build_index(settings.data_dir, settings.max_length), path)
     world.barrier()
     return load_index(path)
-
-
-def _aux_layer_ids(data_dir: Path) -> list[int] | None:
-    """SGLang layer ids of the capture points, when the extraction's manifest records them."""
-    from hsmon.contracts.manifest_reader import read_manifest
-
-    for run in reversed(read_manifest(data_dir).runs):
-        settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
-        layers = settings.get("layers") or run.get("layers")
-        if isinstance(layers, list) and all(isinstance(x, int) for x in layers):
-            return sglang_layer_ids(layers)
-    return None
 
 
 def train(settings: TrainSettings, body: Any = None) -> int:
@@ -81,7 +63,8 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     stop_requested = StopRequest()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        stop_requested.signum = signum
+        if not stop_requested.is_set():  # the first signal names the stop (Ctrl-C, then a forwarded SIGTERM)
+            stop_requested.signum = signum
         stop_requested.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -137,12 +120,12 @@ def _train(
             flush=True,
         )
     train_rows, held_rows = index.split(settings.eval_fraction)
-    drafter, cfg, target_head = _build_drafter(settings, index, ckpt, world.device)
+    drafter, cfg, target_head = build_drafter(settings, index, ckpt, world.device)
     steps_per_epoch, total_steps = _step_budget(settings, train_rows, world)
-    forward, params, optimizer, scheduler = _optimization(settings, drafter, world, total_steps)
+    forward, params, optimizer, scheduler = optimization(settings, drafter, world, total_steps)
     cursor = Cursor()
     if ckpt is not None:
-        cursor = _restore(ckpt, resume_from, world, optimizer, scheduler)
+        cursor = restore(ckpt, resume_from, world, optimizer, scheduler)
     training = Training(
         settings=settings,
         world=world,
@@ -160,7 +143,7 @@ def _train(
         held_rows=held_rows,
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
-        aux_layer_ids=_aux_layer_ids(settings.data_dir),
+        aux_layer_ids=aux_layer_ids(settings.data_dir),
         cursor=cursor,
         nonfinite_rows=len(index.nonfinite_rows),
     )
@@ -180,63 +163,6 @@ def _train(
     return training.run(checkpointed=ckpt is not None)
 
 
-def _build_drafter(
-    settings: TrainSettings, index: DataIndex, ckpt: dict[str, Any] | None, device: torch.device
-) -> tuple[Eagle3Drafter, DrafterConfig, torch.Tensor]:
-    """The drafter (from its checkpoint, or new with a draft vocabulary from the data's token
-    counts), its config, and the target's LM head, on ``device``."""
-    target_config = load_target_config(settings.target)
-    embed, head = load_embed_and_head(settings.target)
-    if embed.shape[1] != index.hidden_size:
-        raise DataError(
-            f"{settings.data_dir}: hidden size {index.hidden_size} differs from the target's "
-            f"{embed.shape[1]} ({settings.target}); pass the --target-model the data came from"
-        )
-    if ckpt is not None:
-        cfg = DrafterConfig(**ckpt["drafter_config"])
-        if settings.arch is not None and settings.arch != cfg.arch:
-            raise DataError(
-                f"{settings.out}: the checkpoint trains a {cfg.arch} drafter, --arch asks for "
-                f"{settings.arch}; resume without --arch (or --arch {cfg.arch}), or train into a new --out"
-            )
-    else:
-        cfg = DrafterConfig.from_target_config(target_config, 0, index.num_aux)
-        cfg.set_arch(settings.arch or DEFAULT_ARCH)
-        d2t, t2d = build_draft_vocab(index.token_counts, cfg.vocab_size, settings.draft_vocab_size)
-        cfg.draft_vocab_size = int(d2t.shape[0])
-    torch.manual_seed(settings.seed)
-    random.seed(settings.seed)
-    drafter = Eagle3Drafter(cfg)
-    with torch.no_grad():
-        drafter.embed_tokens.weight.copy_(embed)
-    if ckpt is None:
-        drafter.set_vocab(d2t, t2d)
-    else:
-        drafter.load_state_dict(ckpt["model"], strict=False)
-    drafter.to(device)
-    return drafter, cfg, head.to(device)
-
-
-def _optimization(settings: TrainSettings, drafter: torch.nn.Module, world: Dist, total_steps: int
-                  ) -> tuple[torch.nn.Module, list[torch.nn.Parameter], torch.optim.Optimizer, Any]:
-    """The TTT forward (DDP-wrapped on several ranks), the trained parameters, AdamW and its
-    warm-up-then-decay schedule: the same for an offline and a following training."""
-    forward: torch.nn.Module = TTTForward(drafter)
-    if world.enabled:
-        forward = torch.nn.parallel.DistributedDataParallel(
-            forward, device_ids=[world.device.index] if world.device.type == "cuda" else None
-        )
-    params = [p for p in drafter.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay
-    )
-    warmup = max(1, int(settings.warmup_ratio * total_steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(total_steps, warmup, settings.min_lr_ratio)
-    )
-    return forward, params, optimizer, scheduler
-
-
 def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist) -> tuple[int, int]:
     """(steps per epoch for each rank, total steps) from the data, --epochs and --max-steps."""
     steps_per_epoch = len(plan_epoch(train_rows, settings.batch_tokens, settings.seed, 0)) // world.world
@@ -252,23 +178,3 @@ def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist)
         total_steps = (settings.epochs or 1) * steps_per_epoch
     return steps_per_epoch, total_steps
 
-
-def _restore(
-    ckpt: dict[str, Any],
-    resume_from: Path | None,
-    world: Dist,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-) -> Cursor:
-    """Load the optimizer, the schedule and this rank's RNG from a checkpoint; where it stopped."""
-    if ckpt["world_size"] != world.world:
-        raise DataError(
-            f"{resume_from}: written by {ckpt['world_size']} processes, resumed with "
-            f"{world.world}; resume with the same --nproc_per_node"
-        )
-    optimizer.load_state_dict(ckpt["optimizer"])
-    scheduler.load_state_dict(ckpt["scheduler"])
-    set_rng_state(ckpt["rng"][world.rank] if isinstance(ckpt["rng"], list) else ckpt["rng"])
-    return Cursor(
-        step=ckpt["step"], epoch=ckpt["epoch"], position=ckpt["position"], tokens=ckpt.get("tokens", 0)
-    )

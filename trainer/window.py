@@ -1,7 +1,7 @@
 """The following trainer's data: complete chunks read from a spool as they appear, and the replay
 window its batches are drawn from (`hsmon train SPOOL --follow --passes E`; docs/train.md "Online").
 
-`SpoolSource` tails every manifest of the spool (contract 2) and hands over a chunk only once its
+`SpoolSource` tails every manifest of the spool (the layout contract) and hands over a chunk only once its
 ``chunk`` record is written (every row of it is on disk and counted; a partial chunk is never
 read). It holds the row records of open chunks only (at most a chunk per shard). The extraction
 has ended when every shard's manifest ends its latest run with ``done``.
@@ -27,7 +27,7 @@ from typing import Any
 
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import JsonlTail
-from trainer.data import RowRef, is_held_out, load_row
+from trainer.data import RowRef, check_chunk_name, is_held_out, load_row
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
 # the held-out rule's default cap: evaluation rows are never consumed, so they stay in the spool
@@ -90,7 +90,8 @@ class SpoolSource:
                 self._tails[key], self._runs[key] = JsonlTail(key), layout.RunLog()
             run = self._runs[key]
 
-            def handle(record: dict[str, Any], run: layout.RunLog = run) -> None:
+            def handle(record: dict[str, Any], run: layout.RunLog = run, key: str = key) -> None:
+                check_chunk_name(record, key)
                 run.add(record)
                 self._add(record)
 

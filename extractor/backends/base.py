@@ -2,7 +2,7 @@
 
 A backend owns the target model (in-process, or behind a server). For each row of a batch it
 returns the last layer's hidden state after the final norm and the K capture points,
-concatenated in order, exactly what contract 2 stores. Capture points are indices into
+concatenated in order, exactly what the layout contract stores. Capture points are indices into
 transformers' ``hidden_states`` tuple: point ``p`` is the residual stream after decoder layer
 ``p - 1`` (0-based), which is SGLang's aux-hidden-state layer id ``p - 1``.
 """
@@ -76,6 +76,11 @@ class Backend(ABC):
     def describe(self) -> dict[str, Any]:
         """Backend-specific fields for the run's ``start`` event (e.g. server URLs)."""
         return {}
+
+    def captured(self) -> dict[str, Any]:
+        """The manifest ``run`` record's ``captured``: the points the engine really captures (in
+        process: transformers' ``hidden_states[p]`` themselves)."""
+        return {"points": list(self.capture_points), "engine": self.name}
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the model or connection."""

@@ -1,4 +1,5 @@
-"""Backend `hf`: any local Hugging Face causal LM, run in-process with transformers.
+"""Backend `hf`: any local Hugging Face causal LM (or a multimodal wrapper's text decoder, e.g.
+Kimi-K2.5: ``hf_load.py``), run in-process with transformers.
 
 Rows are right-padded into one batch. With causal attention a valid position never attends to
 a later one, so right padding cannot change the valid positions; the attention mask is passed
@@ -11,6 +12,8 @@ layer ``p - 1`` = ``hidden_states[p]``), so the other layers' outputs are never 
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,9 @@ import torch
 from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates
 from hsmon.contracts.rejects import BACKEND_FAILED
 
+# tests: an engine slow on purpose (seconds per forward), so that a signal sent once the first rows
+# are written always lands mid-run, whatever the machine's speed
+FORWARD_DELAY_ENV = "HSMON_HF_FORWARD_DELAY_S"
 PROBE_TOKENS = 8  # a row that fails alone is rejected only if its first tokens go through
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -63,16 +69,15 @@ class HFBackend(Backend):
 
     def __init__(self, model_dir: str | Path, capture_points: Sequence[int] | None = None,
                  device: str = "auto", dtype: str = "auto") -> None:
-        from transformers import AutoModelForCausalLM
-
+        from extractor.backends.hf_load import load_target
         from hsmon.contracts.capture_points import default_capture_points
 
         self.device = resolve_device(device)
         self.torch_dtype = resolve_dtype(dtype, self.device)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.torch_dtype)
+        model, decoder = load_target(model_dir, self.torch_dtype)
         model.eval().to(self.device)
         self.model = model
-        self.decoder = model.get_decoder()
+        self.decoder = decoder
         num_layers, hidden, vocab, max_pos = model_facts(model.config)
         dtype_name = str(self.torch_dtype).removeprefix("torch.")
         self.info = ModelInfo(num_layers, hidden, vocab, max_pos, dtype_name, self.device)
@@ -153,6 +158,8 @@ class HFBackend(Backend):
 
     @torch.inference_mode()
     def _forward(self, batch: Sequence[Sequence[int]]) -> list[RowStates]:
+        if delay := float(os.environ.get(FORWARD_DELAY_ENV) or 0):
+            time.sleep(delay)
         ids, attention, lengths = self._padded(batch)
         self._captured.clear()
         out = self.decoder(input_ids=ids, attention_mask=attention, use_cache=False)

@@ -22,9 +22,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from extractor.sglang.cpu_binding import bind_env
 from extractor.sglang.ports import free_stable_port
 from extractor.targets import ModelUnavailable, resolve_model
-from hsmon.contracts.capture_points import parse_capture_points, sglang_layer_ids
+from hsmon.contracts.capture_points import layer_ids_for, parse_capture_points, rule_of
 from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -56,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--layers",
-        help="capture points, hsmon's convention (SGLang layer id = point - 1); "
-        "default EAGLE-3's [2, N//2, N-3] from config.json",
+        help="capture points, hsmon's convention (transformers' hidden_states[p]; the SGLang layer ids "
+        "follow the model class's rule); default EAGLE-3's [2, N//2, N-3] from config.json",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=port_number, default=30000, help="port, 0-65535 (default 30000)")
@@ -84,12 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start an SGLang release outside the tested set (docs/extract.md's support table); "
         "then check the first dumps with hsmon verify-data",
     )
-    parser.add_argument(
-        "--no-metrics",
-        action="store_true",
-        help="leave SGLang's /metrics off (by default --enable-metrics is passed: the daemon reads the "
-        "server's load from it)",
-    )
+    parser.add_argument("--no-metrics", action="store_true", help="leave SGLang's /metrics off (by default "
+                        "--enable-metrics is passed: the daemon reads the server's load from it)")
     parser.add_argument(
         "sglang_args",
         nargs=argparse.REMAINDER,
@@ -114,6 +111,24 @@ def parse_layers(text: str | None, model_path: Path) -> list[int]:
         return parse_capture_points(text, num_layers)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
+
+
+def serving_ids(points: list[int], model_path: Path) -> tuple[list[int], str]:
+    """The SGLang layer ids that make the model's class capture ``points``, and that class (by
+    hsmon's table of rules, docs/extract.md; the plugin asks the loaded class again); ServeError
+    in one line when the class cannot capture them."""
+    config = json.loads((model_path / "config.json").read_text())
+    arch = str((config.get("architectures") or ["LlamaForCausalLM"])[0])
+    try:
+        rule = rule_of(arch)
+    except ValueError:
+        rule = "llama"  # a class hsmon's table does not list: the plugin asks it when it loads
+    num_layers = int(config.get("text_config", config).get("num_hidden_layers", 0))
+    try:
+        return layer_ids_for(points, rule, num_layers), arch
+    except ValueError as exc:
+        raise ServeError(f"--layers {','.join(map(str, points))}: SGLang's {arch} cannot capture them: "
+                         f"{exc}") from None
 
 
 def sglang_python(explicit: str | None) -> str:
@@ -143,12 +158,15 @@ def build_command(
     extra: list[str],
     adapter: str = AUX_RETURN,
     nccl_port: int | None = None,
+    layer_ids: list[int] | None = None,
     metrics: bool = True,
 ) -> list[str]:
     """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
     capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
     (``HSMON_PLUGIN_AUX_LAYER_IDS``, see ``build_env``) and SGLang returns the last layer.
-    ``nccl_port``: SGLang's ``--nccl-port`` unless ``extra`` names one (see extractor/sglang/ports.py)."""
+    ``nccl_port``: SGLang's ``--nccl-port`` unless ``extra`` names one (see extractor/sglang/ports.py).
+    ``layer_ids``: the ids for ``capture_points`` by the class's rule (``serving_ids``; default ``p - 1``)."""
+    ids = layer_ids if layer_ids is not None else [p - 1 for p in capture_points]
     cmd = [python, "-m", "sglang.launch_server", "--model-path", model_path]
     cmd += ["--host", host, "--port", str(port), "--enable-return-hidden-states"]
     if adapter == AUX_RETURN:
@@ -157,7 +175,7 @@ def build_command(
             "--speculative-algorithm",
             "EAGLE3",
             "--return-aux-hidden-state-layer-ids",
-            *[str(i) for i in sglang_layer_ids(capture_points)],
+            *[str(i) for i in ids],
         ]
     cmd += ["--disable-radix-cache"]
     if cpu:
@@ -245,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model_path = resolve_model(args.model_path, "--model-path")  # a directory or a preset name
         points = parse_layers(args.layers, model_path)
+        layer_ids, _arch = serving_ids(points, model_path)
     except (ServeError, ModelUnavailable) as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2
@@ -256,6 +275,11 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if _given(extra, "--enable-dp-attention"):
+        print("hsmon sglang-serve: --enable-dp-attention is not supported by the capture plugin (untested: "
+              "its writing rank is chosen per attention-TP group); use --tp-size, or --dp-size without DP "
+              "attention", file=sys.stderr)
+        return 2
     python = sglang_python(args.python)
     if os.sep in python and not Path(python).exists():
         print(f"hsmon sglang-serve: --python {python} does not exist (make sglang-env builds .sglang-venv)",
@@ -267,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cpu = on_cpu(args.device)
     env = build_env(dict(os.environ), os.path.abspath(args.dump_dir), cpu)
+    if cpu:
+        bind_env(env, extra)  # one core group per rank: SGLang's CPU engine needs it past one NUMA node
     try:
         found = probe(python, env)
     except ServeError as exc:
@@ -282,11 +308,12 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     if args.allow_untested_sglang:
         env["HSMON_PLUGIN_ALLOW_UNTESTED"] = "1"
+    env["HSMON_PLUGIN_CAPTURE_POINTS"] = ",".join(str(p) for p in points)  # the plugin asks the class
     if adapter == LAYER_CAPTURE:
-        env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in sglang_layer_ids(points))
+        env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
                         nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host),
-                        metrics=not args.no_metrics)
+                        layer_ids=layer_ids, metrics=not args.no_metrics)
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
     return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
 

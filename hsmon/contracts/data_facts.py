@@ -1,6 +1,6 @@
 """Data facts: what the hidden states being written look like, from the manifest's statistics.
 
-Every ``row`` record of an hsmon manifest carries per-layer raw sums (contract 2: ``[tokens,
+Every ``row`` record of an hsmon manifest carries per-layer raw sums (the layout contract: ``[tokens,
 sum_l2, count, sum, sumsq, max_abs, nonfinite, first_tokens, first_l2]``) and every ``chunk``
 record the finished figures (``mean_l2``, ``std``, ``max_abs``, ``nonfinite``, ``mean_l2_rest``).
 ``DataFacts`` is fed those records one at a time, as a manifest reader reads them, and keeps

@@ -1,4 +1,4 @@
-"""Contract 1: structured progress events as JSON Lines.
+"""The events contract: structured progress events as JSON Lines.
 
 Writers (extractor, trainer) emit one JSON object per line and flush after every line, so
 nothing waits in a buffer whatever PYTHONUNBUFFERED says. Readers (the monitor) ignore unknown

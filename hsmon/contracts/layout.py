@@ -1,4 +1,4 @@
-"""Contract 2: the output layout, shared by the extractor (writes), monitor and trainer (read).
+"""The layout contract: the output layout, shared by the extractor (writes), monitor and trainer (read).
 
     OUT/rows_{a}-{b}/data_{i}.ckpt     one torch.save dict per input row i, a <= i < b
     OUT/hsmon-manifest.jsonl           append-only, fsynced: what counts as done
@@ -8,7 +8,10 @@
 
 Manifest records (one JSON object per line, ``type`` says which):
     {"type": "run", "settings": {...}, "pid": .., "started": ts, "rows_done": n, "tokens_done": n,
-     "rows_total": n, "tokens_total": n, "chunks_total": n, "rejects": n, "bytes_needed": b}
+     "rows_total": n, "tokens_total": n, "chunks_total": n, "rejects": n, "bytes_needed": b,
+     "captured": {"points": [p...], ...}}                   the points the engine really captures
+                                                            (sglang: per server, its model class,
+                                                            layer ids and captured_points)
                                                             once per (re)start of a run; the
                                                             ``*_total`` fields are the shard's
                                                             plan (what --dry-run computes)
@@ -104,6 +107,23 @@ def row_path(out_dir: str | os.PathLike[str], row: int, chunk_size: int = DEFAUL
 def parse_chunk_dir_name(name: str) -> tuple[int, int] | None:
     match = CHUNK_DIR_RE.match(name)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def manifest_chunk_error(record: dict[str, Any]) -> str | None:
+    """Why a manifest record's ``chunk`` is not a plain chunk directory of this layout
+    (``rows_A-B``, the record's row within [A, B)): a name such as ``../x`` would lead a reader,
+    and a consuming trainer's deletes, out of the output directory. None when it is plain (or
+    the record names no chunk)."""
+    chunk = record.get("chunk")
+    if chunk is None:
+        return None
+    match = CHUNK_DIR_RE.fullmatch(chunk) if isinstance(chunk, str) else None
+    if match is None:
+        return f"chunk {chunk!r} is not a chunk directory of the layout (rows_A-B)"
+    row = record.get("row")
+    if isinstance(row, int) and not int(match.group(1)) <= row < int(match.group(2)):
+        return f"row {row} does not belong in chunk {chunk}"
+    return None
 
 
 def parse_row_file_name(name: str) -> int | None:

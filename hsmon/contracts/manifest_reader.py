@@ -1,4 +1,5 @@
-"""Reading the manifests (contract 2, hsmon.contracts.layout) at a cost that does not grow with their rows.
+"""Reading the manifests (the layout contract, hsmon.contracts.layout) at a cost that does not grow
+with their rows.
 
 A manifest of a million rows is ~430 MB of JSON. Readers keep running totals (rows, tokens,
 bytes; per chunk and in all), updated as records arrive, and per row only one bit (is it done,

@@ -1,6 +1,7 @@
-"""Contract 4: the online spool, an output directory that a following trainer consumes while it is written.
+"""The spool contract: the online spool, an output directory that a following trainer consumes
+while it is written.
 
-    SPOOL/hsmon-manifest*.jsonl     contract 2, written by `hsmon extract` (one per shard)
+    SPOOL/hsmon-manifest*.jsonl     the layout contract, written by `hsmon extract` (one per shard)
     SPOOL/hsmon-spool.json          written by `hsmon extract --spool-max SIZE` (atomic; rewritten
                                     when a resume changes the limit): {"max_bytes": N, "ts": ts}
     SPOOL/hsmon-ledger.jsonl        the following trainer's ledger (`hsmon train --follow`); one
@@ -52,7 +53,7 @@ SPOOL_NAME = "hsmon-spool.json"
 LEDGER_NAME = "hsmon-ledger.jsonl"
 TRAIN_EVENTS_NAME = "hsmon-train-events.jsonl"
 
-# pause reasons (contract 1's ``pause`` events): the extractor waits for spool room, the
+# pause reasons (the events contract's ``pause`` events): the extractor waits for spool room, the
 # following trainer waits for rows
 PAUSE_SPOOL = "spool"
 PAUSE_ROWS = "rows"

@@ -1,4 +1,4 @@
-"""How full an online spool (contract 4, hsmon.contracts.spool) is, read incrementally.
+"""How full an online spool (the spool contract, hsmon.contracts.spool) is, read incrementally.
 
 The bytes waiting in a spool are the bytes of the rows every manifest of the directory records
 (one per extraction shard) minus the bytes the following trainer's ledger says were consumed.

@@ -1,4 +1,4 @@
-"""Contract 4's writing side: the following trainer's ledger (hsmon.contracts.spool), one writer.
+"""The spool contract's writing side: the following trainer's ledger (hsmon.contracts.spool), one writer.
 
 `LedgerWriter` appends records to SPOOL/hsmon-ledger.jsonl, each append one ``write`` then an
 ``fsync`` (the durability point, as the manifest's), after cutting a partial last line that a

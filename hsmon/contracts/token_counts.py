@@ -1,4 +1,4 @@
-"""Contract 4 (the online spool), the extractor's part: the dataset's token counts, before any row.
+"""The spool contract (the online spool), the extractor's part: the dataset's token counts, before any row.
 
     OUT/hsmon-token-counts.json                  unsharded
     OUT/hsmon-token-counts.shard-I-of-N.json     per shard

@@ -27,6 +27,7 @@ url = "http://127.0.0.1:30000"
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ DEFAULT_STALL_AFTER = 300.0
 DEFAULT_SCAN_INTERVAL = 2.0
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9108
+DEFAULT_CLIENT_TIMEOUT = 60.0  # seconds an idle HTTP connection to the daemon stays open
 
 
 DEFAULT_SERVER_INTERVAL = 5.0
@@ -200,6 +202,7 @@ class DaemonConfig:
     tls_key: str | None = None
     allow_roots: list[str] = field(default_factory=list)  # where launched trainings may read and write
     retire_grace: float = 900.0  # seconds a removed or finished launched job stays readable
+    client_timeout: float = DEFAULT_CLIENT_TIMEOUT  # an idle HTTP connection is closed after it
     jobs: list[JobConfig] = field(default_factory=list)
 
     def validate(self, source: str | None = None) -> None:
@@ -209,9 +212,9 @@ class DaemonConfig:
             raise ConfigError(f"{where}host {self.host!r} is not valid: give an address such as 127.0.0.1")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ConfigError(f"{where}port {self.port!r} is not valid: give a number from 0 to 65535")
-        for key in ("scan_interval", "notify_repeat", "retire_grace"):
+        for key in ("scan_interval", "notify_repeat", "retire_grace", "client_timeout"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ConfigError(f"{where}{key} {value!r} is not valid: give a positive number of seconds")
         if not isinstance(self.allow_roots, list) or not all(isinstance(r, str) for r in self.allow_roots):
             raise ConfigError(
@@ -254,6 +257,7 @@ DAEMON_KEYS = {
     "tls_key",
     "allow_roots",
     "retire_grace",
+    "client_timeout",
 }
 
 

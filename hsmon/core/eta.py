@@ -1,4 +1,4 @@
-"""An ETA a person can plan with (pure: no clock, no I/O; issue 33 item 3).
+"""An ETA a person can plan with (pure: no clock, no I/O).
 
 The work is counted in the unit that measures it best: tokens where the job's token plan is known
 (rows of varying lengths then weigh what they cost), else rows. The rate weighs recent work more

@@ -39,18 +39,6 @@ FULL_SCAN_EVERY = 10
 TransitionListener = Callable[[JobStatus, "str | None"], None]
 
 
-class _OverflowHandler(logging.Handler):
-    """watchdog 7.1 only logs an inotify queue overflow: turn that log record into a scan."""
-
-    def __init__(self, on_overflow: Callable[[], None]) -> None:
-        super().__init__(logging.WARNING)
-        self._on_overflow = on_overflow
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "overflow" in record.getMessage().lower():
-            self._on_overflow()
-
-
 class Monitor:
     """Watches several jobs. Thread-safe; ``status_document()`` never touches the filesystem."""
 
@@ -67,6 +55,7 @@ class Monitor:
         stale_after: float | None = None,
     ) -> None:
         self.scan_interval = scan_interval
+        self._tick_asked = tick_interval
         self.tick_interval = min(tick_interval, scan_interval)
         # a job no tick has measured for this long reads unknown (hsmon/core/state_blind.py)
         self.stale_after = max(STALE_AFTER_S, 10 * self.tick_interval) if stale_after is None else stale_after
@@ -87,7 +76,7 @@ class Monitor:
         self._scan_requested = threading.Event()
         self._thread: threading.Thread | None = None
         self._observer: Any = None
-        self._overflow_handler: _OverflowHandler | None = None
+        self._overflow_handler: logging.Handler | None = None
         self._last_scan_mono = 0.0
         self._starting = False  # start()'s first tick: a large manifest is read in the background
         self.overflows_total = 0
@@ -168,6 +157,11 @@ class Monitor:
             return pid  # added since the last tick: its configured PID is the evidence there is
         return None
 
+    def set_scan_interval(self, seconds: float) -> None:
+        """A new reconciliation period (a reload), taken from the next tick on."""
+        self.scan_interval = seconds
+        self.tick_interval = min(self._tick_asked, seconds)
+
     def add_listener(self, listener: TransitionListener) -> None:
         """``listener(job_status, previous_state)`` after every tick for every job (a
         hsmon.status_doc.JobStatus); previous_state is not None only when the state just changed."""
@@ -200,7 +194,9 @@ class Monitor:
             self._observer = Observer()
             self._observer.daemon = True
             self._observer.start()
-            self._overflow_handler = _OverflowHandler(self.request_scan)
+            from hsmon.core.watch import OverflowHandler
+
+            self._overflow_handler = OverflowHandler(self.request_scan)
             wd_log = logging.getLogger("watchdog.observers")
             if wd_log.level == logging.NOTSET or wd_log.level > logging.WARNING:
                 wd_log.setLevel(logging.WARNING)
@@ -276,7 +272,9 @@ class Monitor:
                     self.tracker_errors.record("job", exc, runtime.cfg.name)
                     continue
                 if self._observer is not None and runtime.dump is not None:
-                    self._ensure_watch(runtime)
+                    from hsmon.core.watch import ensure_watch
+
+                    ensure_watch(self._observer, runtime)
                 if runtime.doc is None:
                     continue
                 if previous is not None:
@@ -313,41 +311,6 @@ class Monitor:
                 self.event_log(event)
             except (OSError, ValueError):
                 log.exception("cannot write the state event")
-
-    def _ensure_watch(self, runtime: JobRuntime) -> None:
-        """(Re)schedule the inotify watch when the dump directory appears or is recreated."""
-        tracker = runtime.dump
-        assert tracker is not None
-        if not tracker.exists or tracker.error:
-            if runtime.watch is not None:
-                self._unschedule(runtime)
-            return
-        if runtime.watch is not None and runtime.watch_inode == tracker.dir_inode:
-            return
-        self._unschedule(runtime)
-        from hsmon.core.watch import DumpDirHandler
-
-        try:
-            runtime.watch = self._observer.schedule(
-                DumpDirHandler(tracker),
-                tracker.path,
-                recursive=False,
-                event_filter=DumpDirHandler.EVENT_TYPES,
-            )
-            runtime.watch_inode = tracker.dir_inode
-        except OSError as exc:
-            log.warning("cannot watch %s: %s (scans still run)", tracker.path, exc)
-            runtime.watch = None
-            return
-        tracker.scan()  # files created before the watch existed
-
-    def _unschedule(self, runtime: JobRuntime) -> None:
-        if runtime.watch is None:
-            return
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._observer.unschedule(runtime.watch)
-        runtime.watch = None
-        runtime.watch_inode = None
 
     # -- reading ------------------------------------------------------------------------------
     def job_statuses(self) -> list[JobStatus]:

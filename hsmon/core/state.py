@@ -1,10 +1,10 @@
 """The job state machine: a pure function of a snapshot of plain figures.
 
-States (contract of issue 3):
+States:
     starting  watched, but no work seen yet (loading a model, waiting for a process)
     running   progress events arrive
     silent    work is visible (dump files, output growth, CPU time, I/O) but no progress events:
-              the story's empty log, not an alert
+              the original job's empty log, not an alert
     stalled   alive, and no signal has moved for ``stall_after`` seconds
     quiet     nothing moved for ``stall_after`` seconds, but no process and no events are watched:
               finished and stalled look alike (a warning, never critical, never notified)

@@ -1,5 +1,5 @@
 """An online job's verdict: the extraction writing a spool and the trainer following it, judged
-together (issue 29). Pure: the facts come from hsmon/core/trackers/online.py, the extraction's own
+together. Pure: the facts come from hsmon/core/trackers/online.py, the extraction's own
 verdict from `decide` (hsmon/core/state.py), which calls `online_decision` last.
 
 Each side gets a state (hsmon/status_doc/online.py ``SIDE_STATES``):

@@ -37,7 +37,7 @@ class Profile:
     eval_prompts: int
     eval_new_tokens: int
     # A short training that still learns something on the demo's rows: a higher learning rate and a
-    # smaller draft vocabulary than the defaults (see docs/train.md, "Measured").
+    # smaller draft vocabulary than the defaults (see docs/benchmarks.md, "Training and acceptance").
     train_fields: dict[str, str] = field(default_factory=dict)
 
 

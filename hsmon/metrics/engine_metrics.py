@@ -3,7 +3,7 @@
 Servers and GPUs are sampled on their own schedules (liveness every few seconds, /health_generate
 every 15 s, NVML every 5 s), so their exposition is rendered by the tick thread right after it
 reads them, and a scrape copies the latest bytes: watching 4 servers and 8 GPUs adds ~100 series
-but nothing to the scrape's own time (bench/server_watch.py). The families are contract 3's and
+but nothing to the scrape's own time (bench/server_watch.py). The families are the metrics contract's and
 are documented in docs/metrics.md like every other.
 """
 

@@ -1,5 +1,5 @@
 """Prometheus exporter: a custom collector that turns the Monitor's in-memory state into metrics
-(contract 3: hsmon_ prefix, base units, _total counters, labels job/role only), plus the engine
+(the metrics contract: hsmon_ prefix, base units, _total counters, labels job/role only), plus the engine
 families (servers, GPUs) that the tick thread renders (hsmon.metrics.engine_metrics). A scrape
 never touches the filesystem; while scrapes come, the tick thread renders the text after each tick
 and a scrape only sends it (MetricsEndpoint). Every metric is documented in docs/metrics.md."""
@@ -94,7 +94,7 @@ class MonitorCollector(Collector):
         yield from self._extra()
 
     def _extra(self) -> Iterator[Any]:
-        if self.extra is None:
+        if self.extra is None or not getattr(self.extra, "active", True):
             return
         sent = _c("hsmon_notifications_sent_total", "webhook notifications delivered", ())
         failed = _c("hsmon_notifications_failed_total", "webhook notifications that failed", ())

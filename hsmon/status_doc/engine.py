@@ -65,10 +65,20 @@ class Capture(Section, omit_defaults=True):
     hook_seconds_p50: Num | None
     hook_seconds_p99: Num | None
     read_ts: float
-    # issue 32: the SGLang release and the plugin's capture adapter in it (docs/extract.md's support
+    # the SGLang release and the plugin's capture adapter in it (docs/extract.md's support
     # table); optional: left out of the document (omit_defaults) when the plugin does not say
     sglang_version: str | None = None
     adapter: str | None = None
+    # what the engine really does: the model class SGLang loaded, its parallel sizes, the class's
+    # layer rule (hsmon.contracts.capture_points.RULES), the points its model captures (read back
+    # from the class by the plugin) and which rank writes; absent when the server does not say
+    model_class: str | None = None
+    tp_size: int | None = None
+    dp_size: int | None = None
+    ep_size: int | None = None
+    capture_rule: str | None = None
+    captured_points: list[int] | None = None
+    writer: str | None = None
 
 
 class ServerEntry(Section):

@@ -128,7 +128,7 @@ class ProcessEntry(Section):
 
 
 class EventsSection(Section):
-    """The job's events file (contract 1)."""
+    """The job's events file (the events contract)."""
 
     path: str
     exists: bool
@@ -198,7 +198,7 @@ class JobStatus(Section):
     disk: list[DiskEntry]
     processes: list[ProcessEntry]
     events: EventsSection | None
-    recent_events: list[dict[str, Any]]  # the events as written (contract 1), and state events
+    recent_events: list[dict[str, Any]]  # the events as written (the events contract), and state events
     training: TrainingSection | None
     servers: list[ServerEntry]
     gpu: JobGpu

@@ -72,7 +72,7 @@ def server_lines(job: JobStatus, history: JobHistory, width: int) -> list[Text]:
 
 
 def capture_line(capture: Capture | None, width: int) -> Text | None:
-    """The hsmon capture plugin's counters (``servers[i].capture``, issue 21): 'capture q 2  pool
+    """The hsmon capture plugin's counters (``servers[i].capture``): 'capture q 2  pool
     120.0 MB of 512.0 MB  files 1,234  sync 0  err 0'; None without the plugin. Red on write errors
     or reused buffers, yellow on sync fallbacks (the host pool was full)."""
     if capture is None:
@@ -88,8 +88,13 @@ def capture_line(capture: Capture | None, width: int) -> Text | None:
         line.append(f"  buffer reuses {fmt_count(reuses)}", style="bold red")
     if capture.hook_seconds_p99 is not None:
         line.append(f"  hook p99 {1000 * float(capture.hook_seconds_p99):.1f} ms", style="grey70")
-    if capture.sglang_version:  # issue 32: which release, which adapter
+    if capture.sglang_version:  # which release, which adapter
         line.append(f"  SGLang {capture.sglang_version} {capture.adapter or 'aux-return'}", style="grey70")
+    if capture.model_class:  # the class loaded, its parallel sizes, its layer rule, the points captured
+        tp = f" tp{capture.tp_size}" if capture.tp_size and capture.tp_size > 1 else ""
+        points = ",".join(map(str, capture.captured_points or [])) or "?"
+        line.append(f"  {capture.model_class}{tp} rule {capture.capture_rule or '?'} points {points}",
+                    style="grey70")
     line.truncate(width, overflow="ellipsis")
     return line
 

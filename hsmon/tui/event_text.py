@@ -1,4 +1,4 @@
-"""One human line per progress event (contract 1), and the event log's filters.
+"""One human line per progress event (the events contract), and the event log's filters.
 
 Every kind the extractor, the trainer, `hsmon eval-drafter` and the monitor emit has its own
 summary (``rows 256/300 (+15, 2,157 tok)``); a kind not known here keeps the raw ``key=value``

@@ -21,7 +21,6 @@ from extractor.backends.sglang import preflight, transports
 from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.options import SGLangOptions
 from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
-from hsmon.contracts.capture_points import sglang_layer_ids
 from hsmon.contracts.rejects import SERVER_FAILING, SERVER_REFUSED
 
 PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
@@ -72,6 +71,12 @@ class SGLangBackend(Backend):
         self._executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="hsmon-sglang")
         self.stats = {"requests": 0, "orphans_reused": 0, "request_seconds": 0.0, "client_seconds": 0.0}
 
+    def captured(self) -> dict[str, Any]:
+        """For the manifest's ``run`` record: the points each server's model really captures."""
+        return {"points": self.capture_points, "servers": [
+            {"url": f.url, "model_class": (f.plugin or {}).get("model_class"), "layer_ids": f.layer_ids,
+             "captured_points": f.captured_points} for f in self.facts]}
+
     def describe(self) -> dict[str, Any]:
         """Fields for the run's ``start`` event (the engine-watch helper reads ``urls``/``transport``)."""
         return {"urls": list(self.options.urls), "transport": self.transport, "concurrency": self.concurrency,
@@ -103,7 +108,7 @@ class SGLangBackend(Backend):
             if orphan is not None:
                 try:
                     states = transports.take_dump(orphan, hidden, captures, self.torch_dtype, len(ids), 0.0,
-                                                  sglang_layer_ids(self.capture_points))
+                                                  self.capture_points)
                     with self._lock:
                         self.stats["orphans_reused"] += 1
                     return states
@@ -226,7 +231,7 @@ class SGLangBackend(Backend):
         path = transports.dump_path(payload, url, row)
         try:
             return transports.take_dump(path, hidden, captures, self.torch_dtype, want,
-                                        self.options.dump_wait, sglang_layer_ids(self.capture_points))
+                                        self.options.dump_wait, self.capture_points)
         except ValueError as exc:
             raise RuntimeError(f"row {row}: {url}: bad dump file: {exc}") from None
 

@@ -44,6 +44,7 @@ class ServerFacts:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
     max_input: int | None = None  # the longest input it accepts (None: it does not say)
     context_length: int | None = None
+    captured_points: list[int] | None = None  # read back from the loaded model by the plugin
     # the dtype it computes in: the plugin's word (SGLang's own resolution), else its --dtype when
     # not auto; None until `check_servers` applies SGLang's auto rule to the model's config
     computes: str | None = None
@@ -86,7 +87,8 @@ def facts_of(url: str, info: dict[str, Any]) -> ServerFacts:
         dtype=str(info.get("dtype", "auto")), chunked_prefill_size=int(chunk) if chunk else -1,
         max_running_requests=opt_int("max_running_requests"), max_total_tokens=opt_int("max_total_tokens"),
         model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info,
-        max_input=max_input_of(info), context_length=opt_int("context_length"), computes=computes_of(info))
+        max_input=max_input_of(info), context_length=opt_int("context_length"),
+        captured_points=_plugin_points(info), computes=computes_of(info))
 
 
 # SGLang's --dtype spellings, as the dtype stored
@@ -129,6 +131,13 @@ def _plugin_captures(info: dict[str, Any]) -> bool:
     ``--enable-return-aux-hidden-states``, docs/extract.md "Supported SGLang releases")."""
     plugin = info.get("hsmon_plugin")
     return isinstance(plugin, dict) and plugin.get("adapter") == "layer-capture"
+
+
+def _plugin_points(info: dict[str, Any]) -> list[int] | None:
+    """The capture points the server's model really captures (the plugin asked its class), or None."""
+    plugin = info.get("hsmon_plugin")
+    text = plugin.get("captured_points") if isinstance(plugin, dict) else None
+    return [int(p) for p in str(text).replace(",", " ").split()] if text else None
 
 
 def _plugin_layer_ids(info: dict[str, Any]) -> list[int]:
@@ -215,7 +224,15 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
             why.append("its radix cache is on (a cached prefix returns no hidden states)")
         raise PreflightError(f"--url {url}: {' and '.join(why)}; relaunch it with {' '.join(missing)} "
                              "(hsmon sglang-serve sets them all)")
-    if facts.layer_ids != want:
+    if facts.captured_points is not None:
+        if facts.captured_points != list(capture_points):
+            model = (facts.plugin or {}).get("model_class") or "its model"
+            got = ",".join(map(str, facts.captured_points))
+            raise PreflightError(f"--url {url}: {model} on the server captures points {got} (SGLang "
+                                 f"layer ids {facts.layer_ids}), this run needs {list(capture_points)}; "
+                                 f"relaunch it with hsmon sglang-serve --layers "
+                                 f"{','.join(map(str, capture_points))}, or pass --layers {got}")
+    elif facts.layer_ids != want:
         raise PreflightError(f"--url {url}: the server captures SGLang layer ids {facts.layer_ids}, this run "
                              f"needs {want} (capture points {capture_points} minus 1); relaunch it with "
                              f"--return-aux-hidden-state-layer-ids {ids}, or pass --layers "

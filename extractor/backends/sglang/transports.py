@@ -164,7 +164,7 @@ def _error_file(ticket: DumpTicket) -> DumpError:
 
 
 def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: int,
-              layer_ids: list[int] | None = None) -> RowStates:
+              points: list[int] | None = None) -> RowStates:
     """Read and check one dump file: shapes, dtype, token count. ValueError says what is wrong."""
     from safetensors import safe_open
 
@@ -175,9 +175,10 @@ def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: 
             raise ValueError(f"{path.name}: missing tensors (has {sorted(names)})")
         last = fh.get_tensor("hidden_state")
         aux = fh.get_tensor("aux_hidden_state")
-    if layer_ids is not None and meta.get("layer_ids") not in (None, ",".join(map(str, layer_ids))):
-        raise ValueError(f"{path.name}: captured SGLang layer ids {meta.get('layer_ids')}, this run needs "
-                         f"{','.join(map(str, layer_ids))}")
+    captured = meta.get("captured_points")  # what the model really captured (the plugin asked it)
+    if points is not None and captured and captured != ",".join(map(str, points)):
+        raise ValueError(f"{path.name}: the server captured points {captured} (SGLang layer ids "
+                         f"{meta.get('layer_ids')}), this run needs {','.join(map(str, points))}")
     tokens = int(meta.get("tokens", -1))
     if tokens != want or last.shape != (want, hidden) or aux.shape != (want, captures * hidden):
         raise ValueError(f"{path.name}: {tokens} tokens, hidden_state {list(last.shape)}, aux_hidden_state "
@@ -190,14 +191,14 @@ def load_dump(path: Path, hidden: int, captures: int, dtype: torch.dtype, want: 
 
 
 def take_dump(path: Path | DumpTicket, hidden: int, captures: int, dtype: torch.dtype, want: int,
-              wait_s: float, layer_ids: list[int] | None = None) -> RowStates:
+              wait_s: float, points: list[int] | None = None) -> RowStates:
     """Wait for the file, check it, load it, delete it: its content now lives in the run's memory
     until the writer puts it into its chunk (a crash before that recomputes the row)."""
     if isinstance(path, DumpTicket):
         wait_for_file(path, wait_s)
         path = path.path
     try:
-        return load_dump(path, hidden, captures, dtype, want, layer_ids)
+        return load_dump(path, hidden, captures, dtype, want, points)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

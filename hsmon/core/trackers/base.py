@@ -1,4 +1,4 @@
-"""The one interface every tracker answers to (issue 24 item 2).
+"""The one interface every tracker answers to.
 
 A tracker polls on its own schedule (``due``/``poll``), answers its typed section of the status
 document (``section``), and keeps its Prometheus families beside it: a module-level

@@ -1,5 +1,6 @@
 """Builders the exporter's collectors share (hsmon.metrics.exporter, hsmon.metrics.engine_metrics):
-a family with contract 3's default label, and a sample that is skipped when its figure is unknown."""
+a family with the metrics contract's default label, and a sample that is skipped when its figure
+is unknown."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""An online job: the output directory is a spool (contract 4, hsmon/contracts/spool.py) that a
-following trainer consumes while the extraction writes it (issue 29).
+"""An online job: the output directory is a spool (the spool contract, hsmon/contracts/spool.py) that a
+following trainer consumes while the extraction writes it.
 
 `OnlineTracker` measures the spool and its trainer for the job that watches the extraction: the
 limit (SPOOL/hsmon-spool.json, read again every ``LIMIT_EVERY_S``: a resume may change it), the

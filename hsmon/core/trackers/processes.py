@@ -1,7 +1,7 @@
 """Process tracker: finds a job's process by PID, pidfile or command-line regex (psutil), and
 measures it: alive, status, CPU seconds, RSS, I/O, threads, start time, restarts.
 
-Also detects the story's trap: Python writing stdout to a regular file without -u or
+Also detects the original job's trap: Python writing stdout to a regular file without -u or
 PYTHONUNBUFFERED (block-buffered, so the log looks dead while the job works).
 """
 
@@ -60,7 +60,7 @@ def python_unbuffered(cmdline: list[str], environ: dict[str, str]) -> bool | Non
 
 
 def stdout_block_buffered(cmdline: list[str], environ: dict[str, str], stdout_is_regular_file: bool) -> bool:
-    """The story's trap: Python, stdout to a regular file, neither -u nor PYTHONUNBUFFERED."""
+    """The original job's trap: Python, stdout to a regular file, neither -u nor PYTHONUNBUFFERED."""
     return stdout_is_regular_file and python_unbuffered(cmdline, environ) is False
 
 

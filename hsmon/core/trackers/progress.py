@@ -1,4 +1,4 @@
-"""Progress tracker: tails a job's events file (contract 1) and keeps the job's counters.
+"""Progress tracker: tails a job's events file (the events contract) and keeps the job's counters.
 
 Copes with a file that does not exist yet, truncation, rotation, a partial last line and garbage
 lines (hsmon.contracts.events.EventFileReader). Field names are read liberally (cumulative ``rows_done``

@@ -41,9 +41,16 @@ def parse_capture(info: Any, now: float) -> Capture | None:
     plugin = info["hsmon_plugin"]
     version = plugin.get("version")
     release, adapter = plugin.get("sglang_version"), plugin.get("adapter")
+    model_class = plugin.get("model_class")
     return Capture(
         sglang_version=str(release) if release is not None else None,
         adapter=str(adapter) if adapter is not None else None,
+        model_class=str(model_class) if model_class else None,
+        tp_size=_size(info.get("tp_size")), dp_size=_size(info.get("dp_size")),
+        ep_size=_size(info.get("ep_size")),
+        capture_rule=_rule(model_class),
+        captured_points=_points(plugin.get("captured_points")),
+        writer="attention-TP rank 0" if model_class else None,
         schedulers=len(parts),
         plugin_version=str(version) if version is not None else None,
         write_seconds=sum(_float(p.get("write_seconds")) for p in parts),
@@ -53,6 +60,30 @@ def parse_capture(info: Any, now: float) -> Capture | None:
         read_ts=now,
         **sums,
     )
+
+
+def _size(value: Any) -> int | None:
+    return int(value) if _number(value) and value >= 1 else None
+
+
+def _rule(model_class: Any) -> str | None:
+    """The class's layer rule by hsmon's table (None: no class, or one the table does not list)."""
+    from hsmon.contracts.capture_points import rule_of
+
+    if not model_class:
+        return None
+    try:
+        return rule_of(str(model_class))
+    except ValueError:
+        return None
+
+
+def _points(text: Any) -> list[int] | None:
+    try:
+        points = [int(p) for p in str(text).replace(",", " ").split()] if text else []
+    except ValueError:
+        return None
+    return points or None
 
 
 def _quantile(sorted_ms: list[float], q: float) -> float | None:

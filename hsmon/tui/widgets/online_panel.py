@@ -1,4 +1,4 @@
-"""An online job's two sides together (issue 29): the spool's fill against its limit, the extractor
+"""An online job's two sides together: the spool's fill against its limit, the extractor
 and the following trainer (state, why, rate, share of the last 10 min waited) and the bottleneck in
 words. Hidden for any other job; the wording is hsmon/status_text.py's, as `hsmon status` says it."""
 

@@ -67,6 +67,7 @@ def register() -> None:
         # SGLang logs and ignores ordinary exceptions from a plugin; a refused plugin must stop
         # the server instead of letting it serve requests that silently lack the capture.
         raise SystemExit(refusal)
-    from hsmon_sglang_plugin import capture
+    from hsmon_sglang_plugin import capture, cpu_mla
 
     capture.install(features.adapter or "")
+    cpu_mla.register_torch_native()  # DeepSeek-style MLA on the CPU engine

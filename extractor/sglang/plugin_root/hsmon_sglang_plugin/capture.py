@@ -79,6 +79,9 @@ def install(adapter: str = AUX_RETURN) -> None:
                               _refuse_pipeline_parallel)
         HookRegistry.register(APPEND_PREFILL, _append_prefill_hidden_states, HookType.AROUND)
         return
+    from hsmon_sglang_plugin import capture_rule
+
+    capture_rule.install(HookRegistry.register, HookType)
     HookRegistry.register(SERVER_ARGS_RESOLVE, _refuse_pipeline_parallel, HookType.BEFORE)
     HookRegistry.register(SERVER_INFO, _add_server_info, HookType.AFTER)
     HookRegistry.register(INTERNAL_STATE, _add_internal_state, HookType.AFTER)
@@ -110,6 +113,9 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
         from hsmon_sglang_plugin.layer_capture import layer_ids
 
         result["hsmon_plugin"]["layer_ids"] = ",".join(str(i) for i in layer_ids())
+    from hsmon_sglang_plugin.capture_rule import fold_into
+
+    fold_into(result["hsmon_plugin"], result)  # model_class, layer_ids, captured_points
     return result
 
 
@@ -158,15 +164,23 @@ def _facts() -> dict[str, Any]:
 
         parallel = get_parallel()
         writer = getattr(parallel, "attn_tp_rank", 0) == 0 and getattr(parallel, "attn_cp_rank", 0) == 0
-        if _process_facts.get("adapter") == LAYER_CAPTURE:
+        from hsmon_sglang_plugin.capture_rule import current
+
+        capture = current()
+        if capture is not None:  # what the model was given and really captures
+            layer_ids, points = capture.layer_ids, capture.captured_points
+        elif _process_facts.get("adapter") == LAYER_CAPTURE:
             from hsmon_sglang_plugin.layer_capture import layer_ids as env_layer_ids
 
-            layer_ids = env_layer_ids()
+            layer_ids, points = env_layer_ids(), []
         else:
-            layer_ids = get_exec().features.return_aux_hidden_state_layer_ids
+            layer_ids, points = get_exec().features.return_aux_hidden_state_layer_ids, []
+        logger.warning("hsmon capture plugin: tp rank %s %s", getattr(parallel, "tp_rank", "?"),
+                       "writes the dumps" if writer else "does not write (attention-TP rank 0 does)")
         _process_facts.update(
             writer=writer,
             layer_ids=",".join(str(i) for i in layer_ids) if layer_ids else "",
+            captured_points=",".join(str(p) for p in points),
             sglang_version=sglang.__version__,
         )
     return _process_facts
@@ -322,6 +336,7 @@ def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
         "rid": rid,
         "tokens": str(tokens),
         "layer_ids": facts["layer_ids"],
+        "captured_points": facts["captured_points"],
         "sglang_version": facts["sglang_version"],
         "plugin_version": PLUGIN_VERSION,
     }

@@ -6,9 +6,10 @@ layer ids come in ``HSMON_PLUGIN_AUX_LAYER_IDS`` (``hsmon sglang-serve`` sets it
 ids 0.5.23 takes in ``--return-aux-hidden-state-layer-ids``). Then:
 
 - after the model loads (``ModelRunner.load_model``), the model's own EAGLE-3 capture is turned
-  on (``set_eagle3_layers_to_capture(ids)``: ``hidden_states + residual`` before layer ``id + 1``,
-  exactly what 0.5.23 captures); a model class without it gets forward hooks on those decoder
-  layers that record the same sum;
+  on (``capture_rule.turn_on``: ``set_eagle3_layers_to_capture`` with the ids that make this class
+  capture the points in ``HSMON_PLUGIN_CAPTURE_POINTS``, ``hidden_states + residual`` before each
+  captured layer, exactly what 0.5.23 captures); a model class without the method gets forward
+  hooks on the decoder layers ``id`` that record the same sum (point ``id + 1``);
 - around ``LogitsProcessor.forward``: the model hands the captured layers in as
   ``aux_hidden_states``; the plugin calls the original without them, so the output's
   ``hidden_states`` is the last layer after the final norm for every token (full capture mode),
@@ -62,14 +63,20 @@ def _refuse_pp(refuse_pp: Any) -> Any:
 
 
 def _after_load_model(result: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
+    from hsmon_sglang_plugin import capture_rule
+    from hsmon_sglang_plugin.layer_rule import Capture
+
     ids = layer_ids()
     model = getattr(runner, "model", None)
     if not ids or model is None:
         return result
     if hasattr(model, "set_eagle3_layers_to_capture"):
-        model.set_eagle3_layers_to_capture(ids)
+        capture_rule.turn_on(model, ids)
     else:
+        points = capture_rule.requested_points() or [i + 1 for i in ids]
+        ids = [p - 1 for p in points]
         _hook_decoder_layers(model, ids)
+        capture_rule.remember(Capture(type(model).__name__, ids, points))
     return result
 
 
