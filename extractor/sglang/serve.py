@@ -24,6 +24,7 @@ from pathlib import Path
 
 from extractor.sglang.cpu_binding import bind_env
 from extractor.sglang.ports import free_stable_port
+from extractor.targets import ModelUnavailable, resolve_model
 from hsmon.contracts.capture_points import layer_ids_for, parse_capture_points, rule_of
 from hsmon.contracts.units import port_number
 
@@ -46,7 +47,8 @@ class ServeError(ValueError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", required=True,
-                        help="the target model directory (Hugging Face layout)")
+                        help="the target model: a Hugging Face directory or a preset name (embedded, "
+                        "smollm2), as every model option takes")
     parser.add_argument(
         "--dump-dir",
         default=DEFAULT_DUMP_ROOT,
@@ -83,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start an SGLang release outside the tested set (docs/extract.md's support table); "
         "then check the first dumps with hsmon verify-data",
     )
+    parser.add_argument("--no-metrics", action="store_true", help="leave SGLang's /metrics off (by default "
+                        "--enable-metrics is passed: the daemon reads the server's load from it)")
     parser.add_argument(
         "sglang_args",
         nargs=argparse.REMAINDER,
@@ -155,6 +159,7 @@ def build_command(
     adapter: str = AUX_RETURN,
     nccl_port: int | None = None,
     layer_ids: list[int] | None = None,
+    metrics: bool = True,
 ) -> list[str]:
     """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
     capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
@@ -181,6 +186,8 @@ def build_command(
             cmd += ["--max-total-tokens", CPU_MAX_TOTAL_TOKENS]
     if nccl_port is not None and not _given(extra, "--nccl-port"):
         cmd += ["--nccl-port", str(nccl_port)]
+    if metrics and not _given(extra, "--enable-metrics"):
+        cmd += ["--enable-metrics"]  # the server's load figures for the daemon (running, queued, tok/s)
     return cmd + extra
 
 
@@ -253,11 +260,11 @@ def run(args: argparse.Namespace) -> int:
     extra = list(args.sglang_args or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    model_path = Path(args.model_path)
     try:
+        model_path = resolve_model(args.model_path, "--model-path")  # a directory or a preset name
         points = parse_layers(args.layers, model_path)
         layer_ids, _arch = serving_ids(points, model_path)
-    except ServeError as exc:
+    except (ServeError, ModelUnavailable) as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2
     for flag in ("--enable-radix-cache", "--pp-size", "--model-path", "--port", "--host"):
@@ -306,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
                         nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host),
-                        layer_ids=layer_ids)
+                        layer_ids=layer_ids, metrics=not args.no_metrics)
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
     return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
 
