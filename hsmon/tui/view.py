@@ -89,6 +89,7 @@ class DiskLine:
     time_to_full: str
     time_to_done: str
     verdict: str
+    projected: bool = True  # False: no time to full nor to done (an ended job writes no more)
 
 
 def disk_lines(disks: Iterable[DiskEntry]) -> list[DiskLine]:
@@ -100,6 +101,7 @@ def disk_lines(disks: Iterable[DiskEntry]) -> list[DiskLine]:
             free=format_bytes(disk.free_bytes), needed=format_bytes(disk.needed_bytes),
             fits=disk.fits, time_to_full=fmt_clock(disk.time_to_full_s),
             time_to_done=fmt_clock(disk.time_to_done_s), verdict=disk_verdict(disk),
+            projected=disk.time_to_full_s is not None or disk.time_to_done_s is not None,
         ))
     return lines
 
