@@ -53,4 +53,4 @@ def test_the_contracts_rule_names_every_part_of_hsmon_but_the_contracts() -> Non
     package = ROOT / "hsmon"
     parts = {f"hsmon.{p.stem}" for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
     parts |= {f"hsmon.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
-    assert parts - {"hsmon.contracts"} == listed, "pyproject.toml: list every part of hsmon/ but its contracts"
+    assert parts - {"hsmon.contracts"} == listed, "pyproject.toml: list each part of hsmon/ but contracts"
