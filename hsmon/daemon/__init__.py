@@ -5,6 +5,7 @@
     http_pool.py      the HTTP server: a fixed pool of handler threads behind one reader
     security.py       TLS, the token file, the allowed roots, who sees command lines
     reload.py         SIGHUP: what a reload applies
+    notify.py         webhooks on state transitions (Slack, generic JSON), retried, never blocking a tick
     memory_trim.py    glibc's free heap pages given back every 5 minutes
     scrape_latency.py a scrape not held behind a tick (GIL switch interval, frozen start-up objects)
     process.py        `hsmon daemon` started as a child process, its URL once it listens

@@ -147,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from hsmon.contracts import events as ev
     from hsmon.core.monitor import Monitor
+    from hsmon.daemon.notify import NotifierSlot
     from hsmon.daemon.scrape_latency import settle_for_serving
     from hsmon.metrics.exporter import MetricsEndpoint
-    from hsmon.notify import NotifierSlot
 
     if not cfg.jobs and token is None:
         print(
