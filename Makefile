@@ -103,8 +103,8 @@ test-sglang-matrix: setup
 # make test-floors: the declared floors (pyproject's >=), tested. A venv of its own with every direct
 # dependency at the lowest version allowed (uv's --resolution lowest-direct; torch stays the pinned
 # CPU build), then the TUI, daemon and extractor tests. Left out there: the frame snapshots and the
-# committed JSON Schema, exact outputs of the pinned Textual and msgspec. A separate CI lane, not
-# part of make test (its time).
+# committed JSON Schema, exact outputs of the pinned Textual and msgspec. Not part of make test (its
+# time); .ci/run runs it after make test.
 FLOORS_VENV ?= .venv-floors
 FLOORS_TESTS ?= tests/test_tui_pilot.py tests/test_tui_view.py tests/test_tui_repaint.py \
 	tests/test_tui_rough_edges.py tests/test_tui_engine.py tests/test_tui_data_panel.py \

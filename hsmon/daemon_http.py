@@ -74,7 +74,7 @@ class PooledHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.connection = self.request
-        self.connection.settimeout(self.server.client_timeout)  # the answer's writes
+        self.connection.settimeout(self.server.request_timeout)  # the answer's writes
         self.rfile = io.BytesIO(bytes(self.conn.buf))  # type: ignore[assignment]
         self.wfile = self.connection.makefile("wb", buffering=0)
 

@@ -145,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
     if args.passes < 1 or args.chunk_size < 1:
         print("hsmon online: --passes and --chunk-size must be positive", file=sys.stderr)
         return 2
+    if args.keep and args.spool_max:
+        # kept rows never leave the spool: once it holds --spool-max, the extraction waits for ever
+        print(f"hsmon online: --keep with --spool-max {args.spool_max}: kept rows never free the spool, so "
+              "the extraction would wait for ever once it is full; drop one of them", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     plan = make_plan(args, extractor_has_spool_max() if args.spool_max else False)
     if args.spool_max and not plan.spool_max_passed:

@@ -59,7 +59,7 @@ def test_idle_and_slow_clients_hold_no_thread_and_are_closed(daemon):
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")
         assert time.monotonic() - started < 3.0
-        assert threads(daemon.proc.pid) <= before + 2, (before, threads(daemon.proc.pid))
+        assert threads(daemon.proc.pid) <= before + 4, (before, threads(daemon.proc.pid))  # not 300 more
         for sock in socks:  # each is closed by the daemon: EOF, within the timeout and a sweep
             sock.settimeout(CLIENT_TIMEOUT + 10)
             assert sock.recv(4096) == b""

@@ -87,3 +87,14 @@ def test_ctrl_c_of_online_exits_130_and_reads_stopped_not_done(tmp_path, tiny_mo
     assert online["consumer"]["state"] == "stopped" and online["producer"]["state"] in ("stopped", "done")
     assert "--resume" in job["reason"] and not job["progress"]["eta_s"], job["reason"]
     assert not [h for h in job["hints"] if h["severity"] == "critical"], job["hints"]
+
+
+def test_keep_with_spool_max_is_refused_in_one_line(tmp_path):
+    """Kept rows never leave the spool: a bounded spool would fill and the extraction wait for ever."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    res = subprocess.run([sys.executable, "-m", "hsmon", "online", str(data), "--out", str(tmp_path / "o"),
+                          "--keep", "--spool-max", "12MB"], capture_output=True, text=True, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "--keep with --spool-max 12MB" in lines[0], res.stderr
+    assert not (tmp_path / "o").exists()

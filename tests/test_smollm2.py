@@ -218,7 +218,10 @@ def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
 
     cut, events = work / "cut", work / "cut.jsonl"
     argv = [sys.executable, "-m", "hsmon", *train_args(extracted, cut, "--events", str(events))]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # steps held 0.3 s on purpose: the SIGTERM lands mid-run whatever the machine's speed
+    env = {**os.environ, "HSMON_TRAIN_STEP_DELAY_S": "0.3"}
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -228,7 +231,8 @@ def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
             assert proc.poll() is None, proc.communicate()[1][-2000:]
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, proc.communicate()[1][-2000:]
+        # stopped by a signal, not done: 128 + SIGTERM, so that no wrapper takes it for success
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM, proc.communicate()[1][-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()

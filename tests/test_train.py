@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -255,6 +256,8 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # steps held 0.3 s each: the SIGTERM sent at step 3 lands before step 24 whatever the machine
+        env={**os.environ, "HSMON_TRAIN_STEP_DELAY_S": "0.3"},
     )
     try:
         deadline = time.time() + 240

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,9 +40,10 @@ def trainer_cmd(spool_dir: Path, out: Path, model: Path, *extra: str) -> list[st
             "--eval-fraction", "0.1", *extra]
 
 
-def start_trainer(spool_dir: Path, out: Path, model: Path, *extra: str) -> subprocess.Popen[str]:
+def start_trainer(spool_dir: Path, out: Path, model: Path, *extra: str,
+                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(trainer_cmd(spool_dir, out, model, *extra), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=extract_env())
+                            stderr=subprocess.PIPE, text=True, env={**extract_env(), **(env or {})})
 
 
 def wait_until(predicate, what: str, proc: subprocess.Popen[str] | None = None, timeout: float = 120) -> None:
@@ -152,7 +154,9 @@ def test_trainer_kill_9_then_resume_gives_every_row_exactly_e_passes(tmp_path, t
     spool_dir, out = tmp_path / "spool", tmp_path / "train"
     proc = run_extract(data, spool_dir, tiny_model, *CHUNK, events=tmp_path / "extract.jsonl")
     assert proc.returncode == 0, proc.stderr
-    trainer = start_trainer(spool_dir, out, tiny_model, "--window", "24")
+    # steps held 0.2 s each: the kill, sent once steps passed a checkpoint, lands before the end
+    trainer = start_trainer(spool_dir, out, tiny_model, "--window", "24",
+                            env={"HSMON_TRAIN_STEP_DELAY_S": "0.2"})
     try:
         def past_a_consuming_checkpoint() -> bool:
             ledger = spool.read_ledger(spool_dir)
@@ -265,6 +269,18 @@ def test_sigterm_while_waiting_for_the_first_chunk_stops_cleanly(tmp_path, tiny_
         wait_until(lambda: [e["kind"] for e in trainer_events(spool_dir)].count("heartbeat") >= 2,
                    "heartbeats while waiting", trainer)
         assert [e.get("reason") for e in trainer_events(spool_dir) if e["kind"] == "pause"] == ["rows"]
+        # one consumer per spool and one writer per --out: a second is refused in one line naming the
+        # first's PID and host, before it writes an event
+        for other_spool, other_out, flag in ((spool_dir, tmp_path / "train2", "spool (DATA_DIR)"),
+                                             (tmp_path / "spool2", tmp_path / "train", "--out")):
+            second = subprocess.run(trainer_cmd(other_spool, other_out, tiny_model), capture_output=True,
+                                    text=True, env=extract_env(), timeout=120)
+            assert second.returncode == 2, second.stderr
+            (line,) = second.stderr.strip().splitlines()
+            assert f"is being written by PID {trainer.pid} on host {socket.gethostname()}" in line, line
+            assert line.startswith("hsmon train: ") and line.endswith(f"or give another {flag}"), line
+        kinds = [e["kind"] for e in trainer_events(spool_dir)]
+        assert kinds.count("pause") == 1 and "error" not in kinds  # the first's events alone
         trainer.send_signal(signal.SIGTERM)
         finish(trainer, timeout=60, status=143)
     finally:

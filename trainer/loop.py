@@ -6,6 +6,7 @@ calls `Training.run`; everything a step needs is on the object, so each part rea
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ from trainer.nonfinite import LossGuard, backward_unless_nonfinite, skip_step
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
 from trainer.runtime import Dist, Heartbeat, exit_status, ranks_in_sync, rng_state, stopped_fields
 from trainer.settings import TrainSettings
+
+# tests: steps slow on purpose (seconds each), so that a signal sent at step N always lands before
+# the run's end, whatever the machine's speed
+STEP_DELAY_ENV = "HSMON_TRAIN_STEP_DELAY_S"
 
 
 @dataclass
@@ -206,6 +211,8 @@ class Training:
         self, batch: Batch, guard: LossGuard, counters: dict[str, Any], interval: Interval
     ) -> bool | None:
         """One optimizer step. None when skipped (non-finite); else whether any rank was asked to stop."""
+        if delay := float(os.environ.get(STEP_DELAY_ENV) or 0):
+            time.sleep(delay)
         cursor, settings = self.cursor, self.settings
         self.optimizer.zero_grad(set_to_none=True)
         loss, sums = ttt_loss(

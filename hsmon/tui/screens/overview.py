@@ -103,7 +103,8 @@ class OverviewScreen(Screen[None]):
             cache = getattr(node, "_query_one_cache", None)  # Textual >= 6; the floor (5.0.1) lacks it
             if cache is not None:
                 cache.clear()
-        getattr(StylesCache.get_inner_outer, "cache_clear", lambda: None)()
+        # Textual >= 6 (5.0.1, the floor, has no get_inner_outer: `make test-floors` met it)
+        getattr(getattr(StylesCache, "get_inner_outer", None), "cache_clear", lambda: None)()
         # A removed widget is a reference cycle (parent, styles, message pump) holding every line
         # it drew (Strips, each with its caches); its tab had lived long enough to be in the oldest
         # generation, which Python collects rarely: the real TUI held up to 860k objects of retired
