@@ -16,7 +16,10 @@ extraction does; an extraction paused for room while the trainer consumes is ``r
 pipeline moves; its pauses are the bottleneck's words, not alerts); both sides waiting on each
 other for stall_after is ``stalled`` (the pipeline stopped); an extraction that finished while the
 trainer goes on takes the trainer's state; the job is ``done`` when both are, ``stopped`` when a side
-stopped on request (or by a signal) and neither moves any more.
+stopped on request (or by a signal) and neither moves any more. A trainer that ended (done or stopped:
+--max-steps, --time-limit, a signal) while rows wait and the extraction still writes carries the
+``trainer-ended`` hint (critical with a spool limit: it pages); with the extractor waiting for room
+the job is ``stopped`` (nothing will make room).
 """
 
 from __future__ import annotations
@@ -207,6 +210,13 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
                    "extraction")
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
+    ended = _trainer_ended(f, producer, consumer, full)
+    if ended is not None:
+        hints.append(ended)
+        if full:  # nothing will ever make room: the job stopped, and the hint pages
+            return Decision("stopped", ended.message, hints)
+        if consumer.state == "done":
+            return Decision(base.state, base.reason, hints)
     if "stopped" in (producer.state, consumer.state):
         return _stopped_decision(f, base, producer, consumer, hints)
     if producer.state == "done":
@@ -228,6 +238,28 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
             return Decision(base.state, base.reason, hints)
         return Decision("running", f"{producer.reason}; the trainer: {consumer.reason}", hints)
     return base
+
+
+def _trainer_ended(f: OnlineFacts, producer: OnlineSide, consumer: OnlineSide, full: bool) -> Hint | None:
+    """The ``trainer-ended`` hint: the trainer ended (done or stopped: --max-steps, --time-limit, a
+    signal) while rows wait for it and the extraction still writes. With a spool limit it is critical
+    (the extractor waits for room that never comes once the spool is full); without one a warning."""
+    waiting = max(0, f.rows_written - f.rows_consumed)
+    if consumer.state not in ("done", "stopped") or producer.state in ("done", "stopped", "dead"):
+        return None
+    if not f.consume or waiting == 0:
+        return None
+    who = f"the trainer (PID {f.trainer.pid})" if f.trainer.pid else "the trainer"
+    if full:
+        then = "the extractor waits for spool room that will never come"
+    elif f.limit_bytes:
+        then = "the extractor will wait for spool room for ever once the spool is full"
+    else:
+        then = "those rows will not be trained"
+    fix = (f"rerun it with `hsmon train {f.path} --follow --resume` (without the --max-steps or --time-limit "
+           "that ended it), or stop the extraction and resume both later")
+    return Hint("trainer-ended", "critical" if f.limit_bytes else "warning",
+                f"{who} ended ({consumer.reason}) while {waiting} rows wait in the spool: {then}; {fix}")
 
 
 IDLE_SIDE_STATES = frozenset({"done", "stopped", "waiting", "starting", "paused"})
