@@ -102,6 +102,7 @@ class Ledger:
     consumed_rows: int = 0
     consumed_bytes: int = 0
     ended: str | None = None  # "done" or "stopped" after the last start
+    ended_reason: str | None = None  # its reason: done, max_steps, out_of_time, stopped
     last_ts: float | None = None
     passes: dict[int, int] = field(default_factory=dict)
     # trained records since the last start, kept until a start says which steps survived
@@ -132,6 +133,8 @@ class Ledger:
                 self.consumed_bytes += _int(record.get("bytes")) or 0
         elif kind in ("done", "stopped"):
             self.ended = str(kind)
+            reason = record.get("reason")
+            self.ended_reason = reason if isinstance(reason, str) else None
 
     def _start(self, record: dict[str, Any]) -> None:
         resume_step = _int(record.get("step")) or 0
@@ -142,7 +145,7 @@ class Ledger:
         self._pending = [(s, a) for s, a in self._pending if s <= resume_step]
         self.step = resume_step
         self.starts += 1
-        self.ended = None
+        self.ended = self.ended_reason = None
         self.passes_target = _int(record.get("passes")) or self.passes_target
         self.consume = bool(record.get("consume"))
         self.trainer_pid = _int(record.get("pid"))
