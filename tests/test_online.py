@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from extract_helpers import extract_env, make_dataset, tiny_model  # noqa: F401
 
@@ -125,3 +126,35 @@ def test_a_trainer_ending_at_max_steps_while_the_spool_is_full_ends_online(tmp_p
     kinds = [e["kind"] for e in events_of(out / "extract-events.jsonl")]
     assert kinds[-1] == "stopped" and "pause" in kinds  # the extraction stopped, not finished
     assert len(read_manifest(out / "spool").rows) < 80
+
+
+def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(tmp_path, tiny_model):  # noqa: F811
+    """Real extractor and trainer, watched as `hsmon online --daemon` watches them: the trainer ends at
+    --max-steps 2 (status 0) and the extractor, its spool full, waits for room that never comes.
+    `hsmon status` reads ``stopped`` with the critical ``trainer-ended`` hint naming the trainer and
+    the resume, never ``running``. Waits on events (the trainer's exit, the extractor's pause), not
+    on time."""
+    from extract_helpers import critical_hints, hsmon_status, start_extract
+    from test_train_follow import finish, kill_left, start_trainer
+
+    from hsmon.online import daemon_config, extractor_waits_for_room
+
+    data = make_dataset(tmp_path / "data.jsonl", 80, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    spool_dir, events = out / "spool", out / "extract-events.jsonl"
+    extractor = start_extract(data, spool_dir, tiny_model, "--chunk-size", "4", "--threads", "1",
+                              "--spool-max", "1500000", events=events)
+    trainer = start_trainer(spool_dir, out / "drafter", tiny_model, "--max-steps", "2")
+    try:
+        finish(trainer)
+        deadline = time.monotonic() + 120
+        while not extractor_waits_for_room(events):
+            assert extractor.poll() is None and time.monotonic() < deadline, "the extractor never paused"
+            time.sleep(0.1)
+        _, job = hsmon_status("--config", str(daemon_config(out, extractor.pid)), "--sample", "0.5")
+    finally:
+        kill_left(extractor, trainer)
+    assert job["state"] == "stopped", job["reason"]
+    (page,) = critical_hints(job)
+    assert f"the trainer (PID {trainer.pid}) ended (training ended by --max-steps at step 2)" in page, page
+    assert f"`hsmon train {spool_dir} --follow --resume`" in page and "will never come" in page

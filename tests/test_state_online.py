@@ -189,11 +189,13 @@ def test_a_trainer_that_ended_while_rows_wait_pages_naming_it_and_the_resume():
     """--max-steps (a done event) or a SIGTERM (stopped) while the spool is full: nothing will ever
     make room, so the job is stopped with a critical hint naming the trainer and what to run."""
     for how in ("done", "stopped"):
-        d = decide(snap(facts(trainer(ended=how, alive=False, status="gone", step=2))))
+        tr = trainer(ended=how, alive=False, status="gone", step=2, ended_reason="max_steps")
+        d = decide(snap(facts(tr)))
         assert d.state == "stopped", (how, d.reason)
         hint = next(h for h in d.hints if h.id == "trainer-ended")
         assert hint.severity == "critical"
-        assert hint.message.startswith("the trainer (PID 77) ended (training ")
+        assert hint.message.startswith("the trainer (PID 77) ended (training "
+                                       "ended by --max-steps at step 2)")
         assert "2000 rows wait in the spool: the extractor waits for spool room that will never come" \
             in hint.message
         assert "`hsmon train /dev/shm/spool --follow --resume`" in hint.message

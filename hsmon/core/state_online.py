@@ -47,6 +47,7 @@ class TrainerFacts:
     status: str = "gone"
     seen_alive: bool = False
     ended: str | None = None  # done | stopped (its events or its ledger)
+    ended_reason: str | None = None  # the ledger's: done, max_steps, out_of_time, stopped
     paused_reason: str | None = None
     waiting_since_ts: float | None = None  # paused for rows since
     last_progress_ts: float | None = None  # a step (or any counting event) last arrived
@@ -137,10 +138,13 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
     what = f"trainer PID {t.pid}" if t.pid else "the trainer"
     if not t.seen:
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
+    at = f" at step {t.step}" if t.step is not None else ""
+    early = {"max_steps": "--max-steps", "out_of_time": "--time-limit"}.get(t.ended_reason or "")
+    if t.ended is not None and early:  # its ledger says stopped, its events done: the ledger's words
+        return "done", f"training ended by {early}{at}"
     if t.ended == "done":
         return "done", "training finished"
     if t.ended is not None:
-        at = f" at step {t.step}" if t.step is not None else ""
         return "stopped", f"training stopped on request{at}"
     if t.alive is False and t.seen_alive:  # seen alive here, now gone (not merely on another host)
         detail = f" (last error: {t.last_error})" if t.last_error else ""
