@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import writer_lock
+from hsmon.contracts import train_defaults, writer_lock
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
@@ -175,6 +175,6 @@ def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist)
         epochs_bound = settings.epochs * steps_per_epoch if settings.epochs else None
         total_steps = settings.max_steps if epochs_bound is None else min(settings.max_steps, epochs_bound)
     else:
-        total_steps = (settings.epochs or 1) * steps_per_epoch
+        total_steps = (settings.epochs or train_defaults.EPOCHS) * steps_per_epoch
     return steps_per_epoch, total_steps
 
