@@ -7,7 +7,9 @@ Starts real processes and waits for them: `hsmon extract DATA --out DIR/spool` (
 the rest to the trainer). Logs: DIR/extract.log, DIR/train.log, DIR/daemon.log; events:
 DIR/extract-events.jsonl and DIR/spool/hsmon-train-events.jsonl. Either side failing stops the
 other (SIGTERM: it checkpoints or records where it was; rerun the same command with --resume to go
-on). SIGINT or SIGTERM stops both the same way. Exit status 0 when both ended well; 128 + the
+on). A trainer that ends early (--max-steps, --time-limit) while the extraction waits for spool room
+ends the run too: the extraction is stopped and the trainer's status returned. SIGINT or SIGTERM
+stops both the same way. Exit status 0 when both ended well; 128 + the
 signal's number (130 SIGINT, 143 SIGTERM) when a signal stopped the run before its work was done.
 """
 
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from hsmon.contracts import spool
+from hsmon.contracts import events as ev
+from hsmon.contracts import layout, spool
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +192,15 @@ def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]]) -> subpr
     return proc
 
 
+def extractor_waits_for_room(events: Path) -> bool:
+    """Whether the extraction's last pause or resume event is a pause for spool room."""
+    waiting = False
+    for event in layout.iter_jsonl(events):
+        if event.get("kind") in (ev.PAUSE, ev.RESUME) and event.get("reason") == spool.PAUSE_SPOOL:
+            waiting = event["kind"] == ev.PAUSE
+    return waiting
+
+
 def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: Path) -> int:
     """Wait for both sides; a failed side (or a signal) stops the other. Returns the exit status."""
     extract, train = procs["extract"], procs["train"]
@@ -219,6 +231,15 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             return 1
         if ext_rc == 0 and train_rc == 0:
             break
+        if train_rc == 0 and ext_rc is None and extractor_waits_for_room(out / "extract-events.jsonl"):
+            # the trainer ended early (--max-steps, --time-limit): nothing will make room any more
+            ledger = spool.read_ledger(out / "spool")
+            print(f"hsmon online: the training ended (status 0, {ledger.ended_reason or 'ended'} at step "
+                  f"{ledger.step}) while the extraction waits for spool room that nothing will make; "
+                  f"stopping the extraction. Go on with the same command and --resume (without the "
+                  f"--max-steps or --time-limit that ended it); see {out / 'train.log'}", flush=True)
+            _stop(extract)
+            return train_rc
         time.sleep(0.2)
     ledger = spool.read_ledger(out / "spool")
     how = "done" if ledger.ended == "done" else "the training ended early (--max-steps or --time-limit)"

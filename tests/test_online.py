@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from extract_helpers import extract_env, make_dataset, tiny_model  # noqa: F401
 
@@ -105,3 +106,62 @@ def test_keep_with_spool_max_is_refused_in_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "--keep with --spool-max 12MB" in lines[0], res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_trainer_ending_at_max_steps_while_the_spool_is_full_ends_online(tmp_path, tiny_model):  # noqa: F811
+    """The trainer ends at --max-steps 2 (status 0) while rows of a bounded spool wait: the
+    extractor would wait for room for ever. `hsmon online` stops it and exits with the trainer's
+    status and a line saying so (the dataset holds many times the limit: the spool fills whatever
+    the machine's speed, and the run ends only once the extractor waits for room)."""
+    from extract_helpers import events_of
+
+    data = make_dataset(tmp_path / "data.jsonl", 80, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
+         "--chunk-size", "4", "--threads", "2", "--spool-max", "1500000", "--train-arg=--max-steps=2",
+         "--train-arg=--batch-tokens=256", "--train-arg=--heartbeat=0.3"],
+        capture_output=True, text=True, timeout=300, env=extract_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("hsmon online: the training ended (status 0, max_steps at step 2) while the "
+                           "extraction waits for spool room"), proc.stdout
+    assert "--resume" in last
+    ledger = spool.read_ledger(out / "spool")
+    assert ledger.ended == "stopped" and ledger.ended_reason == "max_steps"
+    kinds = [e["kind"] for e in events_of(out / "extract-events.jsonl")]
+    assert kinds[-1] == "stopped" and "pause" in kinds  # the extraction stopped, not finished
+    assert len(read_manifest(out / "spool").rows) < 80
+
+
+def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(tmp_path, tiny_model):  # noqa: F811
+    """Real extractor and trainer, watched as `hsmon online --daemon` watches them: the trainer ends at
+    --max-steps 2 (status 0) and the extractor, its spool full, waits for room that never comes.
+    `hsmon status` reads ``stopped`` with the critical ``trainer-ended`` hint naming the trainer and
+    the resume, never ``running``. Waits on events (the trainer's exit, the extractor's pause), not
+    on time."""
+    from extract_helpers import critical_hints, hsmon_status, start_extract
+    from test_train_follow import finish, kill_left, start_trainer
+
+    from hsmon.online import daemon_config, extractor_waits_for_room
+
+    data = make_dataset(tmp_path / "data.jsonl", 80, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    spool_dir, events = out / "spool", out / "extract-events.jsonl"
+    extractor = start_extract(data, spool_dir, tiny_model, "--chunk-size", "4", "--threads", "1",
+                              "--spool-max", "1500000", events=events)
+    trainer = start_trainer(spool_dir, out / "drafter", tiny_model, "--max-steps", "2")
+    try:
+        finish(trainer)
+        deadline = time.monotonic() + 120
+        while not extractor_waits_for_room(events):
+            assert extractor.poll() is None and time.monotonic() < deadline, "the extractor never paused"
+            time.sleep(0.1)
+        _, job = hsmon_status("--config", str(daemon_config(out, extractor.pid)), "--sample", "0.5")
+    finally:
+        kill_left(extractor, trainer)
+    assert job["state"] == "stopped", job["reason"]
+    (page,) = critical_hints(job)
+    assert f"the trainer (PID {trainer.pid}) ended (training ended by --max-steps at step 2)" in page, page
+    assert f"`hsmon train {spool_dir} --follow --resume`" in page and "will never come" in page

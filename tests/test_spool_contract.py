@@ -38,3 +38,20 @@ def test_monitor_reader_keeps_no_row_counts_and_a_spool_reads_its_limit(tmp_path
     assert spool.read_spool_limit(tmp_path) is None
     spool.write_spool_limit(tmp_path, 20_000_000_000)
     assert spool.read_spool_limit(tmp_path) == 20_000_000_000
+
+
+def test_a_kill_inside_a_save_at_the_checkpoints_own_step_voids_that_save_by_its_number(tmp_path):
+    """The final save writes the passes of skipped steps at the step already checkpointed, then that
+    checkpoint again: killed between the two, the resume (its checkpoint's save number 1) counts
+    the passes of save 1 only, so the ledger and the checkpoint agree."""
+    _append(tmp_path, {"type": "start", "ts": 1.0, "passes": 2, "consume": True, "step": 0, "save": 0},
+            {"type": "trained", "ts": 2.0, "step": 4, "save": 1, "rows": {"0": 1, "1": 1}},
+            {"type": "trained", "ts": 3.0, "step": 4, "save": 2, "rows": {"2": 1}},
+            {"type": "stopped", "ts": 3.5, "step": 4, "reason": "max_steps"})
+    ledger = spool.read_ledger(tmp_path)
+    assert ledger.ended_reason == "max_steps" and ledger.trained_since_start == 2
+    _append(tmp_path, {"type": "start", "ts": 4.0, "passes": 2, "consume": True, "step": 4, "save": 1,
+                       "out": "/o"})
+    ledger = spool.read_ledger(tmp_path)
+    assert {r: n for r, n in ledger.passes.items() if n} == {0: 1, 1: 1}
+    assert (ledger.start_step, ledger.trained_since_start, ledger.out, ledger.ended) == (4, 0, "/o", None)

@@ -183,3 +183,40 @@ def test_wait_share_over_its_window():
     share.add(1000.0, True)
     frac, span = share.share(1100.0)  # window 500..1100: waiting 1000..1100
     assert span == 600.0 and round(frac, 3) == round(100 / 600, 3) and share.since == 1000.0
+
+
+def test_a_trainer_that_ended_while_rows_wait_pages_naming_it_and_the_resume():
+    """--max-steps (a done event) or a SIGTERM (stopped) while the spool is full: nothing will ever
+    make room, so the job is stopped with a critical hint naming the trainer and what to run."""
+    for how in ("done", "stopped"):
+        tr = trainer(ended=how, alive=False, status="gone", step=2, ended_reason="max_steps")
+        d = decide(snap(facts(tr)))
+        assert d.state == "stopped", (how, d.reason)
+        hint = next(h for h in d.hints if h.id == "trainer-ended")
+        assert hint.severity == "critical"
+        assert hint.message.startswith("the trainer (PID 77) ended (training "
+                                       "ended by --max-steps at step 2)")
+        assert "2000 rows wait in the spool: the extractor waits for spool room that will never come" \
+            in hint.message
+        assert "`hsmon train /dev/shm/spool --follow --resume`" in hint.message
+    # the spool not full yet: the extraction runs on, but the page comes now, not once it is full
+    d = decide(snap(facts(trainer(ended="done", alive=False, status="gone")), paused=None,
+                    last_progress_ts=NOW - 1))
+    assert d.state == "running" and "trainer-ended" in ids(d)
+    assert "will wait for spool room for ever once the spool is full" in d.reason + str(d.hints)
+    # no spool limit: the extraction can always finish, a warning; every row consumed: nothing
+    d = decide(snap(facts(trainer(ended="done", alive=False), limit_bytes=None), paused=None,
+                    last_progress_ts=NOW - 1))
+    assert next(h for h in d.hints if h.id == "trainer-ended").severity == "warning"
+    d = decide(snap(facts(trainer(ended="done", alive=False), rows_consumed=5000), paused=None,
+                    last_progress_ts=NOW - 1))
+    assert "trainer-ended" not in ids(d)
+
+
+def test_a_slow_trainer_alive_never_reads_ended_however_long_the_spool_stays_full():
+    """Slow but alive (CPU moving, no step for a hundred stall periods, the spool full all along):
+    running, no trainer-ended and no critical hint; the slowness is exact (timestamps), not timed."""
+    slow = trainer(last_progress_ts=NOW - 100 * STALL, last_busy_ts=NOW - 1, step=3)
+    d = decide(snap(facts(slow, producer_paused_since_ts=NOW - 100 * STALL)))
+    assert d.state == "running" and not [h for h in d.hints if h.severity == "critical"]
+    assert d.online.consumer.state == "running" and "trainer-ended" not in ids(d)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -33,6 +34,7 @@ from trainer.follow_setup import (
     Arrival,
     LedgerState,
     RowsPause,
+    checkpoint_saves,
     delete_rows,
     expected_training_rows,
     first_index,
@@ -52,6 +54,23 @@ from trainer.window import ChunkRows, SpoolSource, Window
 FOLLOW_RESUME = ("rerun the same `hsmon train --follow` command with --resume: the ledger keeps every row's "
                  "passes")
 NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has no epochs
+# tests: kill -9 of this process at a named point of a save (``trained``: after a trained record;
+# ``final``: after the final save's; ``checkpoint``: after a checkpoint; ``consumed``: after a
+# consumed record, before its files go; ``consumed:2`` the second), so a crash lands exactly there
+KILL_AT_ENV = "HSMON_TRAIN_KILL_AT"
+
+
+def _kill_point(name: str, count: dict[str, int]) -> None:
+    """SIGKILL this process when HSMON_TRAIN_KILL_AT names this point (and its occurrence)."""
+    at = os.environ.get(KILL_AT_ENV)
+    if not at:
+        return
+    point, _, nth = at.partition(":")
+    if point != name:
+        return
+    count[name] = count.get(name, 0) + 1
+    if count[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
@@ -108,6 +127,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     window = Window(settings.follow_passes, _window_rows(settings, first, world), state.passes)
     run = FollowRun(settings, world, writer, training, window, source, ledger, pause, state.consumed)
     run.budget = _budget(settings, training, ckpt, plan_rows, state)
+    run.saves = checkpoint_saves(ckpt) or 0
     for chunk in arrived:
         run.admit(chunk)
     if writer:
@@ -179,6 +199,8 @@ class FollowRun:
         self.consumed_bytes = 0
         self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
         self.budget: StepBudget | None = None
+        self.kill_counts: dict[str, int] = {}
+        self.saves = 0  # trained records this training wrote (the checkpoint keeps the count)
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
@@ -198,6 +220,10 @@ class FollowRun:
         deadline = time.monotonic() + settings.time_limit_s if settings.time_limit_s is not None else None
         interval = Interval(time.perf_counter())
         self.saved_step = cursor.step if checkpointed else -1
+        if checkpointed and settings.follow_consume:
+            # chunks the checkpoint finished but a kill left unconsumed: consumed now, before any
+            # wait for rows (with a full spool no step, hence no save, would ever come)
+            self._consume()
         ended = None
         try:
             while ended is None:
@@ -302,17 +328,22 @@ class FollowRun:
         """The ledger's ``trained`` record, then the checkpoint, then (--consume) the finished chunks."""
         cursor = self.training.cursor
         if cursor.step == self.saved_step and not force:
+            if self.settings.follow_consume:
+                self._consume()  # chunks the saved step finished (none new to checkpoint)
             return
         pending = self.window.take_pending()
         # at the end, passes of steps skipped since the last checkpoint (non-finite) are written
         # too, with that checkpoint written again at the same step so that the two agree
         if cursor.step != self.saved_step or (force and pending):
+            self.saves += 1
             if self.ledger is not None:
-                self.ledger.trained(cursor.step, pending)
+                self.ledger.trained(cursor.step, pending, save=self.saves)
+                _kill_point("final" if force else "trained", self.kill_counts)
             self.training.extra_state = {"follow": {
                 "passes_total": self.window.passes_total(), "rows_seen": self.window.rows_seen,
-                "warmup": self.budget.warmup if self.budget else None}}
+                "warmup": self.budget.warmup if self.budget else None, "saves": self.saves}}
             self.training.checkpoint()
+            _kill_point("checkpoint", self.kill_counts)
             self.saved_step = cursor.step
         elif pending:  # passes of skipped steps only: nothing new to checkpoint, keep them
             for row, n in pending.items():
@@ -329,6 +360,7 @@ class FollowRun:
             if self.ledger is not None:
                 chunk = state.rows
                 self.ledger.consumed(chunk.name, len(chunk.train), chunk.train_bytes)
+                _kill_point("consumed", self.kill_counts)
                 delete_rows(chunk.train)
                 self.deleted_rows += len(chunk.train)
         self.world.barrier()

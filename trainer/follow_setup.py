@@ -68,7 +68,11 @@ def open_ledger(settings: TrainSettings, ckpt: dict[str, Any] | None) -> tuple[L
         )
     if first is not None and ckpt is None:
         before = spool.read_ledger(data)
-        if before.step > 0 or before.consumed_chunks:
+        # a kill inside the first save leaves one trained record and no checkpoint: resumable
+        # from scratch (this start voids it); anything more needs the checkpoint it names
+        first_save_lost = (before.start_step == 0 and before.trained_since_start <= 1
+                           and before.out in (None, str(settings.out)))
+        if not first_save_lost or before.consumed_chunks:
             raise DataError(
                 f"{spool.ledger_path(data)}: the ledger records training up to step {before.step} "
                 f"({len(before.consumed_chunks)} chunks consumed) but {settings.out} has no checkpoint; "
@@ -78,8 +82,10 @@ def open_ledger(settings: TrainSettings, ckpt: dict[str, Any] | None) -> tuple[L
                else HeldOut.new(settings.eval_fraction))
     writer = LedgerWriter(data)
     step = int(ckpt["step"]) if ckpt is not None else 0
+    saves = checkpoint_saves(ckpt)
     writer.start(passes=settings.follow_passes, consume=settings.follow_consume, step=step,
-                 heldout=heldout.to_record(), out=str(settings.out))
+                 heldout=heldout.to_record(), out=str(settings.out),
+                 **({} if saves is None else {"save": saves}))
     ledger = spool.read_ledger(data)
     passes = {r: n for r, n in ledger.passes.items() if n > 0}
     if ckpt is not None:
@@ -91,6 +97,15 @@ def open_ledger(settings: TrainSettings, ckpt: dict[str, Any] | None) -> tuple[L
                 "its --out, or start a new spool"
             )
     return writer, LedgerState(heldout, passes, set(ledger.consumed_chunks))
+
+
+def checkpoint_saves(ckpt: dict[str, Any] | None) -> int | None:
+    """The saves (trained records) a checkpoint covers: 0 without one, None for a checkpoint that
+    does not say (written before saves were counted)."""
+    if ckpt is None:
+        return 0
+    saves = (ckpt.get("follow") or {}).get("saves")
+    return saves if isinstance(saves, int) else None
 
 
 @dataclass

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 from extractor.sglang.cpu_binding import bind_env
+from extractor.sglang.layer_ids import LayerIdsError, serving_ids
 from extractor.sglang.ports import free_stable_port
 from extractor.sglang.supervise import supervise
 from extractor.targets import ModelUnavailable, resolve_model
-from hsmon.contracts.capture_points import layer_ids_for, parse_capture_points, rule_of
+from hsmon.contracts.capture_points import parse_capture_points
 from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -107,24 +108,6 @@ def parse_layers(text: str | None, model_path: Path) -> list[int]:
         return parse_capture_points(text, num_layers)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-
-
-def serving_ids(points: list[int], model_path: Path) -> tuple[list[int], str]:
-    """The SGLang layer ids that make the model's class capture ``points``, and that class (by
-    hsmon's table of rules, docs/extract.md; the plugin asks the loaded class again); ServeError
-    in one line when the class cannot capture them."""
-    config = json.loads((model_path / "config.json").read_text())
-    arch = str((config.get("architectures") or ["LlamaForCausalLM"])[0])
-    try:
-        rule = rule_of(arch)
-    except ValueError:
-        rule = "llama"  # a class hsmon's table does not list: the plugin asks it when it loads
-    num_layers = int(config.get("text_config", config).get("num_hidden_layers", 0))
-    try:
-        return layer_ids_for(points, rule, num_layers), arch
-    except ValueError as exc:
-        raise ServeError(f"--layers {','.join(map(str, points))}: SGLang's {arch} cannot capture them: "
-                         f"{exc}") from None
 
 
 def sglang_python(explicit: str | None) -> str:
@@ -242,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         model_path = resolve_model(args.model_path, "--model-path")  # a directory or a preset name
         points = parse_layers(args.layers, model_path)
         layer_ids, _arch = serving_ids(points, model_path)
-    except (ServeError, ModelUnavailable) as exc:
+    except (ServeError, LayerIdsError, ModelUnavailable) as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2
     for flag in ("--enable-radix-cache", "--pp-size", "--model-path", "--port", "--host"):

@@ -102,10 +102,15 @@ class Ledger:
     consumed_rows: int = 0
     consumed_bytes: int = 0
     ended: str | None = None  # "done" or "stopped" after the last start
+    ended_reason: str | None = None  # its reason: done, max_steps, out_of_time, stopped
     last_ts: float | None = None
     passes: dict[int, int] = field(default_factory=dict)
-    # trained records since the last start, kept until a start says which steps survived
-    _pending: list[tuple[int, dict[int, int]]] = field(default_factory=list)
+    start_step: int = 0  # the last start's step (its checkpoint's; 0 for a fresh start)
+    out: str | None = None  # the last start's training --out
+    trained_since_start: int = 0  # trained records after the last start
+    # trained records (step, save, rows) since the last start, kept until a start says which
+    # survived: those of a later step, or a later save, than its checkpoint's
+    _pending: list[tuple[int, int | None, dict[int, int]]] = field(default_factory=list)
 
     def add(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
@@ -117,11 +122,12 @@ class Ledger:
         elif kind == "trained":
             step = _int(record.get("step")) or 0
             self.step = max(self.step, step)
+            self.trained_since_start += 1
             if not self.track_passes:
                 return
             rows = record.get("rows") if isinstance(record.get("rows"), dict) else {}
             added = {int(k): int(v) for k, v in rows.items() if str(k).isdigit() and isinstance(v, int)}
-            self._pending.append((step, added))
+            self._pending.append((step, _int(record.get("save")), added))
             for row, n in added.items():
                 self.passes[row] = self.passes.get(row, 0) + n
         elif kind == "consumed":
@@ -132,17 +138,28 @@ class Ledger:
                 self.consumed_bytes += _int(record.get("bytes")) or 0
         elif kind in ("done", "stopped"):
             self.ended = str(kind)
+            reason = record.get("reason")
+            self.ended_reason = reason if isinstance(reason, str) else None
 
     def _start(self, record: dict[str, Any]) -> None:
-        resume_step = _int(record.get("step")) or 0
-        for step, added in self._pending:
-            if step > resume_step:  # trained, but the checkpoint that held it was lost
+        resume_step, resume_save = _int(record.get("step")) or 0, _int(record.get("save"))
+
+        def lost(step: int, save: int | None) -> bool:
+            """Trained, but the checkpoint that held it was never written (a kill inside a save,
+            the final one included: it may write its step's checkpoint again) or was lost."""
+            return step > resume_step or (save is not None and resume_save is not None and save > resume_save)
+
+        for step, save, added in self._pending:
+            if lost(step, save):
                 for row, n in added.items():
                     self.passes[row] -= n
-        self._pending = [(s, a) for s, a in self._pending if s <= resume_step]
-        self.step = resume_step
+        self._pending = [p for p in self._pending if not lost(p[0], p[1])]
+        self.step = self.start_step = resume_step
+        self.trained_since_start = 0
+        out = record.get("out")
+        self.out = out if isinstance(out, str) else None
         self.starts += 1
-        self.ended = None
+        self.ended = self.ended_reason = None
         self.passes_target = _int(record.get("passes")) or self.passes_target
         self.consume = bool(record.get("consume"))
         self.trainer_pid = _int(record.get("pid"))

@@ -38,11 +38,13 @@ class LedgerWriter:
         return self.append("start", pid=os.getpid(), passes=passes, consume=consume, step=step,
                            heldout=heldout, **fields)
 
-    def trained(self, step: int, rows: dict[int, int]) -> dict[str, Any] | None:
-        """Passes given since the previous trained record; written before the checkpoint of ``step``."""
+    def trained(self, step: int, rows: dict[int, int], save: int | None = None) -> dict[str, Any] | None:
+        """Passes given since the previous trained record; written before the checkpoint of ``step``
+        (``save``: that checkpoint's save number, which a resume's ``start`` names)."""
         if not rows:
             return None
-        return self.append("trained", step=step, rows={str(r): n for r, n in sorted(rows.items())})
+        extra = {} if save is None else {"save": save}
+        return self.append("trained", step=step, rows={str(r): n for r, n in sorted(rows.items())}, **extra)
 
     def consumed(self, chunk: str, rows: int, nbytes: int) -> dict[str, Any]:
         """Written before the chunk's files are deleted (a kill between the two leaves files that

@@ -16,7 +16,10 @@ extraction does; an extraction paused for room while the trainer consumes is ``r
 pipeline moves; its pauses are the bottleneck's words, not alerts); both sides waiting on each
 other for stall_after is ``stalled`` (the pipeline stopped); an extraction that finished while the
 trainer goes on takes the trainer's state; the job is ``done`` when both are, ``stopped`` when a side
-stopped on request (or by a signal) and neither moves any more.
+stopped on request (or by a signal) and neither moves any more. A trainer that ended (done or stopped:
+--max-steps, --time-limit, a signal) while rows wait and the extraction still writes carries the
+``trainer-ended`` hint (critical with a spool limit: it pages); with the extractor waiting for room
+the job is ``stopped`` (nothing will make room).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class TrainerFacts:
     status: str = "gone"
     seen_alive: bool = False
     ended: str | None = None  # done | stopped (its events or its ledger)
+    ended_reason: str | None = None  # the ledger's: done, max_steps, out_of_time, stopped
     paused_reason: str | None = None
     waiting_since_ts: float | None = None  # paused for rows since
     last_progress_ts: float | None = None  # a step (or any counting event) last arrived
@@ -134,10 +138,13 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
     what = f"trainer PID {t.pid}" if t.pid else "the trainer"
     if not t.seen:
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
+    at = f" at step {t.step}" if t.step is not None else ""
+    early = {"max_steps": "--max-steps", "out_of_time": "--time-limit"}.get(t.ended_reason or "")
+    if t.ended is not None and early:  # its ledger says stopped, its events done: the ledger's words
+        return "done", f"training ended by {early}{at}"
     if t.ended == "done":
         return "done", "training finished"
     if t.ended is not None:
-        at = f" at step {t.step}" if t.step is not None else ""
         return "stopped", f"training stopped on request{at}"
     if t.alive is False and t.seen_alive:  # seen alive here, now gone (not merely on another host)
         detail = f" (last error: {t.last_error})" if t.last_error else ""
@@ -207,6 +214,13 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
                    "extraction")
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
+    ended = _trainer_ended(f, producer, consumer, full)
+    if ended is not None:
+        hints.append(ended)
+        if full:  # nothing will ever make room: the job stopped, and the hint pages
+            return Decision("stopped", ended.message, hints)
+        if consumer.state == "done":
+            return Decision(base.state, base.reason, hints)
     if "stopped" in (producer.state, consumer.state):
         return _stopped_decision(f, base, producer, consumer, hints)
     if producer.state == "done":
@@ -228,6 +242,28 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
             return Decision(base.state, base.reason, hints)
         return Decision("running", f"{producer.reason}; the trainer: {consumer.reason}", hints)
     return base
+
+
+def _trainer_ended(f: OnlineFacts, producer: OnlineSide, consumer: OnlineSide, full: bool) -> Hint | None:
+    """The ``trainer-ended`` hint: the trainer ended (done or stopped: --max-steps, --time-limit, a
+    signal) while rows wait for it and the extraction still writes. With a spool limit it is critical
+    (the extractor waits for room that never comes once the spool is full); without one a warning."""
+    waiting = max(0, f.rows_written - f.rows_consumed)
+    if consumer.state not in ("done", "stopped") or producer.state in ("done", "stopped", "dead"):
+        return None
+    if not f.consume or waiting == 0:
+        return None
+    who = f"the trainer (PID {f.trainer.pid})" if f.trainer.pid else "the trainer"
+    if full:
+        then = "the extractor waits for spool room that will never come"
+    elif f.limit_bytes:
+        then = "the extractor will wait for spool room for ever once the spool is full"
+    else:
+        then = "those rows will not be trained"
+    fix = (f"rerun it with `hsmon train {f.path} --follow --resume` (without the --max-steps or --time-limit "
+           "that ended it), or stop the extraction and resume both later")
+    return Hint("trainer-ended", "critical" if f.limit_bytes else "warning",
+                f"{who} ended ({consumer.reason}) while {waiting} rows wait in the spool: {then}; {fix}")
 
 
 IDLE_SIDE_STATES = frozenset({"done", "stopped", "waiting", "starting", "paused"})

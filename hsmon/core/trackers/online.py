@@ -153,7 +153,7 @@ class OnlineTracker:
         return TrainerFacts(
             seen=tr.exists or ledger.starts > 0, started=tr.started or ledger.starts > 0,
             pid=tr.pid or ledger.trainer_pid, alive=alive, status=proc.entry().status if proc else "gone",
-            seen_alive=seen, ended=ended, paused_reason=tr.paused_reason,
+            seen_alive=seen, ended=ended, ended_reason=ledger.ended_reason, paused_reason=tr.paused_reason,
             waiting_since_ts=self.rows_wait.since,
             last_progress_ts=_latest(tr.last_progress_ts, ledger.last_ts),
             last_busy_ts=self.last_busy_ts, last_error=tr.last_error,
