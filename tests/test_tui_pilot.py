@@ -247,7 +247,8 @@ async def test_launch_without_token_is_refused_with_a_clear_message(tmp_path: Pa
             await laid_out(pilot)
             await pilot.click("#launch")
             await wait_for(pilot, lambda: any("token" in n.message for n in app._notifications))
-            assert server.requests == []
+            # only the empty probe of both sides of the token (hsmon/tui/control_check.py): no launch
+            assert server.requests == [("/api/v1/train", {}, None)]
     finally:
         server.close()
 
