@@ -78,7 +78,7 @@ def run_daemon(with_engine: bool, ports: list[int], events: str, pid: int) -> No
     from hsmon.core.config import JobConfig
     from hsmon.core.monitor import Monitor
     from hsmon.core.trackers.gpu import GpuTracker
-    from hsmon.daemon import DaemonServer
+    from hsmon.daemon.api import DaemonServer
     from hsmon.metrics.exporter import MetricsEndpoint
 
     job = JobConfig(name="extract", events=events, pid=pid, stall_after=300)

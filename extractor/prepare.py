@@ -24,9 +24,10 @@ from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import cached_scan
 from extractor.spool_gate import check_limit, spool_max_of
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon.contracts import layout
+from hsmon.contracts import layout, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.contracts.units import format_bytes, parse_size
+from hsmon.contracts.writer_lock import WriterLock
 
 DEFAULT_MIN_FREE = "1G"
 DEFAULT_BATCH_TOKENS = 8192
@@ -95,6 +96,19 @@ class Prepared:
     late_rejects: dict[int, str] = field(default_factory=dict)
     # --spool-max in bytes (extractor/spool_gate.py): the output is a spool a following trainer consumes
     spool_max: int | None = None
+    lock: WriterLock | None = None  # this run's hold on --out (one writer per output), for its life
+
+
+def lock_output(out: Path, shard: Shard) -> WriterLock:
+    """Hold --out (this shard's part of it) for the run's life, before its manifest is read: a second
+    writer is refused in one line naming the first's PID and host (contracts/writer_lock.py)."""
+    name = writer_lock.extract_lock_name(shard.as_tuple)
+    try:
+        return writer_lock.acquire(out, name, "hsmon extract", "--out")
+    except writer_lock.OutputLocked as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--out {out}: {exc.strerror or exc} (give a directory you can write)") from None
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -118,7 +132,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
     try:
         layers = parse_layers(args.layers, num_layers)
         device = "sglang" if sglang else resolve_device(args.device)
-        dtype = (sglang_dtype(args.dtype, config) if sglang
+        # --dtype auto: the computing engine's own dtype (the servers', agreed in the preflight below)
+        dtype = (sglang_dtype(args.dtype) if sglang
                  else str(resolve_dtype(args.dtype, device)).removeprefix("torch."))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -129,7 +144,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
         from extractor.backends.sglang import options
 
         sglang_options = options.build(args, job, longest_row=1)
-        max_length = options.check_servers(sglang_options, layers, dtype, args.max_length, max_pos)
+        max_length, dtype = options.check_servers(sglang_options, layers, dtype, config, args.max_length,
+                                                  max_pos)
     else:
         max_length = args.max_length or max_pos
         if max_length > max_pos:
@@ -154,7 +170,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
         "shard": [shard.index, shard.count],
     }
     manifest_path = out / layout.manifest_name(shard.as_tuple)
-    check_resume(out, manifest_path, settings)
+    # every refusal above leaves no --out behind; from here on this run holds it (one writer per output)
+    lock = None if args.dry_run else lock_output(out, shard)
+    check_resume(out, manifest_path, settings, server_dtype=sglang and args.dtype == "auto")
     if cached:  # after the checks: a refused command says one line
         log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
@@ -165,7 +183,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     prep = Prepared(data, out, model_dir, shard, args.chunk_size, args.batch_tokens, min_free, layers,
                     num_layers, hidden, dtype, device, limits, tokenizer, scan, settings, manifest_path,
                     book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job,
-                    late_rejects=book.late, spool_max=spool_max)
+                    late_rejects=book.late, spool_max=spool_max, lock=lock)
     if spool_max is not None:
         rows_left = len(scan.rows or ()) - len(book.done)
         check_limit(spool_max, rows_left, book.needed, args.chunk_size, shard.count)
@@ -196,7 +214,9 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
-    if args.events and not Path(args.events).absolute().parent.is_dir():
+    events_dir = Path(args.events).absolute().parent if args.events else None
+    # --out is made by the run (the units' --events OUT/events.jsonl): only another missing one is refused
+    if events_dir is not None and not events_dir.is_dir() and events_dir != Path(args.out).absolute():
         raise UsageError(f"--events {args.events}: its directory does not exist (create it first)")
     try:
         check_model_arg(args.model, "--model")
@@ -283,25 +303,28 @@ def resume_book(scan: ds.ScanResult, manifest: Manifest, size_of: Any,
     return book
 
 
-def sglang_dtype(dtype: str, config: Any) -> str:
-    """--dtype for the sglang backend: what the server computes in; auto = the model config's."""
+def sglang_dtype(dtype: str) -> str | None:
+    """--dtype for the sglang backend: the dtype asked for, or None for auto (what the servers
+    compute in, agreed in the preflight)."""
     from extractor.backends.hf import DTYPES
-    from extractor.backends.sglang.options import config_dtype
 
     if dtype == "auto":
-        return config_dtype(config)
+        return None
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16")
     return str(DTYPES[dtype]).removeprefix("torch.")
 
 
-def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any]) -> None:
-    """Refuse to continue a run started with other settings, or other sharding in the same dir."""
+def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any],
+                 server_dtype: bool = False) -> None:
+    """Refuse to continue a run whose written rows were computed with other settings, or other
+    sharding in the same dir. Only a run that wrote a row (or a reject) binds: one that wrote none
+    (refused at its first row, stopped before it) leaves every setting free. ``server_dtype``: the
+    dtype is the servers' (--backend sglang, --dtype auto), so a mismatch names the server's flag."""
     for path in layout.manifest_paths(out):
-        first = next((r for r in layout.iter_jsonl(path) if r.get("type") == "run"), None)
-        if first is None:
+        old = binding_settings(path)
+        if old is None:
             continue
-        old = first.get("settings", {})
         if path != manifest_path:
             if old.get("shard", [0, 1])[1] != settings["shard"][1]:
                 raise UsageError(f"{out} holds a run split into {old.get('shard', [0, 1])[1]} shard(s) "
@@ -310,9 +333,28 @@ def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any]) -> No
         else:
             keys = list(RESUME_KEYS)
         for key in keys:
-            if old.get(key) != settings[key]:
-                raise UsageError(f"{out} was started with different settings ({key}: {old.get(key)!r}, now "
-                                 f"{settings[key]!r}); resume with the same command, or use a new --out")
+            if old.get(key) == settings[key]:
+                continue
+            if key == "dtype" and server_dtype:
+                was = old.get(key)
+                raise UsageError(f"{out} holds rows in {was}, the server computes in {settings[key]}: "
+                                 f"relaunch it with --dtype {was} (hsmon sglang-serve ... -- --dtype {was}) "
+                                 "to go on, or use a new --out")
+            raise UsageError(f"{out} was started with different settings ({key}: {old.get(key)!r}, now "
+                             f"{settings[key]!r}); resume with the same command, or use a new --out")
+
+
+def binding_settings(path: Path) -> dict[str, Any] | None:
+    """The settings of the run that wrote the manifest's first row or reject record (what the rows
+    written hold), or None when no run wrote one. Reads up to that record only."""
+    latest: dict[str, Any] | None = None
+    for record in layout.iter_jsonl(path):
+        kind = record.get("type")
+        if kind == "run":
+            latest = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+        elif kind in ("row", "reject", "chunk"):
+            return latest if latest is not None else {}
+    return None
 
 
 def needed_on_disk(prep: Prepared) -> int:

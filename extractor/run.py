@@ -102,7 +102,7 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     clean_temporaries(prep.out, sorted(expected), prep.chunk_size)
     write_token_counts(prep)
     stop_event = StopRequest()
-    events = ev.EventWriter(prep.job, path=args.events)
+    events = ev.EventWriter(prep.job, path=events_path(prep, args))
     previous = install_stop_handlers(stop_event)  # a signal during model loading also stops cleanly
     try:
         backend = open_backend(prep, args, events, progress, stop_event)
@@ -116,6 +116,16 @@ def extract(prep: Prepared, args: argparse.Namespace) -> int:
     finally:
         restore_handlers(previous)
         events.close()
+
+
+def events_path(prep: Prepared, args: argparse.Namespace) -> str | None:
+    """Where the events go: --events; else stdout, unless stdout is a terminal, where they would
+    break into the progress line: then OUT/events.jsonl (said once), the path the units use."""
+    if args.events or not sys.stdout.isatty():
+        return args.events
+    path = prep.out / "events.jsonl"
+    log(f"events -> {path} (stdout is a terminal; --events FILE to choose, a pipe to read them on stdout)")
+    return str(path)
 
 
 def write_token_counts(prep: Prepared) -> None:

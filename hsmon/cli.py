@@ -8,8 +8,11 @@ Heavy imports (torch, transformers, textual) stay inside ``run`` so that `hsmon 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+from typing import NoReturn
 
 from hsmon import __version__
 
@@ -31,6 +34,38 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class SuggestingParser(argparse.ArgumentParser):
+    """An argparse parser whose refusal of a mistyped option is one line with the nearest options
+    ("did you mean --chunk-size?"), and of a mistyped choice the same way (what Python 3.14's
+    ``suggest_on_error`` does for choices, on every Python); other errors keep argparse's usage."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            self.exit(2, f"{self.prog}: {self.suggest(message.split(': ', 1)[1].split())}\n")
+        choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:  # one line too: the value, the nearest choice, all of them
+            names = re.findall(r"'([^']*)'", choice.group(3))
+            near = difflib.get_close_matches(choice.group(2), names, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            self.exit(2, f"{self.prog}: {choice.group(1)} {choice.group(2)}: not a choice; {hint}"
+                         f"(choose from {', '.join(names)})\n")
+        super().error(message)
+
+    def suggest(self, unknown: list[str]) -> str:
+        """'unrecognized argument --chunksize: did you mean --chunk-size? (...)' for each unknown."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        said = []
+        for word in unknown:
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("-"):
+                continue
+            near = difflib.get_close_matches(flag, options, n=1, cutoff=0.8)
+            said.append(f"{flag}: did you mean {near[0]}?" if near else f"{flag}: no such option")
+        if not said:
+            said = [f"{' '.join(unknown)}: not an argument this command takes"]
+        return f"unrecognized argument {'; '.join(said)} (`{self.prog} --help` lists the options)"
+
+
 def _top_level_help() -> str:
     width = max(len(name) for name in COMMANDS)
     lines = [f"usage: hsmon COMMAND [options]   (hsmon {__version__})", "", "commands:"]
@@ -50,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     if name not in COMMANDS:
-        print(f"hsmon: unknown command {name!r}; run 'hsmon --help' for the list", file=sys.stderr)
+        near = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        print(f"hsmon: unknown command {name!r}; {hint}run 'hsmon --help' for the list", file=sys.stderr)
         return 2
     module_name, helptext = COMMANDS[name]
     try:
@@ -60,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hsmon: the {name!r} command is not available in this build", file=sys.stderr)
             return 2
         raise
-    parser = argparse.ArgumentParser(prog=f"hsmon {name}", description=helptext)
+    parser = SuggestingParser(prog=f"hsmon {name}", description=helptext)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     return int(module.run(args) or 0)

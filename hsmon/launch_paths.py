@@ -180,11 +180,9 @@ def _is_inside(child: Path, parent: Path) -> bool:
 
 
 def _is_preset(name: str) -> bool:
-    """A target preset's name (extractor.presets, no imports); False where it is absent."""
-    try:
-        from extractor.presets import is_preset
-    except ImportError:
-        return False
+    """A target preset's name (hsmon.contracts.presets)."""
+    from hsmon.contracts.presets import is_preset
+
     return is_preset(name)
 
 

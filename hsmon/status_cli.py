@@ -228,11 +228,14 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
         # the inodes only when they are the limit (a file per row can run out before the bytes)
         inodes = f"; needs {d.needed_inodes:,} files, {d.free_inodes:,} inodes free" \
             if d.short_of_inodes() else ""
+        # no projection for an ended job: nothing is written any more
+        ended = job.state in ENDED_STATES or (d.time_to_full_s is None and d.time_to_done_s is None)
+        times = "" if ended else (
+            f"; full in {format_duration(d.time_to_full_s)}, done in {format_duration(d.time_to_done_s)}")
         rows.append((
             f"disk {d.role}",
-            f"{d.path}: {format_bytes(d.free_bytes)} free, needs {format_bytes(d.needed_bytes)}, {fits}; "
-            f"full in {format_duration(d.time_to_full_s)}, done in "
-            f"{format_duration(d.time_to_done_s)}{inodes}",
+            f"{d.path}: {format_bytes(d.free_bytes)} free, needs {format_bytes(d.needed_bytes)}, {fits}"
+            f"{times}{inodes}",
         ))
     rows += [_process_row(p) for p in job.processes]
     online = online_of(job)

@@ -27,6 +27,7 @@ import pytest
 HEAVY_MODULES = {
     "test_extract_sglang.py": "heavy-sglang", "test_sglang_server.py": "heavy-sglang",
     "test_server_sglang.py": "heavy-sglang",
+    "test_readme_production.py": "heavy-sglang",  # README's own `hsmon sglang-serve` (dtype auto)
     "test_gpu_check.py": "heavy-sglang",  # scripts/gpu-check.sh starts an SGLang server of its own
     "test_smollm2.py": "heavy-smollm2",
     "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)

@@ -95,8 +95,9 @@ class SGLangServer:
     layers: Sequence[int] | None = None
     chunked_prefill_size: int | None = None
     dump_root: Path | None = None
-    extra_args: Sequence[str] = ()
+    extra_args: Sequence[str] = ()  # after --: SGLang's own
     dtype: str = "float32"
+    serve_args: Sequence[str] = ()  # `hsmon sglang-serve`'s own options (--no-metrics)
     env: Mapping[str, str] = field(default_factory=dict)  # added to the environment (SGLANG_...)
     port: int = 0
     proc: subprocess.Popen | None = field(default=None, repr=False)
@@ -114,7 +115,7 @@ class SGLangServer:
             cmd += ["--layers", ",".join(str(p) for p in self.layers)]
         if self.dump_root is not None:
             cmd += ["--dump-dir", str(self.dump_root)]
-        cmd += ["--", "--dtype", self.dtype, *IDLE_ARGS]
+        cmd += [*self.serve_args, "--", "--dtype", self.dtype, *IDLE_ARGS]
         if self.chunked_prefill_size:
             cmd += ["--chunked-prefill-size", str(self.chunked_prefill_size)]
         return cmd + list(self.extra_args)

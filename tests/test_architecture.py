@@ -41,3 +41,16 @@ def test_a_monitor_module_importing_torch_breaks_the_named_rule(tmp_path: Path) 
     assert "hsmon.core.trackers.disk -> torch" in said
     assert "no import cycles between the modules of extractor, trainer and the monitor BROKEN" in said
     assert ".errors -> .prepare" in said
+
+
+def test_the_contracts_rule_names_every_part_of_hsmon_but_the_contracts() -> None:
+    """A new module or package at the hsmon/ root is forbidden to extractor/ and trainer/ too."""
+    import tomllib
+
+    rules = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    rule = next(r for r in rules if r["source_modules"] == ["extractor", "trainer"])
+    listed = set(rule["forbidden_modules"])
+    package = ROOT / "hsmon"
+    parts = {f"hsmon.{p.stem}" for p in package.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    parts |= {f"hsmon.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    assert parts - {"hsmon.contracts"} == listed, "pyproject.toml: list each part of hsmon/ but contracts"

@@ -13,7 +13,7 @@ import sys
 import pytest
 from daemon_helpers import Daemon, child_env, free_port, post_json, procs  # noqa: F401 (fixture)
 
-from hsmon import daemon_security as security
+from hsmon.daemon import security
 from hsmon.status_client import StatusClient
 from hsmon.status_doc import decode
 

@@ -19,8 +19,8 @@ from hsmon.contracts.layout import MANIFEST_NAME, iter_jsonl
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.core.verify_watch import VerifySpec
+from hsmon.daemon.notify import Notifier
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.notify import Notifier
 
 CHUNK = ["--chunk-size", "3"]
 

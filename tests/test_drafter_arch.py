@@ -64,3 +64,17 @@ def test_the_launch_fields_know_the_trainers_architectures():
     from hsmon.launch import ARCHS as LAUNCH_ARCHS
 
     assert tuple(ARCHS) == LAUNCH_ARCHS
+
+
+def test_eval_drafter_table_names_the_architecture_it_measured(capsys):
+    """An EAGLE 3.1 drafter's column reads eagle3.1, not eagle3 (the JSON keeps its `eagle3` key and
+    says the architecture in `arch`)."""
+    from trainer.evaluate import print_tables
+
+    lengths = {"eagle3": {"1": 1.9, "2": 2.5}, "ngram": {"1": 1.4, "2": 1.6}}
+    res = {"arch": "eagle3.1", "prompts": 4, "max_new_tokens": 24, "acceptance_length": lengths,
+           "outputs_match_greedy": True}
+    print_tables({"prompts": res}, 2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("prompts (eagle3.1 drafter)")
+    assert lines[1].split() == ["depth", "eagle3.1", "ngram"] and lines[3].split() == ["2", "2.500", "1.600"]

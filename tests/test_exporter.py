@@ -10,8 +10,8 @@ from daemon_helpers import REPO, STORY, child_env
 
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
+from hsmon.daemon.notify import Notifier
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.notify import Notifier
 
 
 def test_every_exported_metric_is_documented(tmp_path):
@@ -59,7 +59,7 @@ def test_every_exported_metric_is_documented(tmp_path):
 def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
     code = (
         "import sys, io, contextlib\n"
-        "import hsmon.daemon, hsmon.core.monitor, hsmon.status_cli, hsmon.launch, hsmon.notify\n"
+        "import hsmon.daemon, hsmon.core.monitor, hsmon.status_cli, hsmon.launch, hsmon.daemon.notify\n"
         "import hsmon.metrics.exporter\n"
         "import hsmon.core.watch, hsmon.core.trackers.processes\n"
         "from hsmon.cli import main\n"

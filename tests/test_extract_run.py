@@ -263,6 +263,93 @@ def test_ctrl_c_reads_stopped_everywhere_exits_130_and_resume_completes(
     assert_same_output(out, reference[0], exact=False)
 
 
+def test_one_writer_per_output_a_second_is_refused_and_a_kill_9_leaves_no_stale_lock(
+        workdir, dataset, tiny_model, reference):  # noqa: F811
+    """Two `hsmon extract` into one --out: the second is refused at once in one line naming the
+    first's PID and host, before it reads or writes anything; after `kill -9` of the first, a
+    third is accepted (the kernel dropped the lock) and resumes to the uninterrupted output."""
+    import socket
+
+    out, events = workdir / "one-writer", workdir / "one-writer-events.jsonl"
+    first = start_extract(dataset, out, tiny_model, *OPTS, events=events)
+    try:
+        wait_for_event(events, lambda e: e["kind"] == "rows", first)
+        first.send_signal(signal.SIGSTOP)  # mid-run for as long as the test needs (it holds the lock)
+        second = run_extract(dataset, out, tiny_model, *OPTS, events=workdir / "second-events.jsonl")
+        assert second.returncode == 2, second.stderr
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(f"hsmon extract: {out} is being written by PID {first.pid} on host "
+                               f"{socket.gethostname()} (hsmon extract since "), line
+        assert line.endswith("one writer per output; wait for it to end (or stop it), or give another "
+                             "--out")
+        assert not (workdir / "second-events.jsonl").exists()  # refused before anything was written
+        assert first.poll() is None  # the first is untouched
+        first.send_signal(signal.SIGKILL)
+        first.wait(TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    third = run_extract(dataset, out, tiny_model, *OPTS, events=events)
+    assert third.returncode == 0, third.stderr
+    assert [e for e in events_of(events) if e["kind"] == "start"][-1]["resumed"]
+    assert_same_output(out, reference[0])  # every row once, as one run writes it
+
+
+def test_a_run_that_wrote_no_row_binds_no_setting(workdir, tiny_model):  # noqa: F811
+    """A run that ended before its first row (refused by the engine at row 0, stopped at once)
+    leaves its `run` record and nothing else: the next run may change any setting (here --dtype,
+    the issue's fix); once a row is written, its settings bind."""
+    data = make_dataset(workdir / "small.jsonl", rows=12, seed=5, min_lines=1, max_lines=2)
+    whole = workdir / "no-row-source"
+    assert run_extract(data, whole, tiny_model, "--chunk-size", "8").returncode == 0
+    manifest = layout.manifest_name((0, 1))
+    records = (whole / manifest).read_text().splitlines()
+    run_line = next(i for i, line in enumerate(records) if json.loads(line).get("type") == "run")
+    out = workdir / "no-row"
+    out.mkdir()
+    (out / manifest).write_text("\n".join(records[: run_line + 1]) + "\n")  # what such a run leaves
+    assert json.loads(records[run_line])["settings"]["dtype"] == "float32"
+    again = run_extract(data, out, tiny_model, "--chunk-size", "8", "--dtype", "bfloat16")
+    assert again.returncode == 0, again.stderr
+    assert len(read_manifest(out).rows) == 12
+    refused = run_extract(data, out, tiny_model, "--chunk-size", "8", "--dtype", "float32")
+    assert refused.returncode == 2
+    assert "was started with different settings (dtype: 'bfloat16', now 'float32')" in refused.stderr
+
+
+def test_on_a_terminal_events_go_to_a_file_never_into_the_progress_line(workdir, tiny_model):  # noqa: F811
+    """README's first tour command in a terminal (no --events): the terminal shows the progress line
+    and one line saying where the events went (OUT/events.jsonl), never a raw JSON event."""
+    import pty
+
+    from extract_helpers import extract_cmd
+
+    data = make_dataset(workdir / "tty.jsonl", rows=12, seed=9, min_lines=1, max_lines=2)
+    out = workdir / "tty"
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(extract_cmd(data, out, tiny_model, "--chunk-size", "8"), stdin=subprocess.DEVNULL,
+                            stdout=secondary, stderr=secondary, env=extract_env())
+    os.close(secondary)
+    shown = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+        assert proc.wait(TIMEOUT) == 0, shown.decode(errors="replace")[-2000:]
+    text = shown.decode(errors="replace")
+    assert f"events -> {out / 'events.jsonl'} (stdout is a terminal" in text, text
+    assert '{"v"' not in text and '"kind"' not in text, text
+    assert events_of(out / "events.jsonl")[-1]["kind"] == "done"
+
+
 async def _tui_shows(out: Path, events: Path) -> tuple[str, str]:
     """(the job header's text, the event log's lines) of `hsmon tui --out OUT --events EVENTS`."""
     from test_tui_pilot import log_text, running

@@ -12,6 +12,7 @@ was, and the generated docs table is current.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_the_ids_chosen_by_asking_the_class_round_trip(probed: rule_table.Derive
 
 
 def test_the_generated_table_and_contract_are_current(probed: rule_table.Derived) -> None:
-    if len(rule_table.default_pythons()) >= len(sglang_classes.RELEASES) > 1:  # every release's env is here
+    # make test (not the matrix lane, which runs this per release), with every release's environment here
+    full = not os.environ.get("HSMON_SGLANG_VENV") and len(sglang_classes.RELEASES) > 1
+    if full and len(rule_table.default_pythons()) >= len(sglang_classes.RELEASES):
         assert rule_table.main(["--check"]) == 0, "run python -m extractor.sglang.rule_table"
         return
     if (probed.release,) != sglang_classes.RELEASES:

@@ -1,4 +1,4 @@
-"""The daemon's periodic malloc_trim (hsmon/memory_trim.py)."""
+"""The daemon's periodic malloc_trim (hsmon/daemon/memory_trim.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hsmon.memory_trim import MemoryTrim, glibc_malloc_trim
+from hsmon.daemon.memory_trim import MemoryTrim, glibc_malloc_trim
 
 
 def test_it_trims_at_most_once_per_interval():

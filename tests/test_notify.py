@@ -10,7 +10,7 @@ import pytest
 from daemon_helpers import WebhookReceiver, wait_until
 
 from hsmon import status_doc
-from hsmon.notify import Notifier, build_body
+from hsmon.daemon.notify import Notifier, build_body
 
 RECORDED = Path(__file__).parent / "fixtures" / "status_document.json"
 

@@ -1,4 +1,4 @@
-"""The daemon's interpreter settings for prompt answers (hsmon/scrape_latency.py), in a fresh
+"""The daemon's interpreter settings for prompt answers (hsmon/daemon/scrape_latency.py), in a fresh
 interpreter as the daemon runs them: a short switch interval, and the start-up objects frozen out
 of every later collection while the objects made after it stay collectable."""
 
@@ -11,7 +11,7 @@ PROBE = """
 import gc, sys, weakref
 import hsmon.core.monitor, hsmon.metrics.exporter
 assert sys.getswitchinterval() == 0.005
-from hsmon.scrape_latency import settle_for_serving, SWITCH_INTERVAL_S
+from hsmon.daemon.scrape_latency import settle_for_serving, SWITCH_INTERVAL_S
 settle_for_serving()
 assert sys.getswitchinterval() == SWITCH_INTERVAL_S < 0.005, sys.getswitchinterval()
 frozen = gc.get_freeze_count()

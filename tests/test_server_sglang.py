@@ -292,7 +292,8 @@ def test_killed_server_reads_down_then_up_after_a_restart_without_metrics(rig):
     job = wait_until(lambda: (j := rig["daemon"].job("client"))["reason"].startswith(down) and j, 20,
                      what="job stalled, the down server named")
     assert job["state"] == "stalled"
-    server.extra_args = LOAD_ARGS  # the same server without --enable-metrics
+    server.extra_args = LOAD_ARGS  # the same server without --enable-metrics (sglang-serve passes it)
+    server.serve_args = ("--no-metrics",)
     server.start()
     srv = wait_server(rig, "up", 60)
     assert srv["connects_total"] == 2 and srv["liveness_endpoint"] == "/model_info"
@@ -324,6 +325,7 @@ def test_a_server_answering_503_at_once_is_busy_while_counters_move_and_hung_whe
     crash(server)
     wait_server(rig, "down", 10)
     server.extra_args = (*LOAD_ARGS, "--enable-metrics")
+    server.serve_args = ()
     # /health without a generation, so that `hsmon sglang-serve` still sees it ready
     server.env = {"SGLANG_HEALTH_CHECK_TIMEOUT": "0", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
     server.start()

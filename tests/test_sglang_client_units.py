@@ -118,7 +118,8 @@ def test_preflight_accepts_a_fitting_server_and_names_every_missing_flag():
     assert "--disable-radix-cache" in str(exc.value) and "--enable-return" not in str(exc.value)
     with pytest.raises(preflight.PreflightError, match="--return-aux-hidden-state-layer-ids 0 1 2"):
         check(INFO, points=(1, 2, 3))
-    with pytest.raises(preflight.PreflightError, match="--dtype bfloat16"):
+    with pytest.raises(preflight.PreflightError, match=r"relaunch the server with --dtype float32 .*or "
+                       r"leave --dtype out to store the server's bfloat16"):
         check({**INFO, "dtype": "bfloat16"})
     with pytest.raises(preflight.PreflightError, match="plugin is not loaded"):
         check({k: v for k, v in INFO.items() if k != "hsmon_plugin"}, transport="json")
@@ -275,3 +276,21 @@ def test_a_success_while_the_pause_begins_leaves_the_run_unpaused():
     thread.join(5)
     assert not pool._pause.active and progress.paused is None
     assert pool.acquire() == "http://a"
+
+
+def test_the_dtype_a_server_computes_in_is_the_plugins_word_then_its_flag_then_sglangs_auto_rule():
+    """`--dtype auto` on the server is not a dtype: SGLang serves float32 weights in float16. The
+    plugin says what SGLang resolved; without it, its flag; with auto, SGLang's rule on the config."""
+    auto = {**INFO, "dtype": "auto"}
+    plugin = {**INFO["hsmon_plugin"], "dtype": "float16"}
+    assert preflight.computes_of({**auto, "hsmon_plugin": plugin}) == "float16"
+    assert preflight.computes_of({**INFO, "dtype": "half"}) == "float16"
+    assert preflight.computes_of(auto) is None
+    assert preflight.sglang_auto_dtype("float32", "llama") == "float16"
+    assert preflight.sglang_auto_dtype("float32", "gemma2") == "bfloat16"
+    assert preflight.sglang_auto_dtype("bfloat16", "llama") == "bfloat16"
+    a, b = preflight.facts_of("http://a", {**INFO, "dtype": "float16"}), preflight.facts_of("http://b", INFO)
+    assert preflight.agreed_dtype([a]) == "float16"
+    with pytest.raises(preflight.PreflightError, match=r"^--url http://b computes in float32, --url http://a "
+                       r"in float16: a run stores one dtype; relaunch http://b with --dtype float16$"):
+        preflight.agreed_dtype([a, b])

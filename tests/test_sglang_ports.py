@@ -57,3 +57,13 @@ def test_sglang_serve_passes_the_port_unless_the_user_gave_one():
     mine = serve.build_command("python", "/m", [2, 4, 5], "127.0.0.1", 30000, True, ["--nccl-port", "20001"],
                                nccl_port=23456)
     assert mine.count("--nccl-port") == 1 and mine[mine.index("--nccl-port") + 1] == "20001"
+
+
+def test_sglang_serve_passes_enable_metrics_once_unless_told_not_to():
+    """The daemon's load figures (running, queued, tokens/s) come from SGLang's /metrics."""
+    assert serve.build_command("python", "/m", [2, 4, 5], "127.0.0.1", 30000, True, []).count(
+        "--enable-metrics") == 1
+    given = serve.build_command("python", "/m", [2, 4, 5], "127.0.0.1", 30000, True, ["--enable-metrics"])
+    assert given.count("--enable-metrics") == 1
+    assert "--enable-metrics" not in serve.build_command("python", "/m", [2, 4, 5], "127.0.0.1", 30000, True,
+                                                         [], metrics=False)

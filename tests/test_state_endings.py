@@ -13,8 +13,8 @@ from hsmon.contracts import events as ev
 from hsmon.core import logtail
 from hsmon.core.state import decide
 from hsmon.core.state_facts import ALERT_STATES, STATES, ProcessFacts, Snapshot
-from hsmon.rotating_log import RotatingLog
-from hsmon.runner import _ending, job_name
+from hsmon.runner.cli import _ending, job_name
+from hsmon.runner.rotating_log import RotatingLog
 
 NOW = 10_000.0
 TRACEBACK = [

@@ -133,3 +133,26 @@ def test_hsmon_status_and_the_dashboard_give_a_disk_the_same_verdict() -> None:
     unknown = msgspec.structs.replace(disk, fits=None, time_to_full_s=None)
     job = msgspec.structs.replace(doc.jobs[0], disk=[unknown])
     assert ", fit unknown; full in" in render(msgspec.structs.replace(doc, jobs=[job]))
+
+
+@pytest.mark.parametrize("state", ["done", "stopped"])
+def test_an_ended_job_shows_no_disk_projection(state: str) -> None:
+    """A finished extraction's last minute of writes projected the disk full "in 4h09m": an ended
+    job writes no more, so the document carries no time to full nor to done, and neither `hsmon
+    status` nor the dashboard shows one, even for a document an older daemon wrote with them."""
+    from hsmon.core.config import JobConfig
+    from hsmon.core.job_document import JobState, Sections, job_status
+    from hsmon.status_cli import render
+
+    doc = sd.decode(RECORDED.read_bytes())
+    disk = msgspec.structs.replace(doc.jobs[0].disk[0], time_to_full_s=14_940.0, time_to_done_s=0.0)
+    made = job_status(JobConfig(name="extract", out_dir="/o"), JobState(1.0, state=state),
+                      Sections(disk=[disk]))
+    assert [(d.time_to_full_s, d.time_to_done_s) for d in made.disk] == [(None, None)]
+    assert made.disk[0].free_bytes == disk.free_bytes  # the headroom itself stays
+    running = msgspec.structs.replace(doc.jobs[0], disk=[disk])
+    assert "full in 4h09m" in render(msgspec.structs.replace(doc, jobs=[running]))
+    stale = msgspec.structs.replace(running, state=state)
+    text = render(msgspec.structs.replace(doc, jobs=[stale]))
+    line = next(ln for ln in text.splitlines() if "disk output" in ln)
+    assert "full in" not in line and "done in" not in line and "free, needs" in line, line

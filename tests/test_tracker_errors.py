@@ -14,8 +14,8 @@ from hsmon.contracts import events as ev
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.core.trackers.output_dir import OutputDirTracker
+from hsmon.daemon.notify import Notifier
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.notify import Notifier
 
 
 def test_a_failing_output_tracker_leaves_its_events_and_the_other_job_watched(

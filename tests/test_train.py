@@ -111,8 +111,21 @@ def test_draft_vocab_keeps_the_most_frequent_trained_tokens():
     d2t, t2d = build_draft_vocab(counts, vocab_size=12, draft_vocab_size=6)
     assert sorted((torch.arange(6) + d2t).tolist()) == (torch.arange(6) + d2t).tolist()
     assert int(t2d.sum()) == 6 and {1, 3, 7, 9} <= set(t2d.nonzero().flatten().tolist())
-    # default: the whole target vocabulary when it is under 32,000
+    # default: sized to the data (at least 256), never above the target vocabulary
     assert build_draft_vocab(counts, vocab_size=100, draft_vocab_size=None)[0].shape[0] == 100
+
+
+def test_default_draft_vocab_covers_99_percent_of_the_trained_tokens():
+    from trainer.data import draft_vocab_for
+
+    # 100 frequent tokens (10,000 of 12,000) and 2000 seen once: 99 % takes 1880 of the rare ones,
+    # 1980 tokens in all, rounded up to a multiple of 64
+    counts = Counter({t: 1 for t in range(2000)} | {t: 100 for t in range(2000, 2100)})
+    assert draft_vocab_for(counts, vocab_size=50_000) == 1984
+    assert draft_vocab_for(Counter({1: 5, 2: 3}), vocab_size=50_000) == 256  # the floor
+    assert draft_vocab_for(Counter({1: 5, 2: 3}), vocab_size=100) == 100  # the target's vocabulary
+    assert draft_vocab_for(Counter({t: 1 for t in range(90_000)}), vocab_size=100_000) == 32_000
+    assert draft_vocab_for(Counter(), vocab_size=50_000) == 32_000  # nothing counted: the cap
 
 
 def test_epoch_plan_covers_every_row_once_within_the_token_budget():
@@ -235,6 +248,9 @@ def test_training_emits_events_and_learns(setup, tmp_path):
     assert evals[-1]["accs"][0] > 0.3
     assert evals[-1]["loss"] < evals[0]["loss"] or steps[-1]["loss"] < steps[0]["loss"]
     assert steps[-1]["loss"] < steps[0]["loss"]
+    # a run that learnt: its last line gives the loss and the estimate, and no advice
+    done = [e for e in evs if e["kind"] == "done"][-1]
+    assert done["advice"] is None and done["accept_len_est"] > 1.1
 
 
 @pytest.mark.slow
@@ -297,6 +313,19 @@ def test_sigterm_checkpoints_and_resume_matches_an_uninterrupted_run(setup, tmp_
         assert torch.equal(tensor, b["model"][name]), name
     for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values(), strict=True):
         assert torch.equal(sa["exp_avg"], sb["exp_avg"])
+
+
+def test_a_run_that_learnt_nothing_says_no_speed_up_yet_in_its_last_line(setup, tmp_path):
+    """One step at a low learning rate leaves the drafter at chance: the last line says so, with
+    what to change, and the done event carries the same advice (the TUI shows it)."""
+    events = tmp_path / "events.jsonl"
+    proc = hsmon(*train_args(setup, tmp_path / "run", "--max-steps", "1", "--lr", "1e-4",
+                             "--events", str(events)))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("no speed-up yet: estimated acceptance length 1.0"), proc.stderr
+    assert "more --epochs" in last and "raise --lr (this run 0.0001, default 0.002)" in last
+    done = [e for e in iter_events(events) if e["kind"] == "done"][-1]
+    assert done["advice"] == last and done["accept_len_est"] < 1.1
 
 
 @pytest.mark.slow

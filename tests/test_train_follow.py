@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -268,6 +269,18 @@ def test_sigterm_while_waiting_for_the_first_chunk_stops_cleanly(tmp_path, tiny_
         wait_until(lambda: [e["kind"] for e in trainer_events(spool_dir)].count("heartbeat") >= 2,
                    "heartbeats while waiting", trainer)
         assert [e.get("reason") for e in trainer_events(spool_dir) if e["kind"] == "pause"] == ["rows"]
+        # one consumer per spool and one writer per --out: a second is refused in one line naming the
+        # first's PID and host, before it writes an event
+        for other_spool, other_out, flag in ((spool_dir, tmp_path / "train2", "spool (DATA_DIR)"),
+                                             (tmp_path / "spool2", tmp_path / "train", "--out")):
+            second = subprocess.run(trainer_cmd(other_spool, other_out, tiny_model), capture_output=True,
+                                    text=True, env=extract_env(), timeout=120)
+            assert second.returncode == 2, second.stderr
+            (line,) = second.stderr.strip().splitlines()
+            assert f"is being written by PID {trainer.pid} on host {socket.gethostname()}" in line, line
+            assert line.startswith("hsmon train: ") and line.endswith(f"or give another {flag}"), line
+        kinds = [e["kind"] for e in trainer_events(spool_dir)]
+        assert kinds.count("pause") == 1 and "error" not in kinds  # the first's events alone
         trainer.send_signal(signal.SIGTERM)
         finish(trainer, timeout=60, status=143)
     finally:

@@ -106,3 +106,14 @@ async def test_a_finished_job_from_its_files_keeps_its_name_and_its_rate_history
         assert len(history.rows_per_s) > 1 and max(history.rows_per_s) > 0
         assert max(history.tokens_per_s) > 0
 
+
+
+async def test_a_finished_extraction_shows_no_disk_projection() -> None:
+    """A document whose writer left "time to full" and "time to done" on an ended job (its last
+    minute's write rate): the disk panel shows the headroom, not "full in 4h09m, done in 0s"."""
+    docs = run_documents.finished_extraction()
+    for disk in docs[-1]["jobs"][0]["disk"]:
+        disk.update(time_to_full_s=14_940.0, time_to_done_s=0.0)
+    async with running([fixed_source(docs[-1:], label="fixture")], size=(160, 48)) as (app, pilot):
+        await wait_for(pilot, lambda: "DONE" in screen_text(app) and "free, needs" in screen_text(app))
+        assert "full in" not in screen_text(app) and "done in" not in screen_text(app)

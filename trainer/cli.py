@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from hsmon.contracts import train_defaults as defaults
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
@@ -33,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the target's Hugging Face directory (default: the embedded target)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="where checkpoints and the data index go")
-    parser.add_argument("--epochs", type=_positive_int, default=None, help="passes over the data (default 1)")
+    parser.add_argument("--epochs", type=_positive_int, default=None,
+                        help=f"passes over the data (default {defaults.EPOCHS})")
     parser.add_argument(
         "--max-steps",
         type=_positive_int,
@@ -47,19 +50,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="drafter architecture: eagle3, or eagle3.1 (per-layer fc_norm before fc, post-norm "
              "hidden state fed to the next draft step); default eagle3.1, on --resume the checkpoint's",
     )
-    parser.add_argument("--ttt-length", type=_positive_int, default=7, help="training-time-test unroll steps")
+    parser.add_argument("--ttt-length", type=_positive_int, default=defaults.TTT_LENGTH,
+                        help="training-time-test unroll steps")
     parser.add_argument(
         "--draft-vocab-size",
         type=_positive_int,
         default=None,
-        help="draft vocabulary size (default 32000, or the target's vocabulary when smaller)",
+        help="draft vocabulary size (default: the most frequent tokens that cover 99%% of the trained "
+             "tokens, 256 to 32000, never above the target's vocabulary)",
     )
-    parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
+    parser.add_argument("--lr", type=float, default=defaults.LR,
+                        help=f"peak learning rate (default {defaults.LR:g})")
     parser.add_argument(
         "--batch-tokens",
         type=_positive_int,
-        default=4096,
-        help="padded tokens per batch and process (default 4096)",
+        default=defaults.BATCH_TOKENS,
+        help=f"padded tokens per batch and process (default {defaults.BATCH_TOKENS})",
     )
     parser.add_argument("--events", metavar="FILE", default=None, help="append events here (default stdout)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")

@@ -31,7 +31,13 @@ from hsmon.contracts.layout import (
 from hsmon.contracts.manifest_reader import complete_row_files, iter_records
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
+# The draft vocabulary, when --draft-vocab-size is not given: the most frequent trained tokens that
+# cover DRAFT_VOCAB_COVERAGE of the trained tokens, rounded up to a multiple of 64, at least
+# DRAFT_VOCAB_MIN and at most DEFAULT_DRAFT_VOCAB (or the target's vocabulary when smaller).
+# A smaller head learns faster on little data (docs/benchmarks.md, "Defaults").
 DEFAULT_DRAFT_VOCAB = 32000
+DRAFT_VOCAB_COVERAGE = 0.99
+DRAFT_VOCAB_MIN = 256
 INDEX_NAME = "data-index.json"
 # Rows read for the draft vocabulary's token counts (and the shapes) when a manifest lists the rows.
 VOCAB_SAMPLE_ROWS = 4000
@@ -223,16 +229,32 @@ def load_index(path: Path) -> DataIndex:
                      payload["hidden_size"], payload["aux_size"], payload.get("nonfinite_rows", []))
 
 
+def draft_vocab_for(counts: Counter, vocab_size: int) -> int:
+    """The default draft vocabulary size: the most frequent tokens that cover 99 % of the trained
+    tokens, rounded up to a multiple of 64, between 256 and 32,000 (never above ``vocab_size``)."""
+    cap = min(DEFAULT_DRAFT_VOCAB, vocab_size)
+    total = sum(n for tok, n in counts.items() if 0 <= tok < vocab_size)
+    if total <= 0:
+        return cap
+    covered, needed = 0, 0
+    for n in sorted((n for tok, n in counts.items() if 0 <= tok < vocab_size), reverse=True):
+        covered += n
+        needed += 1
+        if covered >= DRAFT_VOCAB_COVERAGE * total:
+            break
+    return min(cap, max(DRAFT_VOCAB_MIN, -(-needed // 64) * 64))
+
+
 def build_draft_vocab(counts: Counter, vocab_size: int, draft_vocab_size: int | None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(d2t, t2d) from the frequency of loss-masked tokens.
 
-    The draft vocabulary holds the ``draft_vocab_size`` most frequent trained tokens (default
-    32,000 or the whole target vocabulary when smaller), topped up with the lowest unused ids,
-    sorted by target id. ``d2t[i]`` is the offset from draft id i to its target id (SGLang and
-    SpecForge convention), ``t2d`` a bool mask over the target vocabulary.
+    The draft vocabulary holds the ``draft_vocab_size`` most frequent trained tokens (default:
+    `draft_vocab_for` the counts), topped up with the lowest unused ids, sorted by target id.
+    ``d2t[i]`` is the offset from draft id i to its target id (SGLang and SpecForge convention),
+    ``t2d`` a bool mask over the target vocabulary.
     """
-    size = min(draft_vocab_size or DEFAULT_DRAFT_VOCAB, vocab_size)
+    size = min(draft_vocab_size or draft_vocab_for(counts, vocab_size), vocab_size)
     chosen = [tok for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
               if 0 <= tok < vocab_size][:size]
     if len(chosen) < size:

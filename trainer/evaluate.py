@@ -342,10 +342,12 @@ def print_tables(results: dict[str, dict[str, Any]], depth: int) -> None:
             f"{name} ({res['arch']} drafter): mean acceptance length (tokens per target forward), "
             f"{res['prompts']} prompts, {res['max_new_tokens']} new tokens each"
         )
-        print(f"{'depth':>5}  {'eagle3':>7}  {'ngram':>7}")
+        arch = str(res.get("arch") or "eagle3")  # the column names the architecture measured
+        width = max(7, len(arch))
+        print(f"{'depth':>5}  {arch:>{width}}  {'ngram':>7}")
         for d in range(1, depth + 1):
             print(
-                f"{d:>5}  {res['acceptance_length']['eagle3'][str(d)]:>7.3f}  "
+                f"{d:>5}  {res['acceptance_length']['eagle3'][str(d)]:>{width}.3f}  "
                 f"{res['acceptance_length']['ngram'][str(d)]:>7.3f}"
             )
         if not res["outputs_match_greedy"]:

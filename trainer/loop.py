@@ -7,6 +7,7 @@ calls `Training.run`; everything a step needs is on the object, so each part rea
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from hsmon.contracts import events as ev
+from hsmon.contracts import train_defaults
 from trainer.checkpoint import latest_checkpoint, save_checkpoint
 from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
 from trainer.model import DrafterConfig, Eagle3Drafter
@@ -271,6 +273,9 @@ class Training:
     def _emit_done(self, guard: LossGuard, out_of_time: bool) -> None:
         stats = self.evaluate_and_emit()
         in_sync = ranks_in_sync(self.drafter, self.world)
+        est = expected_accept_length(stats.accs) if stats else None
+        advice = train_defaults.no_speedup_advice(
+            est, self.settings.lr, "--passes" if self.settings.follow else "--epochs")
         if self.writer:
             self.writer.emit(
                 ev.DONE,
@@ -283,7 +288,11 @@ class Training:
                 nonfinite_rows=self.nonfinite_rows,
                 ranks_in_sync=in_sync,
                 checkpoint=str(latest_checkpoint(self.settings.out)),
+                accept_len_est=est,
+                advice=advice,
             )
+        if self.world.main:
+            print(done_line(self.settings, self.cursor.step, stats, advice), file=sys.stderr, flush=True)
 
 
 def evaluate(
@@ -313,6 +322,17 @@ def evaluate(
         prefetch.close()
     drafter.train()
     return step_stats(sums)
+
+
+def done_line(settings: TrainSettings, step: int, stats: StepStats | None, advice: str | None) -> str:
+    """The training's last line: steps, held-out loss and estimated acceptance length, and when that
+    stays near 1 the "no speed-up yet" advice (hsmon.contracts.train_defaults)."""
+    line = f"hsmon train: done: {step} steps -> {settings.out}"
+    if stats is None:
+        return line + " (no held-out rows: no estimate of the acceptance length)"
+    est = expected_accept_length(stats.accs)
+    line += f"; held-out loss {stats.weighted_loss:.4g}, estimated acceptance length {est:.3f}"
+    return f"{line}\n{advice}" if advice else line
 
 
 def expected_accept_length(accs: list[float]) -> float:

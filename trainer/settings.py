@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hsmon.contracts import train_defaults as defaults
 from trainer.nonfinite import DEFAULT_MAX_BAD_FRACTION, DEFAULT_MAX_SKIPS_IN_A_ROW
 
 
@@ -16,14 +17,14 @@ class TrainSettings:
     data_dir: Path
     target: Path
     out: Path
-    epochs: int | None = None
+    epochs: int | None = None  # None: train_defaults.EPOCHS (with --max-steps alone: epochs cycle)
     max_steps: int | None = None
-    ttt_length: int = 7
+    ttt_length: int = defaults.TTT_LENGTH
     # drafter architecture (trainer/model.py ARCHS); None: eagle3 for a new run, the checkpoint's on resume
     arch: str | None = None
     draft_vocab_size: int | None = None
-    lr: float = 1e-4
-    batch_tokens: int = 4096
+    lr: float = defaults.LR
+    batch_tokens: int = defaults.BATCH_TOKENS
     events: str | None = None
     resume: bool = False
     warmup_ratio: float = 0.03

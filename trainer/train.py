@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from hsmon.contracts import events as ev
+from hsmon.contracts import train_defaults, writer_lock
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
@@ -53,6 +54,11 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     """Run (or resume) a training; returns the process exit code. ``body`` replaces the offline
     set-up and loop (`hsmon train --follow`: trainer/follow.py), with the same signals and events."""
     world = Dist()
+    try:
+        locks = hold_outputs(settings) if world.main else []
+    except DataError:
+        world.close()
+        raise
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
     stop_requested = StopRequest()
 
@@ -77,6 +83,26 @@ def train(settings: TrainSettings, body: Any = None) -> int:
         if writer:
             writer.close()
         world.close(finished)
+        for lock in locks:
+            lock.release()
+
+
+def hold_outputs(settings: TrainSettings) -> list[writer_lock.WriterLock]:
+    """One writer per output (hsmon/contracts/writer_lock.py): --out for the run's life, and the
+    spool a following trainer consumes (one consumer deletes from it); a second is refused with a
+    `DataError` naming the first's PID and host."""
+    held: list[writer_lock.WriterLock] = []
+    wanted = [(settings.out, writer_lock.TRAIN_LOCK, "--out")]
+    if settings.follow:
+        wanted.append((settings.data_dir, writer_lock.FOLLOW_LOCK, "spool (DATA_DIR)"))
+    try:
+        for directory, name, flag in wanted:
+            held.append(writer_lock.acquire(directory, name, "hsmon train", flag))
+    except writer_lock.OutputLocked as exc:
+        for lock in held:
+            lock.release()
+        raise DataError(str(exc)) from None
+    return held
 
 
 def _train(
@@ -149,6 +175,6 @@ def _step_budget(settings: TrainSettings, train_rows: list[RowRef], world: Dist)
         epochs_bound = settings.epochs * steps_per_epoch if settings.epochs else None
         total_steps = settings.max_steps if epochs_bound is None else min(settings.max_steps, epochs_bound)
     else:
-        total_steps = (settings.epochs or 1) * steps_per_epoch
+        total_steps = (settings.epochs or train_defaults.EPOCHS) * steps_per_epoch
     return steps_per_epoch, total_steps
 

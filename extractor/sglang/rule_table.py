@@ -122,7 +122,8 @@ def render_table(releases: list[Derived]) -> str:
     if unexplained:
         rows.append("| none derived | " + "; ".join(f"{k}: {v}" for k, v in unexplained) + " | | | | |")
     releases_line = ", ".join(f.release for f in releases)
-    return "\n".join([BEGIN, f"Derived from SGLang {releases_line} ({sum(len(f.rules) for f in releases)} "
+    classes = len({n for f in releases for n in f.rules})
+    return "\n".join([BEGIN, f"Derived from SGLang {releases_line} ({classes} "
                       "classes with `set_eagle3_layers_to_capture`; a 61-layer target's examples):", "",
                       *rows, "", "`*`: the method fails (IndexError) for an id that names the layer after "
                       "the last; no capture point needs one.", END])

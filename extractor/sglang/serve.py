@@ -10,21 +10,19 @@ with the server's status.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from extractor.sglang.cpu_binding import bind_env
+from extractor.sglang.layer_ids import LayerIdsError, serving_ids
 from extractor.sglang.ports import free_stable_port
-from hsmon.contracts.capture_points import layer_ids_for, parse_capture_points, rule_of
+from extractor.sglang.supervise import supervise
+from extractor.targets import ModelUnavailable, resolve_model
+from hsmon.contracts.capture_points import parse_capture_points
 from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -46,7 +44,8 @@ class ServeError(ValueError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", required=True,
-                        help="the target model directory (Hugging Face layout)")
+                        help="the target model: a Hugging Face directory or a preset name (embedded, "
+                        "smollm2), as every model option takes")
     parser.add_argument(
         "--dump-dir",
         default=DEFAULT_DUMP_ROOT,
@@ -83,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start an SGLang release outside the tested set (docs/extract.md's support table); "
         "then check the first dumps with hsmon verify-data",
     )
+    parser.add_argument("--no-metrics", action="store_true", help="leave SGLang's /metrics off (by default "
+                        "--enable-metrics is passed: the daemon reads the server's load from it)")
     parser.add_argument(
         "sglang_args",
         nargs=argparse.REMAINDER,
@@ -107,24 +108,6 @@ def parse_layers(text: str | None, model_path: Path) -> list[int]:
         return parse_capture_points(text, num_layers)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
-
-
-def serving_ids(points: list[int], model_path: Path) -> tuple[list[int], str]:
-    """The SGLang layer ids that make the model's class capture ``points``, and that class (by
-    hsmon's table of rules, docs/extract.md; the plugin asks the loaded class again); ServeError
-    in one line when the class cannot capture them."""
-    config = json.loads((model_path / "config.json").read_text())
-    arch = str((config.get("architectures") or ["LlamaForCausalLM"])[0])
-    try:
-        rule = rule_of(arch)
-    except ValueError:
-        rule = "llama"  # a class hsmon's table does not list: the plugin asks it when it loads
-    num_layers = int(config.get("text_config", config).get("num_hidden_layers", 0))
-    try:
-        return layer_ids_for(points, rule, num_layers), arch
-    except ValueError as exc:
-        raise ServeError(f"--layers {','.join(map(str, points))}: SGLang's {arch} cannot capture them: "
-                         f"{exc}") from None
 
 
 def sglang_python(explicit: str | None) -> str:
@@ -155,6 +138,7 @@ def build_command(
     adapter: str = AUX_RETURN,
     nccl_port: int | None = None,
     layer_ids: list[int] | None = None,
+    metrics: bool = True,
 ) -> list[str]:
     """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
     capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
@@ -181,6 +165,8 @@ def build_command(
             cmd += ["--max-total-tokens", CPU_MAX_TOTAL_TOKENS]
     if nccl_port is not None and not _given(extra, "--nccl-port"):
         cmd += ["--nccl-port", str(nccl_port)]
+    if metrics and not _given(extra, "--enable-metrics"):
+        cmd += ["--enable-metrics"]  # the server's load figures for the daemon (running, queued, tok/s)
     return cmd + extra
 
 
@@ -231,33 +217,15 @@ def plain_launch_line(cmd: list[str], env: dict[str, str], base: dict[str, str])
     return " ".join([*changed, *cmd])
 
 
-def _ready(url: str) -> bool:
-    """SGLang answers /health with 200 once its warm-up request went through."""
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-            return resp.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-def _plugin_loaded(url: str) -> bool:
-    with urllib.request.urlopen(url + "/server_info", timeout=10) as resp:
-        return "hsmon_plugin_version" in json.loads(resp.read())
-
-
-def _exit_status(code: int) -> int:
-    return 128 - code if code < 0 else code
-
-
 def run(args: argparse.Namespace) -> int:
     extra = list(args.sglang_args or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    model_path = Path(args.model_path)
     try:
+        model_path = resolve_model(args.model_path, "--model-path")  # a directory or a preset name
         points = parse_layers(args.layers, model_path)
         layer_ids, _arch = serving_ids(points, model_path)
-    except ServeError as exc:
+    except (ServeError, LayerIdsError, ModelUnavailable) as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2
     for flag in ("--enable-radix-cache", "--pp-size", "--model-path", "--port", "--host"):
@@ -306,94 +274,6 @@ def run(args: argparse.Namespace) -> int:
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
                         nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host),
-                        layer_ids=layer_ids)
+                        layer_ids=layer_ids, metrics=not args.no_metrics)
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
-    return _serve(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)
-
-
-class _Child:
-    """SGLang's main process and what it spawned (scheduler, detokenizer, ...).
-
-    SGLang stays in sglang-serve's process group, so whoever stops sglang-serve's group (a
-    terminal, systemd, a test) stops SGLang too. The descendants are remembered while the main
-    process lives: if it dies first they are orphaned and would otherwise hold the port.
-    """
-
-    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
-        import psutil
-
-        self.proc = subprocess.Popen(cmd, env=env)
-        self._psutil = psutil
-        self._known: dict[int, object] = {}
-
-    def remember(self) -> None:
-        with contextlib.suppress(self._psutil.Error):
-            for p in self._psutil.Process(self.proc.pid).children(recursive=True):
-                self._known.setdefault(p.pid, p)
-
-    def signal(self, signum: int) -> None:
-        # To the main process only: it shuts its scheduler and detokenizer down itself
-        # (signalling them all at once makes it report a crashed child first).
-        self.remember()
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signum)
-
-    def kill_all(self) -> None:
-        self.remember()
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        for p in self._known.values():
-            with contextlib.suppress(self._psutil.Error):
-                p.kill()  # psutil checks the process is still the one remembered (no pid reuse)
-
-    def stop(self, grace: float = 30) -> None:
-        self.signal(signal.SIGTERM)
-        self.wait_or_kill(grace)
-
-    def wait_or_kill(self, grace: float = 30) -> None:
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            self.proc.wait()
-
-
-def _serve(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
-    child = _Child(cmd, env)
-    proc = child.proc
-    stop = {"signal": 0}
-
-    def forward(signum: int, _frame: object) -> None:
-        if stop["signal"]:  # a second signal: no more waiting
-            child.kill_all()
-        stop["signal"] = signum
-        child.signal(signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        started = time.monotonic()
-        announced = False
-        while proc.poll() is None:
-            child.remember()
-            if not announced and not stop["signal"] and _ready(url):
-                if not _plugin_loaded(url):
-                    print("hsmon sglang-serve: the server runs but the capture plugin did not load; "
-                          "see the server log above", file=sys.stderr, flush=True)
-                    child.stop()
-                    return 1
-                print(f"hsmon sglang-serve: ready at {url}", flush=True)
-                announced = True
-            if not announced and ready_timeout and time.monotonic() - started > ready_timeout:
-                print(f"hsmon sglang-serve: not ready after {ready_timeout:g} s; stopping it",
-                      file=sys.stderr, flush=True)
-                child.stop()
-                return 1
-            if stop["signal"]:
-                child.wait_or_kill()
-                break
-            time.sleep(1.0)
-        return _exit_status(proc.wait())
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        child.kill_all()  # whatever SGLang left behind
+    return supervise(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)

@@ -118,7 +118,8 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
 
 
 def _without_eta(sec: Sections, eta: float | None) -> Sections:
-    """``sec`` with ``eta`` as the progress's ETA and none in the training section (copies)."""
+    """``sec`` with ``eta`` as the progress's ETA, none in the training section and no disk
+    projection (copies)."""
     from dataclasses import replace
 
     progress = sec.progress
@@ -127,7 +128,9 @@ def _without_eta(sec: Sections, eta: float | None) -> Sections:
     training = sec.training
     if training is not None and training.eta_s is not None:
         training = msgspec.structs.replace(training, eta_s=None)
-    return replace(sec, progress=progress, training=training)
+    # an ended job writes no more: no time to full (its last minute's write rate) nor to done
+    disk = [msgspec.structs.replace(d, time_to_full_s=None, time_to_done_s=None) for d in sec.disk]
+    return replace(sec, progress=progress, training=training, disk=disk)
 
 
 def not_measured(cfg: JobConfig, now: float) -> JobStatus:

@@ -52,6 +52,7 @@ class JobRuntime:
         self._pid_from_events = not self.processes
         self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
         self._event_urls: list[str] = []
+        self._said_missing: set[str] = set()  # missing watched paths already logged
         self.gpu: Any = None  # the Monitor's GpuTracker (shared by its jobs)
         self.errors = TrackerErrors()  # the Monitor's (shared by its jobs)
         self.procs: list[ProcessEntry] = []  # the processes' last sections (kept if a poll fails)
@@ -297,6 +298,7 @@ class JobRuntime:
             shm_fits=shm_disk.fits if shm_disk else None,
             shm_message=disk.shortfall_message(shm_disk),
             dump_oldest_age_s=dump.oldest_age_s if dump else None,
+            missing_paths=self._missing_paths(out, pr),
             servers=[t.facts(now) for t in self.servers],
             gpu_indices=gpu_indices,
             gpu_idle_since_ts=gpu_idle,
@@ -307,6 +309,22 @@ class JobRuntime:
             data=self.output.data_summary() if out and out.layout == "hsmon" else None,
             verify=self.verify.result if self.verify is not None else None,
         )
+
+    def _missing_paths(self, out: OutputSection | None,
+                       pr: ProgressTracker | None) -> list[tuple[str, str]]:
+        """Watched paths that do not exist (the output directory; an events file whose directory is
+        missing too), each logged once while missing."""
+        missing = []
+        if out is not None and not out.exists:
+            missing.append(("--out", out.path))
+        if pr is not None and not pr.exists and not os.path.isdir(os.path.dirname(os.path.abspath(pr.path))):
+            missing.append(("--events", pr.path))
+        for flag, path in missing:
+            if path not in self._said_missing:
+                log.warning("job %s: %s %s does not exist: nothing there to watch until a job creates it",
+                            self.cfg.name, flag, path)
+        self._said_missing = {path for _, path in missing}
+        return missing
 
     def _poll_verify(self, now: float, out: OutputSection | None) -> OutputSection | None:
         """Run the engine check when its chunks are due; ``out`` with its section in ``output.data``."""

@@ -83,6 +83,15 @@ def hints_for(snap: Snapshot) -> list[Hint]:
                 "dump directory (is the packing script alive?)",
             )
         )
+    for flag, path in snap.missing_paths:
+        hints.append(
+            Hint(
+                "path-missing",
+                "warning",
+                f"{flag} {path} does not exist: nothing there to watch until a job creates it; if none "
+                f"will, fix the path ({flag}) and restart the daemon (or SIGHUP it with a fixed config)",
+            )
+        )
     if snap.bad_event_lines:
         hints.append(
             Hint(

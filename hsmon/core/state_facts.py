@@ -103,6 +103,8 @@ class Snapshot:
     shm_fits: bool | None = None
     shm_message: str | None = None
     dump_oldest_age_s: float | None = None
+    # watched paths that do not exist: (the option that names it, the path), e.g. ("--out", "/no/such")
+    missing_paths: list[tuple[str, str]] = field(default_factory=list)
     # How a process ended (a process gone; see ``_ended_without_word``):
     runner_alive: bool = False  # `hsmon run` started it and is still recording how it ended
     exit_log: str | None = None  # where its stdout/stderr went (regular files), or hsmon run's log

@@ -186,6 +186,7 @@ def _done(e: dict[str, Any]) -> str:
                 f"{fmt_count(_n(e, 'tokens'))} tok" if _n(e, "tokens") is not None else None,
                 "time limit reached" if e.get("time_limit_reached") else None,
                 f"held-out acc {fmt_pct_of(accs[0])} at step 0" if isinstance(accs, list) and accs else None,
+                e["advice"] if isinstance(e.get("advice"), str) else None,
             )
         )
     if isinstance(e.get("acceptance_length"), dict):

@@ -13,6 +13,7 @@ from typing import Any
 
 from msgspec import UNSET
 
+from hsmon.contracts import train_defaults
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc import (
     ENDED_STATES,
@@ -88,6 +89,7 @@ class DiskLine:
     time_to_full: str
     time_to_done: str
     verdict: str
+    projected: bool = True  # False: no time to full nor to done (an ended job writes no more)
 
 
 def disk_lines(disks: Iterable[DiskEntry]) -> list[DiskLine]:
@@ -99,6 +101,7 @@ def disk_lines(disks: Iterable[DiskEntry]) -> list[DiskLine]:
             free=format_bytes(disk.free_bytes), needed=format_bytes(disk.needed_bytes),
             fits=disk.fits, time_to_full=fmt_clock(disk.time_to_full_s),
             time_to_done=fmt_clock(disk.time_to_done_s), verdict=disk_verdict(disk),
+            projected=disk.time_to_full_s is not None or disk.time_to_done_s is not None,
         ))
     return lines
 
@@ -207,9 +210,10 @@ def find_start_event(job: JobStatus) -> dict[str, Any] | None:
 def training_defaults(job: JobStatus | None) -> dict[str, str]:
     """Training form values prefilled from an (extraction) job."""
     defaults = {
-        "data_dir": "", "target_model": "", "out_dir": "", "epochs": "1", "lr": "1e-4",
-        "batch_tokens": "4096", "ttt_length": "7", "arch": "", "draft_vocab_size": "", "gpus": "1",
-        "follow": "no", "passes": "1", "consume": "no",
+        "data_dir": "", "target_model": "", "out_dir": "", "epochs": str(train_defaults.EPOCHS),
+        "lr": f"{train_defaults.LR:g}", "batch_tokens": str(train_defaults.BATCH_TOKENS),
+        "ttt_length": str(train_defaults.TTT_LENGTH), "arch": "", "draft_vocab_size": "", "gpus": "1",
+        "time_limit": "", "threads": "", "follow": "no", "passes": "1", "consume": "no",
     }
     if job is None:
         return defaults

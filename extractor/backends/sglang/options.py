@@ -98,16 +98,20 @@ def config_dtype(config: Any) -> str:
     return name if name in ("float32", "bfloat16", "float16") else "float32"
 
 
-def check_servers(opts: Any, layers: list[int], dtype: str, max_length: int | None,
-                  max_positions: int) -> int:
+def check_servers(opts: Any, layers: list[int], dtype: str | None, config: Any, max_length: int | None,
+                  max_positions: int) -> tuple[int, str]:
     """Preflight every server (PreflightError, exit 2, on one that cannot serve this run), keep
-    their facts in ``opts`` and return the run's ``--max-length``: the explicit one if a server
-    accepts it, else the longest input the smallest server accepts."""
+    their facts in ``opts``; return the run's ``--max-length`` (the explicit one if a server
+    accepts it, else the longest input the smallest server accepts) and the dtype it stores:
+    ``dtype``, or with None (``--dtype auto``) the one the servers compute in."""
     from extractor.backends.sglang import preflight
 
+    auto = preflight.sglang_auto_dtype(config_dtype(config), str(getattr(config, "model_type", "") or ""))
     opts.facts = preflight.check_servers(opts.urls, layers, opts.transport, dtype, opts.dump_dir,
-                                         timeout=min(opts.request_timeout, 30.0), wait_s=opts.wait_for_server)
-    return preflight.resolve_max_length(max_length, opts.facts, max_positions)
+                                         timeout=min(opts.request_timeout, 30.0), wait_s=opts.wait_for_server,
+                                         auto_dtype=auto)
+    stored = dtype or str(opts.facts[0].computes)
+    return preflight.resolve_max_length(max_length, opts.facts, max_positions), stored
 
 
 def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions:

@@ -45,6 +45,9 @@ class ServerFacts:
     max_input: int | None = None  # the longest input it accepts (None: it does not say)
     context_length: int | None = None
     captured_points: list[int] | None = None  # read back from the loaded model by the plugin
+    # the dtype it computes in: the plugin's word (SGLang's own resolution), else its --dtype when
+    # not auto; None until `check_servers` applies SGLang's auto rule to the model's config
+    computes: str | None = None
 
 
 def fetch_info(url: str, timeout: float) -> dict[str, Any]:
@@ -85,7 +88,42 @@ def facts_of(url: str, info: dict[str, Any]) -> ServerFacts:
         max_running_requests=opt_int("max_running_requests"), max_total_tokens=opt_int("max_total_tokens"),
         model_path=str(info.get("model_path", "")), plugin=info.get("hsmon_plugin"), raw=info,
         max_input=max_input_of(info), context_length=opt_int("context_length"),
-        captured_points=_plugin_points(info))
+        captured_points=_plugin_points(info), computes=computes_of(info))
+
+
+# SGLang's --dtype spellings, as the dtype stored
+DTYPE_FLAGS = {"float32": "float32", "float": "float32", "float16": "float16", "half": "float16",
+               "bfloat16": "bfloat16"}
+
+
+def computes_of(info: dict[str, Any]) -> str | None:
+    """The dtype a server computes in, as far as its info says: the plugin's (what SGLang resolved
+    ``--dtype auto`` to), else its ``--dtype`` flag when that is not ``auto``."""
+    plugin = info.get("hsmon_plugin")
+    said = plugin.get("dtype") if isinstance(plugin, dict) else None
+    if isinstance(said, str) and said in DTYPE_FLAGS:
+        return DTYPE_FLAGS[said]
+    return DTYPE_FLAGS.get(str(info.get("dtype", "auto")).lower())
+
+
+def sglang_auto_dtype(config_dtype: str, model_type: str) -> str:
+    """SGLang's ``--dtype auto`` for a model config (sglang/srt/configs/model_config.py): float32
+    weights are served in float16 (bfloat16 for Gemma), any other dtype as it is."""
+    if config_dtype == "float32":
+        return "bfloat16" if model_type.startswith("gemma") else "float16"
+    return config_dtype
+
+
+def agreed_dtype(facts: list[ServerFacts]) -> str:
+    """The one dtype every server computes in (a run stores one), or PreflightError naming a server to
+    relaunch."""
+    first = facts[0]
+    for other in facts[1:]:
+        if other.computes != first.computes:
+            raise PreflightError(f"--url {other.url} computes in {other.computes}, --url {first.url} in "
+                                 f"{first.computes}: a run stores one dtype; relaunch {other.url} with "
+                                 f"--dtype {first.computes}")
+    return str(first.computes)
 
 
 def _plugin_captures(info: dict[str, Any]) -> bool:
@@ -202,10 +240,12 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
     if int(info.get("pp_size") or 1) > 1:
         raise PreflightError(f"--url {url}: pipeline parallelism (--pp-size {info.get('pp_size')}) is not "
                              "supported: only the last stage captures; use --tp-size/--dp-size instead")
-    server_dtype = facts.dtype
-    if server_dtype not in ("auto", dtype, "half" if dtype == "float16" else dtype):
-        raise PreflightError(f"--url {url}: the server computes in {server_dtype}, this run stores {dtype}; "
-                             f"pass --dtype {server_dtype} or relaunch the server with --dtype {dtype}")
+    computes = facts.computes or DTYPE_FLAGS.get(facts.dtype)
+    if computes is not None and computes != dtype:
+        raise PreflightError(
+            f"--url {url}: the server computes in {computes}, this run asks for {dtype} (--dtype {dtype}): "
+            f"relaunch the server with --dtype {dtype} (hsmon sglang-serve ... -- --dtype {dtype}), or leave "
+            f"--dtype out to store the server's {computes}")
     plugin = facts.plugin
     if plugin is None:
         raise PreflightError(f"--url {url}: the hsmon capture plugin is not loaded (needed for the last "
@@ -228,16 +268,23 @@ def check_server(facts: ServerFacts, capture_points: list[int], transport: str, 
                                  "--dump-dir")
 
 
-def check_servers(urls: list[str], capture_points: list[int], transport: str, dtype: str,
-                  dump_dir: str | None, timeout: float = 10.0, wait_s: float = 0.0) -> list[ServerFacts]:
-    """Preflight every URL; all must capture the same layers in the same dtype. A server that does
-    not answer yet is waited for up to ``wait_s`` (a unit started beside a server that still
-    loads its model), with a line every 30 s; any other refusal is at once."""
+def check_servers(urls: list[str], capture_points: list[int], transport: str, dtype: str | None,
+                  dump_dir: str | None, timeout: float = 10.0, wait_s: float = 0.0,
+                  auto_dtype: str = "float16") -> list[ServerFacts]:
+    """Preflight every URL; all must capture the same layers in the same dtype: ``dtype``, or with
+    None (``--dtype auto``) the one they compute in (``facts[0].computes``). ``auto_dtype``: what
+    SGLang's ``--dtype auto`` makes of this model (`sglang_auto_dtype`), for a server whose info
+    does not say. A server that does not answer yet is waited for up to ``wait_s`` (a unit started
+    beside a server that still loads its model), with a line every 30 s; any other refusal is at
+    once."""
     facts = []
     for url in urls:
         fact = facts_of(url, wait_for_info(url, timeout, wait_s))
-        check_server(fact, capture_points, transport, dtype, dump_dir)
+        fact.computes = fact.computes or auto_dtype
         facts.append(fact)
+    stored = dtype or agreed_dtype(facts)
+    for fact in facts:
+        check_server(fact, capture_points, transport, stored, dump_dir)
     return facts
 
 

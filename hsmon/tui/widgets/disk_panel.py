@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from hsmon.status_doc import JobStatus
+from hsmon.status_doc import ENDED_STATES, JobStatus
 from hsmon.tui.view import disk_alarming, disk_lines, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -28,13 +28,16 @@ class DiskPanel(QuietStatic):
         self.set_class(any(disk_alarming(line) for line in lines), "-alarm")
         width = self.content_size.width or 60
         text = Text()
+        projected = job.state not in ENDED_STATES  # an ended job writes no more: no time to full
         for i, line in enumerate(lines):
             if i:
                 text.append("\n")
             text.append(f"{line.role:<{ROLE_WIDTH}}", style="bold")
             text.append(f"{line.free} free, needs {line.needed}: ")
             text.append(line.verdict, style=VERDICT_STYLES.get(line.verdict, "dim"))
-            times = f"{'':<{ROLE_WIDTH}}full in {line.time_to_full}, done in {line.time_to_done}  "
+            times = f"{'':<{ROLE_WIDTH}}" + (
+                f"full in {line.time_to_full}, done in {line.time_to_done}  "
+                if line.projected and projected else "")
             path = shorten_path(line.path, max(12, width - len(times)))
             if len(times) + len(path) > width:  # narrow: the path on a line of its own
                 times = times.rstrip() + f"\n{'':<{ROLE_WIDTH}}"

@@ -10,19 +10,23 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Static
 
+from hsmon.contracts import train_defaults as defaults
+
 # (field, label, placeholder). Field names are the keys of hsmon.launch.validate_training_request
 # and of the daemon's POST /api/v1/train body.
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("data_dir", "data directory", "the extraction output"),
     ("target_model", "target model", "empty: the embedded target"),
     ("out_dir", "output directory", "where checkpoints and the export go"),
-    ("epochs", "epochs", "1"),
-    ("lr", "learning rate", "1e-4"),
-    ("batch_tokens", "batch (tokens)", "4096"),
-    ("ttt_length", "unroll length", "7"),
+    ("epochs", "epochs", str(defaults.EPOCHS)),
+    ("lr", "learning rate", f"{defaults.LR:g}"),
+    ("batch_tokens", "batch (tokens)", str(defaults.BATCH_TOKENS)),
+    ("ttt_length", "unroll length", str(defaults.TTT_LENGTH)),
     ("arch", "architecture", "eagle3.1 (default) or eagle3"),
-    ("draft_vocab_size", "draft vocab", "empty: 32000, or the target's vocabulary if smaller"),
+    ("draft_vocab_size", "draft vocab", "empty: the tokens that cover 99% of the data (256 to 32000)"),
     ("gpus", "GPUs", "torchrun processes"),
+    ("time_limit", "time limit (s)", "empty: none; seconds of steps, then checkpoint, eval, done"),
+    ("threads", "CPU threads", "empty: torch's default; torch threads per process"),
     ("follow", "follow (online)", "yes: train while it extracts (hsmon train --follow)"),
     ("passes", "passes (follow)", "1: batches each row is in"),
     ("consume", "consume (follow)", "yes: delete rows after their passes (a spool needs it)"),

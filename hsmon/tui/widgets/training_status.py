@@ -59,7 +59,16 @@ class TrainingStatus(QuietStatic):
             text.append(f"\n{line}")
         if job.reason:
             text.append(f"\n{job.reason}", style="italic")
+        if advice := _advice(job):  # "no speed-up yet: ...": the run learnt too little
+            text.append(f"\n{advice}", style="bold yellow")
         self.show_text(text)
+
+
+def _advice(job: JobStatus) -> str | None:
+    """The trainer's "no speed-up yet" line from its `done` event (None when it learnt enough)."""
+    done = next((e for e in reversed(job.recent_events) if e.get("kind") == "done"), None)
+    advice = done.get("advice") if done else None
+    return advice if isinstance(advice, str) and advice else None
 
 
 def _figure(training: TrainingSection | None, name: str) -> Any:

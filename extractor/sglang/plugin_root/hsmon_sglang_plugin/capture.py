@@ -106,6 +106,9 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
         "tested": sglang.__version__ in TESTED_SGLANG_VERSIONS,
         "dump_root": dump_root(),
     }
+    dtype = _model_dtype()
+    if dtype is not None:  # server_info's own "dtype" is the flag ("auto"), not what it resolved to
+        result["hsmon_plugin"]["dtype"] = dtype
     if _process_facts.get("adapter") == LAYER_CAPTURE:  # no SGLang flag holds them: the plugin's
         from hsmon_sglang_plugin.layer_capture import layer_ids
 
@@ -114,6 +117,18 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
 
     fold_into(result["hsmon_plugin"], result)  # model_class, layer_ids, captured_points
     return result
+
+
+def _model_dtype() -> str | None:
+    """The dtype the server computes in, as SGLang resolved it (``--dtype auto`` of a float32
+    config is float16): the HTTP server's model config; None where this release keeps it elsewhere."""
+    try:
+        from sglang.srt.entrypoints.http_server import _global_state
+
+        dtype = _global_state.tokenizer_manager.model_config.dtype
+    except Exception:  # an older or newer release: the client falls back to the rule
+        return None
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
 def _add_internal_state(result: Any, *args: Any, **kwargs: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from hsmon_sglang_plugin.layer_rule import RuleRefused, captured_points, choose_ids, probe
+from hsmon_sglang_plugin.layer_rule import captured_points, choose_ids, probe
 
 METHOD = "set_eagle3_layers_to_capture"
 NUM_LAYERS = 8
@@ -114,14 +114,17 @@ def shaped(cls: type, classes: dict[str, type]) -> Any:
 
 
 def _with_parallel(cls: type) -> list[tuple[Any, Any]]:
-    """``get_parallel()`` in the class's modules answers a last pipeline rank; the old values."""
-    pp = SimpleNamespace(pp_group=SimpleNamespace(is_last_rank=True, is_first_rank=True))
+    """``get_parallel()`` (and older releases' ``get_pp_group()``) in the class's modules answer a
+    last pipeline rank; the old values."""
+    group = SimpleNamespace(is_last_rank=True, is_first_rank=True, world_size=1, rank_in_group=0)
+    answers = {"get_parallel": SimpleNamespace(pp_group=group), "get_pp_group": group}
     old = []
     for klass in cls.__mro__:
         module = sys.modules.get(klass.__module__)
-        if module is not None and hasattr(module, "get_parallel"):
-            old.append((module, module.get_parallel))
-            module.get_parallel = lambda pp=pp: pp
+        for name, answer in answers.items():
+            if module is not None and hasattr(module, name):
+                old.append((module, name, getattr(module, name)))
+                setattr(module, name, lambda answer=answer: answer)
     return old
 
 
@@ -139,13 +142,13 @@ def derive(cls: type, classes: dict[str, type]) -> dict[str, Any]:
         for points in CHOICE_POINTS:
             try:
                 choices[",".join(map(str, points))] = choose_ids(obj, points)
-            except RuleRefused:
+            except Exception:  # no ids work on the shaped object (RuleRefused, or the method fails)
                 choices[",".join(map(str, points))] = None
         return {"module": cls.__module__.rsplit(".", 1)[-1], "probes": probes, "choices": choices,
                 "left_capturing": captured_points(obj)}  # [] when every probe put the model back
     finally:
-        for module, value in old:
-            module.get_parallel = value
+        for module, name, value in old:
+            setattr(module, name, value)
 
 
 def one(module: str, name: str, ids: list[int]) -> list[int]:
@@ -155,8 +158,8 @@ def one(module: str, name: str, ids: list[int]) -> list[int]:
     try:
         return probe(shaped(cls, {}), ids)
     finally:
-        for mod, value in old:
-            mod.get_parallel = value
+        for mod, name, value in old:
+            setattr(mod, name, value)
 
 
 def main() -> int:

@@ -29,7 +29,7 @@ import time
 from hsmon.contracts import events as ev
 from hsmon.contracts.units import size_argument
 from hsmon.core import logtail
-from hsmon.rotating_log import RotatingLog
+from hsmon.runner.rotating_log import RotatingLog
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 TAIL_LINES = 20

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hsmon import daemon_security as security
 from hsmon.core import config as cfgmod
+from hsmon.daemon import security
 
 log = logging.getLogger("hsmon.daemon")
 
@@ -31,7 +31,7 @@ class Reloader:
     def __init__(self, read_config: Callable[[], cfgmod.DaemonConfig], cfg: cfgmod.DaemonConfig,
                  monitor: Any, stopping: threading.Event, server: Any = None, notifier: Any = None) -> None:
         self.read_config, self.cfg, self.monitor, self.stopping = read_config, cfg, monitor, stopping
-        self.server, self.notifier = server, notifier  # hsmon.daemon.DaemonServer, hsmon.notify.NotifierSlot
+        self.server, self.notifier = server, notifier  # hsmon.daemon.api.DaemonServer, notify.NotifierSlot
         self.configured = {job.name: job for job in cfg.jobs}
         # SIGHUPs, from the signal handler to the reload thread. A SimpleQueue's put takes no lock
         # (reentrant-safe): a handler that set a threading.Event took the Event's lock, and a second

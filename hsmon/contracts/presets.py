@@ -1,5 +1,5 @@
-"""The target presets' names: the one part of the extractor the monitor reads (the daemon's launch
-checks, `hsmon/launch.py`). Imports nothing; making a preset is `extractor.targets`."""
+"""The target presets' names, which the monitor (the daemon's launch checks) and the extractor both
+read. Imports nothing; making a preset is `extractor.targets`."""
 
 from __future__ import annotations
 

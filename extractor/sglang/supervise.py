@@ -1,0 +1,120 @@
+"""`hsmon sglang-serve`'s supervision of SGLang: start it, say when it is ready (its capture plugin
+loaded), forward the stop signals, and leave nothing behind whatever ended it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def _ready(url: str) -> bool:
+    """SGLang answers /health with 200 once its warm-up request went through."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=5) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _plugin_loaded(url: str) -> bool:
+    with urllib.request.urlopen(url + "/server_info", timeout=10) as resp:
+        return "hsmon_plugin_version" in json.loads(resp.read())
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+class ServerChild:
+    """SGLang's main process and what it spawned (scheduler, detokenizer, ...).
+
+    SGLang stays in sglang-serve's process group, so whoever stops sglang-serve's group (a
+    terminal, systemd, a test) stops SGLang too. The descendants are remembered while the main
+    process lives: if it dies first they are orphaned and would otherwise hold the port.
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        import psutil
+
+        self.proc = subprocess.Popen(cmd, env=env)
+        self._psutil = psutil
+        self._known: dict[int, object] = {}
+
+    def remember(self) -> None:
+        with contextlib.suppress(self._psutil.Error):
+            for p in self._psutil.Process(self.proc.pid).children(recursive=True):
+                self._known.setdefault(p.pid, p)
+
+    def signal(self, signum: int) -> None:
+        # To the main process only: it shuts its scheduler and detokenizer down itself
+        # (signalling them all at once makes it report a crashed child first).
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signum)
+
+    def kill_all(self) -> None:
+        self.remember()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        for p in self._known.values():
+            with contextlib.suppress(self._psutil.Error):
+                p.kill()  # psutil checks the process is still the one remembered (no pid reuse)
+
+    def stop(self, grace: float = 30) -> None:
+        self.signal(signal.SIGTERM)
+        self.wait_or_kill(grace)
+
+    def wait_or_kill(self, grace: float = 30) -> None:
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            self.proc.wait()
+
+
+def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
+    """Run SGLang until it ends or a signal stops it; its exit status (128 + a signal's number)."""
+    child = ServerChild(cmd, env)
+    proc = child.proc
+    stop = {"signal": 0}
+
+    def forward(signum: int, _frame: object) -> None:
+        if stop["signal"]:  # a second signal: no more waiting
+            child.kill_all()
+        stop["signal"] = signum
+        child.signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        started = time.monotonic()
+        announced = False
+        while proc.poll() is None:
+            child.remember()
+            if not announced and not stop["signal"] and _ready(url):
+                if not _plugin_loaded(url):
+                    print("hsmon sglang-serve: the server runs but the capture plugin did not load; "
+                          "see the server log above", file=sys.stderr, flush=True)
+                    child.stop()
+                    return 1
+                print(f"hsmon sglang-serve: ready at {url}", flush=True)
+                announced = True
+            if not announced and ready_timeout and time.monotonic() - started > ready_timeout:
+                print(f"hsmon sglang-serve: not ready after {ready_timeout:g} s; stopping it",
+                      file=sys.stderr, flush=True)
+                child.stop()
+                return 1
+            if stop["signal"]:
+                child.wait_or_kill()
+                break
+            time.sleep(1.0)
+        return _exit_status(proc.wait())
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        child.kill_all()  # whatever SGLang left behind
