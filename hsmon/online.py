@@ -246,4 +246,19 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
     print(f"hsmon online: {how}: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
           f"(E = {ledger.passes_target}); {ledger.consumed_rows} rows consumed "
           f"({ledger.consumed_bytes / 1e6:.1f} MB freed); drafter in {out / 'drafter'}", flush=True)
+    print(_trainer_verdict(out / "spool"), flush=True)
     return 0
+
+
+def _trainer_verdict(spool_dir: Path) -> str:
+    """The trainer's estimated acceptance length, and its "no speed-up yet" advice when it learnt
+    too little (its last `done` event)."""
+    from hsmon.contracts import events as ev
+
+    path = spool.train_events_path(spool_dir)
+    done = [e for e in ev.iter_events(path) if e.get("kind") == ev.DONE] if path.is_file() else []
+    est = done[-1].get("accept_len_est") if done else None
+    line = f"hsmon online: estimated acceptance length {est:.3f}" if isinstance(est, (int, float)) \
+        else "hsmon online: no estimate of the acceptance length (no held-out rows)"
+    advice = done[-1].get("advice") if done else None
+    return f"{line}\n{advice}" if isinstance(advice, str) and advice else line

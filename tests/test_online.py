@@ -29,6 +29,13 @@ def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model)
     assert ledger.ended == "done" and ledger.passes and set(ledger.passes.values()) == {1}
     assert ledger.consumed_rows == len(ledger.passes) and len(read_manifest(out / "spool").rows) == 24
     assert (out / "drafter" / "checkpoints").is_dir()
+    # the end says what the drafter is worth: the estimate, then the advice when it is near 1
+    lines = proc.stdout.strip().splitlines()
+    verdict = next(x for x in lines if x.startswith("hsmon online: estimated acceptance length "))
+    if float(verdict.rsplit(" ", 1)[1]) < 1.1:
+        assert lines[-1].startswith("no speed-up yet: ") and "more --passes" in lines[-1], lines[-2:]
+    else:
+        assert lines[-1] == verdict
 
 
 def test_spool_max_goes_to_the_extractor_only_when_it_lists_it():

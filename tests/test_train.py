@@ -20,6 +20,7 @@ from train_helpers import make_tiny_target, markov_sequences, write_rows
 from hsmon.contracts.events import iter_events
 from hsmon.contracts.layout import MANIFEST_NAME
 from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
+from trainer.loop import STEP_DELAY_ENV
 from trainer.speculative import ngram_draft
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -326,6 +327,36 @@ def test_a_run_that_learnt_nothing_says_no_speed_up_yet_in_its_last_line(setup, 
     assert "more --epochs" in last and "raise --lr (this run 0.0001, default 0.002)" in last
     done = [e for e in iter_events(events) if e["kind"] == "done"][-1]
     assert done["advice"] == last and done["accept_len_est"] < 1.1
+
+
+def test_a_trainings_eta_holds_against_its_real_end(setup, tmp_path):
+    """Several epochs at a steady step time (HSMON_TRAIN_STEP_DELAY_S makes each step 0.25 s on any
+    machine): read from the events up to each step, as the daemon reads them, the ETA is the steps
+    left at the phase's measured step rate, within a third of the time the run really took from
+    there, also past the first epoch (where the rows' tokens are all done once)."""
+    from hsmon.core.trackers.progress import ProgressTracker
+
+    events = tmp_path / "events.jsonl"
+    env = {**os.environ, STEP_DELAY_ENV: "0.25"}
+    proc = subprocess.run([sys.executable, "-m", "hsmon", *train_args(
+        setup, tmp_path / "run", "--epochs", "3", "--events", str(events))],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = events.read_text().splitlines()
+    kinds = [json.loads(line)["kind"] for line in lines]
+    steps = [i for i, kind in enumerate(kinds) if kind == "step"]
+    last_step_ts = json.loads(lines[steps[-1]])["ts"]
+    total = json.loads(lines[steps[0]])["total_steps"]
+    assert total >= 9 and len(steps) == total
+    for at in (steps[total // 3], steps[total // 2], steps[2 * total // 3]):
+        partial = tmp_path / "partial.jsonl"
+        partial.write_text("\n".join(lines[: at + 1]) + "\n")
+        tracker = ProgressTracker(str(partial))
+        tracker.poll()
+        step = json.loads(lines[at])
+        eta = tracker.snapshot(step["ts"]).progress.eta_s
+        real = last_step_ts - step["ts"]
+        assert eta is not None and abs(eta - real) <= real / 3 + 0.3, (step["step"], total, eta, real)
 
 
 @pytest.mark.slow

@@ -36,8 +36,9 @@ class Profile:
     max_answer_chars: int
     eval_prompts: int
     eval_new_tokens: int
-    # A short training that still learns something on the demo's rows: a higher learning rate and a
-    # smaller draft vocabulary than the defaults (see docs/benchmarks.md, "Training and acceptance").
+    # A short training that still learns something on the demo's rows: `hsmon train`'s defaults
+    # (lr 2e-3, 4 epochs) with half-size batches (twice the steps) and a fixed draft vocabulary
+    # (see docs/benchmarks.md, "Defaults" and "Training and acceptance").
     train_fields: dict[str, str] = field(default_factory=dict)
 
 

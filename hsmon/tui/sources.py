@@ -164,6 +164,7 @@ class HttpStatusSource(StatusSource):
         self.timeout = timeout
         self._sent_bytes = b""  # quiet_bytes of the last document sent
         self._pending_bytes = b""
+        self._control_ok = False  # the control token passed a check (control_problem)
 
     @property
     def is_local(self) -> bool:
@@ -201,10 +202,28 @@ class HttpStatusSource(StatusSource):
             self._sent_bytes = self._pending_bytes
         return sent
 
+    def control_problem(self) -> str | None:
+        """Both sides of the control token checked at once, until a check passes
+        (hsmon/tui/control_check.py): None when a launch may go, else everything missing."""
+        if self._control_ok:
+            return None
+        import requests
+
+        from hsmon.tui.control_check import control_problem
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            code: int | None = requests.post(f"{self.base_url}/api/v1/train", json={}, headers=headers,
+                                             timeout=self.timeout, verify=self.ca or True).status_code
+        except requests.RequestException:
+            code = None
+        problem = control_problem(code, bool(self.token), self.label)
+        self._control_ok = problem is None
+        return problem
+
     def _post_action(self, path: str, body: dict[str, Any]) -> ActionResult:
-        if not self.token:
-            return ActionResult(False, "this needs the daemon's control token: start the TUI with "
-                                       "--token-file FILE or $HSMON_CONTROL_TOKEN")
+        if problem := self.control_problem():
+            return ActionResult(False, problem)
         import requests
 
         try:

@@ -69,7 +69,9 @@ class ProgressTracker:
         self._rows_rate = RateWindow(60.0)
         self._tokens_rate = RateWindow(60.0)
         self._bytes_rate = RateWindow(60.0)
-        self._steps_rate = RateWindow(120.0)
+        # a training's current phase: (ts, step) of its first step event since the (re)start or
+        # the last resume; its ETA is the steps left at the step rate measured since then
+        self._step_phase: tuple[float, float] | None = None
         self._rows_eta, self._tokens_eta = EtaModel(), EtaModel()  # hsmon/core/eta.py
 
     def poll(self) -> int:
@@ -100,6 +102,8 @@ class ProgressTracker:
             self.rejects_by_reason = by_reason
         elif kind == ev.START:
             self.rejects_by_reason = {}
+        if kind in (ev.START, ev.RESUME):
+            self._step_phase = None  # a new phase: its own step rate
         if kind == ev.START:
             self._on_start(e, ts)
         elif kind in (ev.ROW, ev.ROWS, ev.HEARTBEAT, ev.CHUNK):
@@ -223,9 +227,20 @@ class ProgressTracker:
             self.tokens_done = int(tokens)
         step = ev.event_number(e, "step")
         if step is not None:
-            self._steps_rate.add(ts, step)
-            total, per_s = ev.event_number(e, "total_steps"), self._steps_rate.rate()
-            training["eta_s"] = (max(0.0, total - step) / per_s) if total and per_s else e.get("eta_s")
+            training["eta_s"] = self._step_eta(ts, step, ev.event_number(e, "total_steps"), e.get("eta_s"))
+
+    def _step_eta(self, ts: float, step: float, total: float | None, sent: Any) -> float | None:
+        """Steps left at the step rate of the current phase (from its first step event, so a
+        start's loading and a pause's wait are not counted); the trainer's own ``eta_s`` before
+        two steps of the phase are seen."""
+        if self._step_phase is None or step < self._step_phase[1]:
+            self._step_phase = (ts, step)
+        since_ts, since_step = self._step_phase
+        if total is not None and step >= total:
+            return 0.0
+        if total and ts > since_ts and step > since_step:
+            return (total - step) * (ts - since_ts) / (step - since_step)
+        return float(sent) if isinstance(sent, (int, float)) else None
 
     def snapshot(self, now: float) -> ProgressSections:
         """The ``events`` and ``progress`` sections, and ``training`` (None when not a training)."""
@@ -239,6 +254,8 @@ class ProgressTracker:
                 eta = 0.0  # a time-limited training ends before its schedule says
             elif self.terminal_kind is not None:
                 pass  # stopped: no ETA on a job that ended
+            elif self.training and self.training.get("total_steps"):
+                eta = self.training.get("eta_s")  # steps, not rows: a training passes its rows E times
             elif planned is not None:
                 eta, low, high = planned.eta_s, planned.low_s, planned.high_s
             elif self.rows_total is not None and rows_per_s:
