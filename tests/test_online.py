@@ -149,11 +149,12 @@ def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(
     data = make_dataset(tmp_path / "data.jsonl", 80, min_lines=1, max_lines=2)
     out = tmp_path / "online"
     spool_dir, events = out / "spool", out / "extract-events.jsonl"
+    out.mkdir()
     extractor = start_extract(data, spool_dir, tiny_model, "--chunk-size", "4", "--threads", "1",
                               "--spool-max", "1500000", events=events)
     trainer = start_trainer(spool_dir, out / "drafter", tiny_model, "--max-steps", "2")
     try:
-        finish(trainer)
+        finish(trainer, timeout=120)
         deadline = time.monotonic() + 120
         while not extractor_waits_for_room(events):
             assert extractor.poll() is None and time.monotonic() < deadline, "the extractor never paused"
