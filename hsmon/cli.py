@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
     "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
-    "status": ("hsmon.status_cli", "one-shot status of a job, from a daemon or straight from paths"),
+    "status": ("hsmon.status.cli", "one-shot status of a job, from a daemon or straight from paths"),
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "online": ("hsmon.online", "extract and train at once through a spool (extract + train --follow)"),

@@ -1,5 +1,5 @@
 """A stand-in for `hsmon train` (the real one is built on branch `train`), used only to test
-hsmon.launch and the daemon's control endpoints: it takes the same leading arguments, writes
+hsmon.launch.training and the daemon's control endpoints: it takes the same leading arguments, writes
 start/step/checkpoint events to --events, and on SIGTERM writes a checkpoint and a `stopped`
 event, then exits 0.
 

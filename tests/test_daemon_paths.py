@@ -1,6 +1,6 @@
 """Every spelling of a path that could leave the daemon's allowed roots, sent to a real daemon
 with a control token: each is refused in one line naming the field, and nothing is created
-outside the roots (hsmon/launch_paths.py). The daemon runs from inside its only root with HOME
+outside the roots (hsmon/launch/paths.py). The daemon runs from inside its only root with HOME
 outside it, as an operator might start it."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import Daemon, Procs, child_env, post_json
 
-from hsmon import launch
-from hsmon.launch_paths import PathRefused, PathRule
+from hsmon.launch import training as launch
+from hsmon.launch.paths import PathRefused, PathRule
 
 TOKEN = "0123456789abcdef-paths-token"
 

@@ -14,7 +14,7 @@ import pytest
 from daemon_helpers import Daemon, child_env, free_port, post_json, procs  # noqa: F401 (fixture)
 
 from hsmon.daemon import security
-from hsmon.status_client import StatusClient
+from hsmon.status.client import StatusClient
 from hsmon.status_doc import decode
 
 TOKEN = "0123456789abcdef-test-token"

@@ -19,7 +19,7 @@ from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.core.trackers import disk
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.status_cli import render
+from hsmon.status.cli import render
 
 
 @contextlib.contextmanager

@@ -61,7 +61,7 @@ def test_fc_norm_makes_the_projection_scale_free_per_layer():
 
 
 def test_the_launch_fields_know_the_trainers_architectures():
-    from hsmon.launch import ARCHS as LAUNCH_ARCHS
+    from hsmon.launch.training import ARCHS as LAUNCH_ARCHS
 
     assert tuple(ARCHS) == LAUNCH_ARCHS
 

@@ -83,7 +83,7 @@ def test_tracker_plans_by_tokens_and_status_shows_the_range(tmp_path) -> None:
 
     from hsmon.contracts.units import format_duration
     from hsmon.core.trackers.progress import ProgressTracker
-    from hsmon.status_text import eta_text
+    from hsmon.status.text import eta_text
 
     path = tmp_path / "events.jsonl"
     rng = random.Random(3)

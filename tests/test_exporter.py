@@ -59,7 +59,8 @@ def test_every_exported_metric_is_documented(tmp_path):
 def test_monitor_side_imports_no_torch_transformers_or_sglang(tmp_path):
     code = (
         "import sys, io, contextlib\n"
-        "import hsmon.daemon, hsmon.core.monitor, hsmon.status_cli, hsmon.launch, hsmon.daemon.notify\n"
+        "import hsmon.daemon, hsmon.core.monitor, hsmon.status.cli, hsmon.launch.training\n"
+        "import hsmon.daemon.notify\n"
         "import hsmon.metrics.exporter\n"
         "import hsmon.core.watch, hsmon.core.trackers.processes\n"
         "from hsmon.cli import main\n"

@@ -40,7 +40,7 @@ from hsmon.contracts import events as ev
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from hsmon.core.config import JobConfig
-from hsmon.status_cli import measure
+from hsmon.status.cli import measure
 from hsmon.status_doc import to_builtins
 
 pytestmark = pytest.mark.slow

@@ -38,7 +38,7 @@ from hsmon.contracts.spool_fill import SpoolFill
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.metrics.exporter import MetricsEndpoint
-from hsmon.status_cli import render
+from hsmon.status.cli import render
 from hsmon.status_doc import online_of
 
 pytestmark = pytest.mark.slow

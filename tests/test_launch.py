@@ -1,4 +1,4 @@
-"""hsmon.launch and the daemon's token-gated control endpoints. `hsmon train` is built on another
+"""hsmon.launch.training and the daemon's token-gated control endpoints. `hsmon train` is built on another
 branch: launches here run tests/standin_train.py (a stand-in, named as such) through
 HSMON_TRAIN_COMMAND."""
 
@@ -17,7 +17,7 @@ from daemon_helpers import STANDIN_TRAIN, STORY, Daemon, child_env, post_json, p
 from extract_helpers import tiny_model  # noqa: F401
 
 from hsmon.contracts import events as ev
-from hsmon.launch import complete_chunks_warning, training_argv, validate_training_request
+from hsmon.launch.training import complete_chunks_warning, training_argv, validate_training_request
 
 STANDIN = f"{sys.executable} {STANDIN_TRAIN}"
 
@@ -168,7 +168,7 @@ def test_launch_is_detached_survives_its_parent_and_stops_gracefully(tmp_path, d
     out = tmp_path / "drafter"
     launcher = (
         "import json, sys\n"
-        "from hsmon.launch import validate_training_request, launch_training\n"
+        "from hsmon.launch.training import validate_training_request, launch_training\n"
         f"req, err = validate_training_request({{'data_dir': {str(data_dir)!r}, 'out_dir': {str(out)!r}}})\n"
         "print(json.dumps(launch_training(req).as_dict()))\n"
     )
@@ -194,7 +194,7 @@ def test_launch_is_detached_survives_its_parent_and_stops_gracefully(tmp_path, d
             20,
             what="step events",
         )
-        from hsmon.launch import stop_job
+        from hsmon.launch.training import stop_job
 
         assert stop_job(pid)
         wait_until(
@@ -326,11 +326,11 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
 
 
 def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir, monkeypatch):
-    # The TUI's in-process form and the daemon's endpoint share hsmon.launch_watch: the launched
+    # The TUI's in-process form and the daemon's endpoint share hsmon.launch.watch: the launched
     # training becomes a watched job, a second launch into the same directory is refused while
     # the first runs, and a stop reaches its process.
     from hsmon.core.monitor import Monitor
-    from hsmon.launch_watch import launch_and_watch, stop_watched
+    from hsmon.launch.watch import launch_and_watch, stop_watched
 
     monkeypatch.setenv("HSMON_TRAIN_COMMAND", STANDIN)
     monitor = Monitor([], source="inprocess")
@@ -365,7 +365,7 @@ def test_in_process_launch_watches_refuses_a_second_and_stops(tmp_path, data_dir
 
 def test_the_dashboards_in_process_source_launches_and_stops_through_the_daemons_path(tmp_path, data_dir,
                                                                                      monkeypatch):
-    # hsmon tui without a daemon: its form and its stop key go through hsmon.launch_watch, as the
+    # hsmon tui without a daemon: its form and its stop key go through hsmon.launch.watch, as the
     # daemon's endpoints do; a second launch is refused while the first runs.
     from hsmon.tui.sources import InProcessSource
 

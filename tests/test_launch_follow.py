@@ -12,7 +12,7 @@ from daemon_helpers import STANDIN_TRAIN, Daemon, child_env, post_json, procs, w
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
-from hsmon.launch import training_argv, validate_training_request
+from hsmon.launch.training import training_argv, validate_training_request
 
 STANDIN = f"{sys.executable} {STANDIN_TRAIN}"
 

@@ -1,4 +1,4 @@
-"""Trainings launched from the daemon's unit run as transient units (hsmon/launch_unit.py).
+"""Trainings launched from the daemon's unit run as transient units (hsmon/launch/unit.py).
 
 This machine has no systemd as PID 1, so a transient unit cannot start here: what is tested is
 the choice of the launch mode, the generated systemd-run command line (every property the issue
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hsmon import launch, launch_unit
+from hsmon.launch import training as launch
+from hsmon.launch import unit as launch_unit
 
 
 def test_the_launch_mode_follows_systemd_and_the_override(monkeypatch, tmp_path):

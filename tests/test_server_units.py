@@ -309,7 +309,7 @@ def test_the_capture_section_names_the_sglang_release_and_adapter_and_status_sho
 
     from hsmon import status_doc
     from hsmon.core.trackers.server_capture import parse_capture
-    from hsmon.status_cli import _server_summary
+    from hsmon.status.cli import _server_summary
     from hsmon.tui.engine_view import capture_line
 
     states = [{"hsmon_capture": _plugin_snapshot(1, [0.2])}]
@@ -333,7 +333,7 @@ def test_the_capture_section_names_the_class_its_sizes_rule_and_the_points_reall
 
     from hsmon import status_doc
     from hsmon.core.trackers.server_capture import parse_capture
-    from hsmon.status_cli import _server_summary
+    from hsmon.status.cli import _server_summary
     from hsmon.tui.engine_view import capture_line
 
     states = [{"hsmon_capture": _plugin_snapshot(1, [0.2])}]

@@ -102,8 +102,8 @@ def test_the_schema_in_docs_is_the_one_the_types_generate() -> None:
 
 
 def test_hsmon_status_renders_every_section_of_the_typed_document() -> None:
-    from hsmon.status_cli import render
-    from hsmon.status_table import render_many
+    from hsmon.status.cli import render
+    from hsmon.status.table import render_many
 
     doc = sd.decode(RECORDED.read_bytes())
     text = render(doc)
@@ -116,9 +116,9 @@ def test_hsmon_status_renders_every_section_of_the_typed_document() -> None:
 
 
 def test_hsmon_status_and_the_dashboard_give_a_disk_the_same_verdict() -> None:
-    """One verdict function (hsmon/status_text.py) for both: a disk that holds what is left but fills
+    """One verdict function (hsmon/status/text.py) for both: a disk that holds what is left but fills
     at the current write rate before the job is done says so in `hsmon status` too."""
-    from hsmon.status_cli import render
+    from hsmon.status.cli import render
     from hsmon.tui.view import disk_lines
 
     doc = sd.decode(RECORDED.read_bytes())
@@ -142,7 +142,7 @@ def test_an_ended_job_shows_no_disk_projection(state: str) -> None:
     status` nor the dashboard shows one, even for a document an older daemon wrote with them."""
     from hsmon.core.config import JobConfig
     from hsmon.core.job_document import JobState, Sections, job_status
-    from hsmon.status_cli import render
+    from hsmon.status.cli import render
 
     doc = sd.decode(RECORDED.read_bytes())
     disk = msgspec.structs.replace(doc.jobs[0].disk[0], time_to_full_s=14_940.0, time_to_done_s=0.0)

@@ -148,7 +148,7 @@ def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_al
     import sys
 
     from hsmon.core.trackers.processes import ProcessTracker
-    from hsmon.status_cli import render
+    from hsmon.status.cli import render
     from hsmon.status_doc import decode, encode
     from hsmon.tui.view import process_rows, stale_sections
 
@@ -220,7 +220,7 @@ def test_a_tracker_call_that_never_returns_makes_every_figure_stale_then_clears(
     import threading
 
     from hsmon.core.trackers.progress import ProgressTracker
-    from hsmon.status_cli import render
+    from hsmon.status.cli import render
     from hsmon.status_doc import decode, encode
     from hsmon.tui.view import stale_sections
 

@@ -14,8 +14,8 @@ import tui_run_documents as run_documents
 from test_tui_pilot import running, screen_text, wait_for
 from tui_complete import fixed_source
 
-from hsmon import launch
 from hsmon.contracts import train_defaults
+from hsmon.launch import training as launch
 from hsmon.tui import view
 from hsmon.tui.event_text import event_summary
 from hsmon.tui.widgets.training_form import FIELDS as FORM_FIELDS

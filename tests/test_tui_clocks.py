@@ -13,7 +13,7 @@ from tui_complete import complete, typed, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
 
-from hsmon.status_client import KeptGet
+from hsmon.status.client import KeptGet
 from hsmon.tui import sources
 from hsmon.tui.clocks import has_short_clocks, next_minute, quiet_signature
 from hsmon.tui.messages import StatusUpdate

@@ -147,12 +147,12 @@ class Handler(PooledHandler):
             self._train(body)
 
     def _train(self, body: dict[str, Any]) -> None:
-        from hsmon.launch_paths import PathRule
-        from hsmon.launch_watch import launch_and_watch
+        from hsmon.launch.paths import PathRule
+        from hsmon.launch.watch import launch_and_watch
 
         try:
             # an API caller: no `~`, no relative path; every path resolved, then checked against the
-            # roots here and again on what the launch creates (hsmon/launch_paths.py)
+            # roots here and again on what the launch creates (hsmon/launch/paths.py)
             outcome = launch_and_watch(self.server.monitor, body,
                                        PathRule(remote=True, roots=tuple(self.server.roots)))
         except OSError as exc:  # the launch itself failed (systemd-run refused, the disk is full)
@@ -169,7 +169,7 @@ class Handler(PooledHandler):
             self._json(201, {**job.as_dict(), "warning": outcome.warning})
 
     def _stop(self, name: str) -> None:
-        from hsmon.launch_watch import stop_watched
+        from hsmon.launch.watch import stop_watched
 
         pid, error = stop_watched(self.server.monitor, name)
         if pid is None:

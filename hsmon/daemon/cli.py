@@ -2,7 +2,7 @@
 
 Control endpoints (start or stop work) are off unless a token is configured
 (``--control-token-file FILE`` or env HSMON_CONTROL_TOKEN); they need ``Authorization: Bearer TOKEN``:
-    POST /api/v1/train              JSON body: the fields of hsmon.launch.validate_training_request
+    POST /api/v1/train              JSON body: the fields of hsmon.launch.training.validate_training_request
     POST /api/v1/jobs/<job>/stop    SIGTERM to the job's process (a trainer checkpoints, then exits)
 """
 

@@ -1,5 +1,5 @@
 """What makes the daemon's API safe to expose beyond loopback: TLS, a token file only its owner
-reads, the allowed roots (checked on each launch by hsmon/launch_paths.py), command lines only
+reads, the allowed roots (checked on each launch by hsmon/launch/paths.py), command lines only
 for authorised callers.
 
     ctx = tls_context(cert, key)                      # None without TLS; ConfigError in one line

@@ -290,7 +290,7 @@ class Pipeline:
 
     def stop(self) -> None:
         """Cancel what is left: SIGTERM to a training still running (it checkpoints), end the eval."""
-        from hsmon.launch import stop_job
+        from hsmon.launch.training import stop_job
 
         self.cancel.set()
         if _alive(self.train_pid) and self.phase == "training":

@@ -57,7 +57,7 @@ def read_token(path: str | None) -> str | None:
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
     """The sources the options ask for; raises ValueError naming the bad option."""
-    from hsmon.status_client import check_url
+    from hsmon.status.client import check_url
     from hsmon.tui.sources import FixedSource, HttpStatusSource, InProcessSource
 
     if args.refresh <= 0:

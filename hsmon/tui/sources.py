@@ -6,7 +6,7 @@ that start or stop work: launching a training and stopping a job.
 
 - ``HttpStatusSource``: a daemon's ``/api/v1/status``; actions go to its API with the bearer token.
 - ``InProcessSource``: trackers run in this process (``hsmon.core.monitor.Monitor``); actions use
-  ``hsmon.launch`` directly and the launched training is added to the monitor as a job.
+  ``hsmon.launch.training`` directly and the launched training is added to the monitor as a job.
 - ``FixedSource``: documents given up front (a saved ``hsmon status --json``; tests).
 
 Every source delivers the typed ``hsmon.status_doc.StatusDocument``; the events inside it
@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 from textual.message import Message
 
-from hsmon.status_client import StatusClient
+from hsmon.status.client import StatusClient
 from hsmon.status_doc import JobStatus, StatusDocument, decode, from_builtins
 from hsmon.tui.clocks import generated_ts, quiet_bytes, quiet_signature
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -132,7 +132,7 @@ class StatusSource:
 
     def validate_fields(self, fields: dict[str, str]) -> dict[str, str]:
         """Inline errors for the training form: {field: one-line error}, empty when it is fine."""
-        from hsmon.launch import validate_training_request
+        from hsmon.launch.training import validate_training_request
 
         return dict(validate_training_request(fields)[1])
 
@@ -327,7 +327,7 @@ class InProcessSource(StatusSource):
         return self.monitor.status()
 
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
-        from hsmon.launch_watch import launch_and_watch
+        from hsmon.launch.watch import launch_and_watch
 
         try:
             outcome = launch_and_watch(self.monitor, fields)
@@ -345,7 +345,7 @@ class InProcessSource(StatusSource):
         return ActionResult(True, f"{message}; {warning}" if warning else message, job=launched.job)
 
     def stop_job(self, job: JobStatus) -> ActionResult:
-        from hsmon.launch_watch import stop_watched
+        from hsmon.launch.watch import stop_watched
 
         try:
             pid, error = stop_watched(self.monitor, job.job)

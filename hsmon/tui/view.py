@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from hsmon.contracts import train_defaults
 from hsmon.contracts.units import format_bytes, format_duration
+from hsmon.status.text import disk_verdict, eta_text, verdict_alarming
 from hsmon.status_doc import (
     ENDED_STATES,
     DiskEntry,
@@ -24,7 +25,6 @@ from hsmon.status_doc import (
     TrainingSection,
     online_of,
 )
-from hsmon.status_text import disk_verdict, eta_text, verdict_alarming
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
     acceptance_summary,

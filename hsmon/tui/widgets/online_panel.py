@@ -1,13 +1,13 @@
 """An online job's two sides together: the spool's fill against its limit, the extractor
 and the following trainer (state, why, rate, share of the last 10 min waited) and the bottleneck in
-words. Hidden for any other job; the wording is hsmon/status_text.py's, as `hsmon status` says it."""
+words. Hidden for any other job; the wording is hsmon/status/text.py's, as `hsmon status` says it."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from hsmon.status.text import spool_fill
 from hsmon.status_doc import JobStatus, OnlineSection, OnlineSide, online_of
-from hsmon.status_text import spool_fill
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
 STATE_STYLES = {"running": "green", "paused": "yellow", "waiting": "yellow", "stalled": "bold red",

@@ -12,7 +12,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from hsmon.contracts import train_defaults as defaults
 
-# (field, label, placeholder). Field names are the keys of hsmon.launch.validate_training_request
+# (field, label, placeholder). Field names are the keys of hsmon.launch.training.validate_training_request
 # and of the daemon's POST /api/v1/train body.
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("data_dir", "data directory", "the extraction output"),

@@ -17,6 +17,7 @@ from hsmon import __version__, job_flags
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.core import config as cfgmod
+from hsmon.status.text import disk_verdict, eta_text, online_rows
 from hsmon.status_doc import (
     ENDED_STATES,
     Capture,
@@ -30,7 +31,6 @@ from hsmon.status_doc import (
     decode,
     online_of,
 )
-from hsmon.status_text import disk_verdict, eta_text, online_rows
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -58,7 +58,7 @@ def fetch(url: str, timeout: float = 5.0, ca: str | None = None) -> StatusDocume
 
     import msgspec
 
-    from hsmon.status_client import StatusClient
+    from hsmon.status.client import StatusClient
 
     client = StatusClient(url, timeout, ca=ca)
     try:
@@ -278,7 +278,7 @@ def run_many(urls: list[str], as_json: bool, ca: str | None = None) -> int:
     stalled or dead or a daemon does not answer."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from hsmon.status_table import render_many
+    from hsmon.status.table import render_many
 
     def one(url: str) -> tuple[str, StatusDocument | None, str | None]:
         try:
@@ -297,7 +297,7 @@ def run_many(urls: list[str], as_json: bool, ca: str | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hsmon.status_client import check_url
+    from hsmon.status.client import check_url
 
     try:
         urls = [check_url(url) for url in args.url or []]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hsmon import launch
 from hsmon.core.config import JobConfig
-from hsmon.launch_paths import PathRefused, PathRule
+from hsmon.launch import training as launch
+from hsmon.launch.paths import PathRefused, PathRule
 
 if TYPE_CHECKING:
     from hsmon.core.monitor import Monitor
@@ -38,7 +38,7 @@ def job_config_for(launched: launch.LaunchedJob) -> JobConfig:
 
 
 def launch_and_watch(monitor: Monitor, fields: dict[str, Any], rule: PathRule | None = None) -> LaunchOutcome:
-    """Validate the form (its paths by ``rule``: hsmon/launch_paths.py), launch the training
+    """Validate the form (its paths by ``rule``: hsmon/launch/paths.py), launch the training
     detached and add a job that watches it. A finished job of the same name is replaced. A path
     that left the roots between the check and the launch is an error of its field; any other
     OSError from the launch itself propagates."""

@@ -207,7 +207,7 @@ def _creatable_dir(path: Path) -> str | None:
 def checked_paths(
     fields: dict[str, Any], rule: PathRule, errors: dict[str, str]
 ) -> tuple[Path | None, Path | None, Path | str | None]:
-    """data_dir, out_dir and target_model as the launch will use them (hsmon/launch_paths.py's
+    """data_dir, out_dir and target_model as the launch will use them (hsmon/launch/paths.py's
     rule), each checked; a field's error goes to ``errors``."""
     data, error = request_path("data_dir", fields.get("data_dir"), rule)
     if error:

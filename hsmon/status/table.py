@@ -7,8 +7,8 @@ went away is as visible as a stalled job.
 from __future__ import annotations
 
 from hsmon.contracts.units import format_duration
+from hsmon.status.text import eta_text
 from hsmon.status_doc import JobStatus, StatusDocument
-from hsmon.status_text import eta_text
 
 COLUMNS = ("DAEMON", "JOB", "KIND", "STATE", "FOR", "ROWS", "RATE", "ETA", "HINTS", "REASON")
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsmon import launch_unit
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
-from hsmon.launch_paths import PathRule, checked_paths, make_dir_inside
+from hsmon.launch import unit as launch_unit
+from hsmon.launch.paths import PathRule, checked_paths, make_dir_inside
 
 FIELDS = (
     "data_dir",
@@ -69,7 +69,7 @@ class TrainingRequest:
     follow: bool = False
     passes: int | None = None  # with follow: batches each row is in (--passes E)
     consume: bool = False  # with follow: delete a chunk's rows once they had their passes
-    roots: tuple[str, ...] = ()  # the allowed roots its paths were checked against (launch_paths)
+    roots: tuple[str, ...] = ()  # the allowed roots its paths were checked against (hsmon/launch/paths.py)
 
     @property
     def events_path(self) -> str:
@@ -136,7 +136,7 @@ def validate_training_request(
     fields: dict[str, Any], rule: PathRule | None = None
 ) -> tuple[TrainingRequest | None, dict[str, str]]:
     """Check a launch form; returns (request, {}) or (None, {field: one-line error}). ``rule``: who
-    names the paths and where they may lie (hsmon/launch_paths.py; default: a local user, anywhere)."""
+    names the paths and where they may lie (hsmon/launch/paths.py; default: a local user, anywhere)."""
     rule = rule or PathRule()
     errors: dict[str, str] = {}
     unknown = sorted(set(fields) - set(FIELDS))
@@ -249,7 +249,7 @@ def launch_training(
     req: TrainingRequest, argv: list[str] | None = None, env: dict[str, str] | None = None
 ) -> LaunchedJob:
     """Start the training detached (own session: it survives the TUI or daemon that started it;
-    under the daemon's systemd unit a transient unit of its own, hsmon/launch_unit.py), stdout and
+    under the daemon's systemd unit a transient unit of its own, hsmon/launch/unit.py), stdout and
     stderr appended to OUT/train.log, its PID in OUT/train.pid."""
     argv = argv or training_argv(req)
     out_fd = make_dir_inside(Path(req.out_dir), req.roots)  # the check repeated on what is made
@@ -301,7 +301,7 @@ def _write_pidfile(out_fd: int, pid: int) -> None:
 
 def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: dict[str, str],
                     out_fd: int) -> LaunchedJob:
-    """The training as a transient systemd unit (see hsmon/launch_unit.py); OSError when systemd-run
+    """The training as a transient systemd unit (see hsmon/launch/unit.py); OSError when systemd-run
     refuses (its own words)."""
     import pwd
 

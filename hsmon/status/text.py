@@ -1,4 +1,4 @@
-"""Wording shared by `hsmon status` (hsmon/status_cli.py) and the dashboard (hsmon/tui): pure
+"""Wording shared by `hsmon status` (hsmon/status/cli.py) and the dashboard (hsmon/tui): pure
 functions of the typed status document (hsmon/status_doc), so that both say the same thing about
 the same figure. No Textual or Rich here: `hsmon status` must not import them."""
 
