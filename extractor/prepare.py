@@ -153,15 +153,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limits = ds.Limits(vocab_size=vocab, max_length=max_length, truncate=not args.no_truncate)
     fingerprint = model_fingerprint(model_dir)
-    scan, cached = cached_scan(data, tokenizer, limits, fingerprint=fingerprint,
-                               owner=f"shard {shard.index}/{shard.count}, chunk {args.chunk_size}",
-                               owns=lambda i: shard.owns_row(i, args.chunk_size), progress=ScanLog(data))
-    if scan.lines == 0:
-        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
-    if not scan.rows and scan.rejects:
-        first = scan.rejects[0]
-        raise UsageError(f"no usable row in {data}: all {len(scan.rejects)} rows rejected "
-                         f"(row {first.index}, line {first.line}: {first.reason})")
+    scan, cached = _scan(data, tokenizer, limits, fingerprint, shard, args.chunk_size)
     settings = {
         "dataset": str(data.resolve()), "dataset_sha256": scan.sha256, "model": str(model_dir.resolve()),
         "model_fingerprint": fingerprint, "backend": args.backend, "dtype": dtype,
@@ -196,6 +188,22 @@ def prepare(args: argparse.Namespace) -> Prepared:
                                 "info": ModelInfo(num_layers, hidden, vocab, max_pos, dtype, device)}
         settings.update(urls=opts.urls, transport=opts.transport)  # recorded, not compared on resume
     return prep
+
+
+def _scan(data: Path, tokenizer: Any, limits: ds.Limits, fingerprint: str, shard: Shard,
+          chunk_size: int) -> tuple[Any, bool]:
+    """The dataset's scan (reused when the content and tokenizer are the same); refused in one line
+    when it holds no row, or no usable one."""
+    scan, cached = cached_scan(data, tokenizer, limits, fingerprint=fingerprint,
+                               owner=f"shard {shard.index}/{shard.count}, chunk {chunk_size}",
+                               owns=lambda i: shard.owns_row(i, chunk_size), progress=ScanLog(data))
+    if scan.lines == 0:
+        raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
+    if not scan.rows and scan.rejects:
+        first = scan.rejects[0]
+        raise UsageError(f"no usable row in {data}: all {len(scan.rejects)} rows rejected "
+                         f"(row {first.index}, line {first.line}: {first.reason})")
+    return scan, cached
 
 
 def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:

@@ -28,7 +28,6 @@ REVIEWED: dict[str, str] = {
     "tests/tui_run_documents.py:acceptance": "declarative: a status document as literals",
     "trainer/cli.py:add_arguments": "declarative: the trainer's flags, one add_argument each",
     # to split along their seams when the hsmon/ root moves into packages by role
-    "extractor/prepare.py:prepare": "to split: one step per thing known before a weight loads",
     # test modules that share one real server or model per module (their fixtures' cost)
     "tests/test_daemon.py": "one module: its daemons share fixtures",
     "tests/test_extract_run.py": "one module: the kill-9 series shares its model",
