@@ -130,7 +130,10 @@ def test_target_model_takes_a_preset_name(tmp_path, data_dir, monkeypatch):
     argv = training_argv(req)
     assert argv[argv.index("--target-model") + 1] == "smollm2"
     req, errors = validate_training_request({**fields, "target_model": "nosuch"})
-    assert req is None and "nor a preset (embedded, smollm2)" in errors["target_model"]
+    from hsmon.contracts.presets import PRESETS
+
+    assert req is None and f"nor a preset ({', '.join(PRESETS)})" in errors["target_model"]
+    assert "tiny-deepseek-v3" in errors["target_model"]  # every preset, not a list written by hand
 
 
 def test_complete_chunks_warning(tmp_path, data_dir):

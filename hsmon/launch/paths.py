@@ -179,6 +179,12 @@ def _is_inside(child: Path, parent: Path) -> bool:
         return False
 
 
+def _preset_names() -> list[str]:
+    from hsmon.contracts.presets import PRESETS
+
+    return list(PRESETS)
+
+
 def _is_preset(name: str) -> bool:
     """A target preset's name (hsmon.contracts.presets)."""
     from hsmon.contracts.presets import is_preset
@@ -250,7 +256,7 @@ def checked_paths(
         errors["target_model"] = error
     elif target is not None and not target.is_dir():
         errors["target_model"] = (
-            f"{target} is not a model directory nor a preset (embedded, smollm2); "
+            f"{target} is not a model directory nor a preset ({', '.join(_preset_names())}); "
             "leave it empty for the embedded default target"
         )
     return data, out, target
