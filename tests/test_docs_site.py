@@ -1,5 +1,6 @@
 """The documentation site builds with `mkdocs build --strict` (a broken link or anchor, or a page left
-out of the nav, fails it), and its generated command-line reference is the parsers' own."""
+out of the nav, fails it), its generated command-line reference is the parsers' own, and its
+configuration reference lists exactly the keys the TOML reader accepts."""
 
 from __future__ import annotations
 
@@ -43,3 +44,23 @@ def test_the_command_line_reference_is_generated_from_the_parsers() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "cli_reference.py"), "--check"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_configuration_reference_is_generated_from_the_config_reader() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_stale_configuration_reference_fails_the_check(tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "scripts", copy / "scripts")
+    shutil.copytree(ROOT / "hsmon", copy / "hsmon", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "docs" / "reference").mkdir(parents=True)
+    page = (ROOT / "docs" / "reference" / "config.md").read_text()
+    assert "| `retire_grace` |" in page
+    (copy / "docs" / "reference" / "config.md").write_text(page.replace("| `retire_grace` |", "| `retire` |"))
+    done = subprocess.run([sys.executable, str(copy / "scripts" / "config_reference.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "docs/reference/config.md differs from the code" in done.stderr
