@@ -30,9 +30,10 @@ demo: setup
 	$(PY) -m hsmon.demo $(DEMO_ARGS)
 
 # The documentation site, into build/site (--strict: a broken link or anchor fails; tests/test_docs_site.py
-# builds it in make test); the command-line reference page is generated from the parsers first.
+# builds it in make test); the command-line and configuration reference pages are generated first.
 docs: setup
 	$(PY) scripts/cli_reference.py
+	$(PY) scripts/config_reference.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # docs/images/dashboard.svg, the dashboard shown in README and on the site: the real `hsmon tui` on a
