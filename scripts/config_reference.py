@@ -148,18 +148,9 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
-    if "--check" in sys.argv[1:]:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} differs from the code: run python scripts/config_reference.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    from generated_page import write_or_check  # beside this file
 
+    return write_or_check(PAGE, render(), "code", "scripts/config_reference.py")
 
 if __name__ == "__main__":
     raise SystemExit(main())
