@@ -13,13 +13,19 @@ from hsmon.contracts.manifest_reader import read_manifest
 from hsmon.online import add_arguments, extractor_has_spool_max, make_plan
 
 
+def online_argv(data, out, model, *options: str) -> list[str]:
+    """`hsmon online DATA --out OUT --model MODEL OPTIONS...`, the way the tests run it."""
+    return [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(model),
+            *options]
+
+
 def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model):  # noqa: F811
     data = make_dataset(tmp_path / "data.jsonl", 24, min_lines=1, max_lines=2)
     out = tmp_path / "online"
     proc = subprocess.run(
-        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
-         "--chunk-size", "8", "--threads", "2", "--spool-max", "1GB",
-         "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1", "--train-arg=--heartbeat=0.3"],
+        online_argv(data, out, tiny_model, "--chunk-size", "8", "--threads", "2", "--spool-max", "1GB",
+                    "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1",
+                    "--train-arg=--heartbeat=0.3"),
         capture_output=True, text=True, timeout=300, env=extract_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -68,9 +74,9 @@ def test_ctrl_c_of_online_exits_130_and_reads_stopped_not_done(tmp_path, tiny_mo
     data = make_dataset(tmp_path / "data.jsonl", 400, min_lines=1, max_lines=2)
     out = tmp_path / "online"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
-         "--chunk-size", "8", "--threads", "2", "--passes", "2",
-         "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1", "--train-arg=--heartbeat=0.3"],
+        online_argv(data, out, tiny_model, "--chunk-size", "8", "--threads", "2", "--passes", "2",
+                    "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1",
+                    "--train-arg=--heartbeat=0.3"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=extract_env(), start_new_session=True,
     )  # fmt: skip
     train_events = out / "spool" / "hsmon-train-events.jsonl"
@@ -118,9 +124,9 @@ def test_a_trainer_ending_at_max_steps_while_the_spool_is_full_ends_online(tmp_p
     data = make_dataset(tmp_path / "data.jsonl", 80, min_lines=1, max_lines=2)
     out = tmp_path / "online"
     proc = subprocess.run(
-        [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--model", str(tiny_model),
-         "--chunk-size", "4", "--threads", "2", "--spool-max", "1500000", "--train-arg=--max-steps=2",
-         "--train-arg=--batch-tokens=256", "--train-arg=--heartbeat=0.3"],
+        online_argv(data, out, tiny_model, "--chunk-size", "4", "--threads", "2", "--spool-max", "1500000",
+                    "--train-arg=--max-steps=2", "--train-arg=--batch-tokens=256",
+                    "--train-arg=--heartbeat=0.3"),
         capture_output=True, text=True, timeout=300, env=extract_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
