@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.contracts import layout
+from hsmon.contracts.presets import PRESETS, is_preset
 
 # how many entries of data_dir are looked at for links, at most (a million-row output stays cheap)
 LINK_SCAN_LIMIT = 2_000_000
@@ -179,19 +180,6 @@ def _is_inside(child: Path, parent: Path) -> bool:
         return False
 
 
-def _preset_names() -> list[str]:
-    from hsmon.contracts.presets import PRESETS
-
-    return list(PRESETS)
-
-
-def _is_preset(name: str) -> bool:
-    """A target preset's name (hsmon.contracts.presets)."""
-    from hsmon.contracts.presets import is_preset
-
-    return is_preset(name)
-
-
 def _creatable_dir(path: Path) -> str | None:
     """None if ``path`` is a writable directory or could be made as one; else why not."""
     if path.exists():
@@ -249,14 +237,14 @@ def checked_paths(
             errors["out_dir"] = f"out_dir must not be inside data_dir ({data}): pick a directory beside it"
 
     raw_target = fields.get("target_model")
-    if isinstance(raw_target, str) and _is_preset(raw_target):
+    if isinstance(raw_target, str) and is_preset(raw_target):
         return data, out, raw_target  # a preset's name, not a path: `hsmon train` makes its directory
     target, error = request_path("target_model", raw_target, rule)
     if error:
         errors["target_model"] = error
     elif target is not None and not target.is_dir():
         errors["target_model"] = (
-            f"{target} is not a model directory nor a preset ({', '.join(_preset_names())}); "
+            f"{target} is not a model directory nor a preset ({', '.join(PRESETS)}); "
             "leave it empty for the embedded default target"
         )
     return data, out, target
