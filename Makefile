@@ -84,14 +84,16 @@ test:
 	$(VENV)/bin/lint-imports
 	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-# make test-sglang-matrix: the capture plugin's conformance tests (tests/test_sglang_server.py and
+# make test-sglang-matrix: the capture plugin's conformance tests (tests/test_sglang_server.py,
 # tests/test_extract_sglang.py: equality with transformers on both transports at chunked prefill 64,
-# rows == tokens, the writer's counters, kill and resume, refusals) on each older release of
+# rows == tokens, the writer's counters, kill and resume, refusals; tests/test_families_sglang.py:
+# DeepSeek-V3 at TP 1 and Qwen3-MoE at TP 2 against the in-process rows) on each older release of
 # SGLANG_MATRIX, each in its own .sglang-venv-X (built here when missing). make test runs them on the
 # newest; this lane adds the others (its time does not fit make test's budget). CI runs both.
 # The tests marked client_side (the client's waits, retries and checks; the server only answers)
 # run on the newest only: about 75 s a release less.
-SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py tests/test_layer_rules.py
+SGLANG_CONFORMANCE ?= tests/test_sglang_server.py tests/test_extract_sglang.py tests/test_sglang_matrix.py tests/test_layer_rules.py \
+	tests/test_families_sglang.py
 SGLANG_CONFORMANCE_SELECT ?= -m "not client_side"
 test-sglang-matrix: setup
 	for v in $(SGLANG_MATRIX); do \
