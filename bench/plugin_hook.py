@@ -25,6 +25,12 @@ dump >= 0.97x no-capture tokens/s at 2,048-token prompts.
 Ends with: RESULT hook_ms_p50=... hook_ms_p99=... hook_ms_per_mb=...
 before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=...
 
+``--tp 2``: the same on one server at SGLang's ``--tp-size 2`` (goal: dump >= 0.95x no-capture
+tokens/s); the rank that does not write copies nothing and its hook, an early return, takes
+under 0.05 ms at p99: every rank writes its counters to a file (``HSMON_PLUGIN_RANK_STATS``), and
+the RESULT line adds ``tp=2 not_writer_hooks=... not_writer_hook_ms_p50=... not_writer_hook_ms_p99=...
+not_writer_mb=... not_writer_files=...`` (MB it captured and files it wrote: 0 when it copies nothing).
+
 ``--sglang-venv DIR``: the same measurement on another SGLang release's environment (a release of the
 support matrix), then on the baseline ``.sglang-venv`` (0.5.23) in the same run, one server at a time;
 the RESULT line adds ``dumps=... baseline_hook_ms_p99=... hook_p99_over_baseline=...`` (goal <= 2)
@@ -62,10 +68,46 @@ CONCURRENCY = 4
 
 
 def start_server(model: Path, dump_root: Path, log: Path, context: int,
-                 python: str | None = None) -> tuple[subprocess.Popen, str]:
+                 python: str | None = None, tp: int = 1) -> tuple[subprocess.Popen, str]:
     return start_sglang_serve(model, dump_root, log, LAYERS, [
         "--chunked-prefill-size", str(CHUNK), "--context-length", str(context),
-        "--max-total-tokens", str(CONCURRENCY * context + 64)], python)
+        "--max-total-tokens", str(CONCURRENCY * context + 64), *(["--tp-size", str(tp)] if tp > 1 else [])],
+        python)
+
+
+def rank_stats(stats_dir: Path, url: str) -> list[dict]:
+    """Every TP rank's capture counters: asking /server_info makes each rank write its own to
+    ``stats_dir`` (HSMON_PLUGIN_RANK_STATS; only the writing rank's reach /server_info)."""
+    capture_state(url)
+    return [json.loads(f.read_text()) for f in sorted(stats_dir.glob("tp*.json"))]
+
+
+def since(warm: list[dict], ranks: list[dict]) -> list[dict]:
+    """Each rank's counters with only the hook samples recorded after the warm-up."""
+    before = {r["tp_rank"]: r["requests"] for r in warm}
+    out = []
+    for rank in ranks:
+        added = rank["requests"] - before.get(rank["tp_rank"], 0)
+        out.append({**rank, "hook_samples": rank["hook_samples"][-added:] if added else []})
+    return out
+
+
+def not_writer_fields(ranks: list[dict], tp: int) -> str:
+    """The ranks that do not write: their hook time (every call, one chunked-prefill piece each)
+    and what they held or wrote (nothing, when they copy nothing); the RESULT fields."""
+    others = [r for r in ranks if not r["writer"]]
+    if len(ranks) != tp or len(others) != tp - 1:
+        raise SystemExit(f"expected {tp} ranks' counters, {tp - 1} not writing; got {ranks}")
+    samples = [s for r in others for s in r["hook_samples"] if s[0] == "not-writer"]
+    ms = [s[1] for s in samples]
+    mb = sum(s[2] for s in samples)
+    held = max(r["pool_bytes_in_use"] for r in others)
+    files = sum(r["files_written"] for r in others)
+    print(f"ranks not writing ({len(others)}): {len(ms)} hook calls, p50 {pct(ms, .5):.4f} ms p99 "
+          f"{pct(ms, .99):.4f} ms max {max(ms, default=float('nan')):.4f} ms; {mb:.1f} MB captured, "
+          f"{held} bytes held, {files} files written (goal: no copy, p99 < 0.05 ms)")
+    return (f"tp={tp} not_writer_hooks={len(ms)} not_writer_hook_ms_p50={pct(ms, .5):.4f} "
+            f"not_writer_hook_ms_p99={pct(ms, .99):.4f} not_writer_mb={mb:.1f} not_writer_files={files}")
 
 
 def post(url: str, body: dict) -> dict:
@@ -124,14 +166,19 @@ def pct(values: list[float], q: float) -> float:
 
 
 def measure(model: Path, log: Path, context: int, lengths: list[int], args: argparse.Namespace,
-            python: str | None) -> tuple[dict[tuple[str, int], dict], dict]:
-    """Every mode and length on one server from ``python``'s SGLang environment."""
+            python: str | None) -> tuple[dict[tuple[str, int], dict], dict, list[dict]]:
+    """Every mode and length on one server from ``python``'s SGLang environment; the writing
+    rank's counters, and every rank's at ``--tp`` over 1."""
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory(prefix="hsmon-bench-", dir="/dev/shm") as shm:
-        server, url = start_server(model, Path(shm), log, context, python)
+        stats_dir = Path(shm) / "ranks"
+        stats_dir.mkdir()
+        os.environ["HSMON_PLUGIN_RANK_STATS"] = str(stats_dir)  # the server inherits it
+        server, url = start_server(model, Path(shm), log, context, python, args.tp)
         try:
             batch(url, "dump", 64, CONCURRENCY, Path(shm) / "job", "warm")  # warm up every path
             batch(url, "none", 64, CONCURRENCY, Path(shm) / "job", "warm")
+            warm = rank_stats(stats_dir, url) if args.tp > 1 else []
             for length in lengths:
                 long = length > args.pack_max
                 modes = ["before", "dump"] if long else ["none", "before", "dump", "pack"]
@@ -156,9 +203,10 @@ def measure(model: Path, log: Path, context: int, lengths: list[int], args: argp
                 print(f"{length:>5} tokens   dump, {len(ms)} dumps: hook p50 {pct(ms, .5):8.3f} ms p99 "
                       f"{pct(ms, .99):8.3f} ms max {max(ms, default=float('nan')):8.3f} ms", flush=True)
             final = capture_state(url)
+            ranks = since(warm, rank_stats(stats_dir, url)) if args.tp > 1 else []
         finally:
             stop_sglang_serve(server)
-    return results, final
+    return results, final, ranks
 
 
 def main() -> int:
@@ -174,6 +222,9 @@ def main() -> int:
                         help="extra rounds of dump only, for the hook's p99 (lengths up to --pack-max)")
     parser.add_argument("--long-dump-rounds", type=int, default=2,
                         help="extra rounds of dump only for the longer prompts")
+    parser.add_argument("--tp", type=int, default=1,
+                        help="SGLang's --tp-size (CPU: one core set per rank); RESULT adds the ranks "
+                        "that do not write: their hook time and what they copied")
     parser.add_argument("--sglang-venv", help="an SGLang environment to measure (e.g. .sglang-venv-0.5.18), "
                         "then the baseline .sglang-venv in the same run, for the ratio")
     args = parser.parse_args()
@@ -188,11 +239,11 @@ def main() -> int:
         model = make_tiny_llama(scratch / "model", num_layers=4, hidden_size=args.hidden, vocab_size=512,
                                 max_positions=context)
         python = str(venv / "bin" / "python") if venv else None
-        results, final = measure(model, scratch / "server.log", context, lengths, args, python)
+        results, final, ranks = measure(model, scratch / "server.log", context, lengths, args, python)
         base_dumps = None
         if venv is not None and venv.resolve() != baseline.resolve():
             print(f"baseline: the same on {baseline}", flush=True)
-            base, _ = measure(model, scratch / "baseline.log", context, lengths, args,
+            base, _, _ = measure(model, scratch / "baseline.log", context, lengths, args,
                               str(baseline / "bin" / "python"))
             base_dumps = [s for (m, _), r in base.items() if m == "dump" for s in r["samples"]]
     after = [s for (m, _), r in results.items() if m == "dump" for s in r["samples"]]
@@ -212,14 +263,17 @@ def main() -> int:
           f"{pct(ms_after, .99):.3f} ms "
           f"({per_mb:.3f} ms/MB); before p50 {pct(ms_old, .5):.3f} ms p99 {pct(ms_old, .99):.3f} ms "
           f"({per_mb_old:.3f} ms/MB); goal p99 <= 1 ms")
-    print(f"tokens/s at {ref}-token prompts: dump / none {dump_ratio:.3f} (goal >= 0.97), pack / none "
+    goal = "0.97" if args.tp == 1 else "0.95"
+    print(f"tokens/s at {ref}-token prompts, TP {args.tp}: dump / none {dump_ratio:.3f} (goal >= {goal}), "
+          f"pack / none "
           f"{pack_ratio:.3f}; writer: {final['files_written']} files, {final['write_seconds']:.2f} s "
           f"writing, {final['sync_fallbacks']} sync fallbacks")
     print(f"RESULT hook_ms_p50={pct(ms_after, .5):.3f} hook_ms_p99={pct(ms_after, .99):.3f} "
           f"hook_ms_per_mb={per_mb:.3f} before_hook_ms_p50={pct(ms_old, .5):.3f} "
           f"before_hook_ms_p99={pct(ms_old, .99):.3f} before_hook_ms_per_mb={per_mb_old:.3f} "
           f"dump_over_none={dump_ratio:.3f} pack_over_none={pack_ratio:.3f}"
-          + ("" if base_dumps is None else " " + against_baseline(venv.name, after, base_dumps)))
+          + ("" if base_dumps is None else " " + against_baseline(venv.name, after, base_dumps))
+          + (" " + not_writer_fields(ranks, args.tp) if args.tp > 1 else ""))
     return 0
 
 

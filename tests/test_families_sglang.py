@@ -4,9 +4,9 @@ rule is not Llama's) at TP 1, and a tiny Qwen3-MoE at ``--tp-size 2`` (gloo; sgl
 the ranks' cores), both with capture points 3,5,6 (the first is not 2) at chunked prefill 64.
 
 Both transports give the in-process tensors (float32, within the Llama check's 1e-4), the server
-says which class it loaded and which points it really captures, exactly one rank writes, no dump
-file is left, and a run asking for other points is refused before any row. The two servers start
-at once and serve the whole module.
+says which class it loaded and which points it really captures, exactly one rank writes (the other
+copies nothing: its own counters), no dump file is left, and a run asking for other points is
+refused before any row. The two servers start at once and serve the whole module.
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def family(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple
     try:
         for name, (make, extra, _cls) in FAMILIES.items():
             model = make(base / name)
+            stats = base / f"ranks-{name}"  # every rank's capture counters (the plugin's bench switch)
+            stats.mkdir()
             server = SGLangServer(model, base, layers=POINTS, chunked_prefill_size=64,
-                                  dump_root=base / "dump", extra_args=extra)
+                                  dump_root=base / "dump", extra_args=extra,
+                                  env={"HSMON_PLUGIN_RANK_STATS": str(stats)})
             servers[name] = (model, server.launch())
         for _model, server in servers.values():
             server.wait_ready()
@@ -87,6 +90,16 @@ def test_both_transports_equal_the_in_process_rows_and_one_rank_writes(
     ranks = 2 if "--tp-size" in FAMILIES[name][1] else 1
     assert log.count("writes the dumps") == 1, log[-3000:]
     assert log.count("does not write (attention-TP rank 0 does)") == ranks - 1
+    get_json(server.url + "/server_info")  # each rank writes its counters
+    files = server.workdir.glob(f"ranks-{name}/tp*.json")
+    counters = {int(f.stem[2:]): json.loads(f.read_text()) for f in files}
+    assert sorted(counters) == list(range(ranks)) and counters[0]["writer"]
+    assert counters[0]["files_written"] >= len(ROWS)
+    for rank in range(1, ranks):  # it sees every piece of both runs and copies none of them
+        other = counters[rank]
+        assert not other["writer"] and other["files_written"] == other["pool_bytes_in_use"] == 0
+        assert other["requests"] >= 2 * len(ROWS)
+        assert {(s[0], s[2]) for s in other["hook_samples"]} == {("not-writer", 0.0)}
 
 
 def test_a_run_asking_for_other_points_is_refused_naming_the_class(

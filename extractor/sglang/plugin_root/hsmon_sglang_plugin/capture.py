@@ -27,7 +27,10 @@ request and the writer's counters are in /server_info (``internal_states[i]["hsm
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,11 +135,30 @@ def _model_dtype() -> str | None:
 
 
 def _add_internal_state(result: Any, *args: Any, **kwargs: Any) -> Any:
-    """This scheduler's capture counters, under ``internal_states[i]["hsmon_capture"]``."""
+    """This scheduler's capture counters, under ``internal_states[i]["hsmon_capture"]``.
+
+    Every TP rank answers the request, but only the rank that sends output reaches
+    /server_info: with ``HSMON_PLUGIN_RANK_STATS=DIR`` (bench/plugin_hook.py) each rank also
+    writes its counters to ``DIR/tp<rank>.json``, so the ranks that do not write can be read."""
     state = getattr(result, "internal_state", None)
     if isinstance(state, dict):
-        state["hsmon_capture"] = get_writer().snapshot()
+        state["hsmon_capture"] = snapshot = get_writer().snapshot()
+        stats_dir = os.environ.get(RANK_STATS_ENV)
+        if stats_dir:
+            _write_rank_stats(stats_dir, snapshot)
     return result
+
+
+RANK_STATS_ENV = "HSMON_PLUGIN_RANK_STATS"
+
+
+def _write_rank_stats(stats_dir: str, snapshot: dict) -> None:
+    facts = _facts()
+    path = os.path.join(stats_dir, f"tp{facts['tp_rank']}.json")
+    with contextlib.suppress(OSError):
+        with open(path + ".tmp", "w") as fh:
+            json.dump({"tp_rank": facts["tp_rank"], "writer": facts["writer"], **snapshot}, fh)
+        os.replace(path + ".tmp", path)
 
 
 def request_options(req: Any) -> dict | None:
@@ -179,6 +201,7 @@ def _facts() -> dict[str, Any]:
                        "writes the dumps" if writer else "does not write (attention-TP rank 0 does)")
         _process_facts.update(
             writer=writer,
+            tp_rank=getattr(parallel, "tp_rank", 0),
             layer_ids=",".join(str(i) for i in layer_ids) if layer_ids else "",
             captured_points=",".join(str(p) for p in points),
             sglang_version=sglang.__version__,
@@ -234,8 +257,12 @@ def _capture(mode: str, options: dict, started: tuple[float, float], **kwargs: A
     req = kwargs["req"]
     start = kwargs["hidden_state_offset"]
     end = start + kwargs["extend_input_len"]
-    if mode == "dump" and not _facts()["writer"]:
-        return end  # another rank sends this request's output and writes its file
+    if not _facts()["writer"]:
+        # another rank sends this request's output (and writes its file, or packs its rows):
+        # nothing is read or copied here, the time of this early return is all this rank pays
+        get_writer().record_hook("not-writer", time.perf_counter() - started[0], 0,
+                                 time.thread_time() - started[1])
+        return end
     rid = req.rid
     middle = not req.finished() and not req.is_retracted and req.inflight_middle_chunks > 0
     if not kwargs.get("store", True) and not middle:
