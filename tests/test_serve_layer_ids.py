@@ -14,6 +14,7 @@ import pytest
 
 from extractor.sglang.cpu_binding import BIND_ENV, bind_env, binding, ranks
 from extractor.sglang.layer_ids import LayerIdsError, serving_ids
+from extractor.sglang.serve import dp_attention_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,12 +42,24 @@ def test_a_class_that_cannot_capture_the_points_is_refused_in_one_line_before_la
         serving_ids([1, 4, 5], model)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for args, why in ((["--layers", "1,4,5"], "SGLang's DeepseekV3ForCausalLM cannot capture them"),
-                      (["--", "--enable-dp-attention"], "--enable-dp-attention is not supported")):
+                      (["--", "--enable-dp-attention"], "--enable-dp-attention (DP attention) is not"),
+                      (["--", "--tp-size", "2", "--attn-dp-size=2"], "--attn-dp-size 2 (DP attention)")):
         proc = subprocess.run([sys.executable, "-m", "hsmon", "sglang-serve", "--model-path", str(model),
                                "--python", sys.executable, *args], capture_output=True, text=True, env=env,
                               timeout=60)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and why in lines[0], proc.stderr
+
+
+def test_dp_attention_is_refused_in_every_spelling_naming_what_to_use_instead() -> None:
+    for extra in (["--enable-dp-attention"], ["--enable-dp-attention", "--dp-size", "2"],
+                  ["--attn-dp-size", "2"], ["--attn-dp-size=4"],
+                  ["--attn-dp-size", "1", "--attn-dp-size", "2"]):
+        line = dp_attention_refusal(extra)
+        assert line is not None and "use --tp-size, or --dp-size without DP attention" in line, extra
+    for extra in ([], ["--dp-size", "2"], ["--attn-dp-size", "1"],
+                  ["--enable-dp-attention-local-control-broadcast"]):
+        assert dp_attention_refusal(extra) is None, extra
 
 
 def test_each_rank_of_a_multi_rank_cpu_server_gets_its_cores() -> None:

@@ -127,6 +127,31 @@ def _given(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
+def _value(args: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` (``--flag V`` or ``--flag=V``; the last one counts), or None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def dp_attention_refusal(extra: list[str]) -> str | None:
+    """One line refusing DP attention among SGLang's arguments (``--enable-dp-attention``, or
+    ``--attn-dp-size N`` over 1, its spelling from 0.5.22 on), or None."""
+    size = _value(extra, "--attn-dp-size")
+    if _given(extra, "--enable-dp-attention"):
+        given = "--enable-dp-attention"
+    elif size is not None and size.strip() not in ("", "1"):
+        given = f"--attn-dp-size {size}"
+    else:
+        return None
+    return (f"{given} (DP attention) is not supported by the capture plugin (untested: its writing rank "
+            "is chosen per attention-TP group); use --tp-size, or --dp-size without DP attention")
+
+
 def build_command(
     python: str,
     model_path: str,
@@ -236,10 +261,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    if _given(extra, "--enable-dp-attention"):
-        print("hsmon sglang-serve: --enable-dp-attention is not supported by the capture plugin (untested: "
-              "its writing rank is chosen per attention-TP group); use --tp-size, or --dp-size without DP "
-              "attention", file=sys.stderr)
+    refusal = dp_attention_refusal(extra)
+    if refusal:
+        print(f"hsmon sglang-serve: {refusal}", file=sys.stderr)
         return 2
     python = sglang_python(args.python)
     if os.sep in python and not Path(python).exists():
