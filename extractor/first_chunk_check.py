@@ -1,14 +1,16 @@
-"""The first-chunk check of `hsmon extract --backend sglang` on an untested SGLang release.
+"""The first-chunk check of `hsmon extract --backend sglang` where hsmon's tests never compared
+SGLang's capture with transformers: an untested SGLang release, or a model class its conformance
+tests cannot serve (``UNSERVED_CLASSES``).
 
 A server whose release is outside the capture plugin's tested set (started with
-``hsmon sglang-serve --allow-untested-sglang``) says ``tested: false`` in ``/server_info``. For
-such a run, the first chunk this run completes is checked against transformers before hours are
-spent: ``hsmon verify-data OUT --backend hf --chunk rows_A-B`` runs in a child process (the model
-on the client's CPU) while the extraction goes on. AGREE: one line, the run goes on. DISAGREE:
-the run stops (exit status 1) with the rows written so far kept, and the error says what to do.
-A check that cannot run (exit 2: the model does not load here, say) is reported and the run goes
-on unchecked. ``--skip-first-chunk-check`` turns it off (docs/extract.md, "Supported SGLang
-releases").
+``hsmon sglang-serve --allow-untested-sglang``) says ``tested: false`` in ``/server_info``; its
+plugin also names the model class it loaded (``model_class``). For such a run, the first chunk
+this run completes is checked against transformers before hours are spent: ``hsmon verify-data
+OUT --backend hf --chunk rows_A-B`` runs in a child process (the model on the client's CPU) while
+the extraction goes on. AGREE: one line, the run goes on. DISAGREE: the run stops (exit status
+1) with the rows written so far kept, and the error says what to do. A check that cannot run
+(exit 2: the model does not load here, say) is reported and the run goes on unchecked.
+``--skip-first-chunk-check`` turns it off (docs/extract.md, "Supported SGLang releases").
 """
 
 from __future__ import annotations
@@ -28,35 +30,50 @@ from extractor.errors import log
 SAMPLE = 8  # rows of the chunk re-extracted by transformers (verify-data's default)
 
 
+# SGLang classes that serve a family hsmon's conformance tests cannot serve on CPU (so nothing
+# here ever compared their capture with transformers), and why; their first chunk is checked by
+# default, as an untested release's is.
+UNSERVED_CLASSES: dict[str, str] = {
+    "KimiK25ForConditionalGeneration": "Kimi-K2.5's wrapper: SGLang's multimodal processor for it needs "
+    "Moonshot's remote code, so the conformance tests serve its DeepSeek-V3 text model only",
+}
+
+
 @dataclass(frozen=True)
-class Untested:
-    """One server on an untested release: what the check's lines name."""
+class Unchecked:
+    """One server whose capture hsmon's tests never compared with transformers, and why."""
 
     url: str
-    sglang_version: str
-    adapter: str
+    why: str  # "an untested SGLang release (SGLang X, ADAPTER)" or "model class K, ..."
+    untested_release: bool  # the fix differs: a tested release, or a report
 
 
-def untested_servers(facts: Sequence[Any]) -> list[Untested]:
-    """The servers whose capture plugin says ``tested: false`` (preflight's ServerFacts)."""
+def untested_servers(facts: Sequence[Any]) -> list[Unchecked]:
+    """The servers to check (preflight's ServerFacts): an untested release (``tested: false``),
+    or a model class of ``UNSERVED_CLASSES``."""
     found = []
     for fact in facts:
         plugin = fact.plugin if isinstance(fact.plugin, dict) else {}
+        model_class = str(plugin.get("model_class") or "")
         if plugin.get("tested") is False:
-            found.append(Untested(fact.url, str(plugin.get("sglang_version") or "unknown"),
-                                  str(plugin.get("adapter") or "aux-return")))
+            found.append(Unchecked(fact.url, f"an untested SGLang release (SGLang "
+                                   f"{plugin.get('sglang_version') or 'unknown'}, "
+                                   f"{plugin.get('adapter') or 'aux-return'})", True))
+        elif model_class in UNSERVED_CLASSES:
+            found.append(Unchecked(fact.url, f"model class {model_class}, which hsmon's conformance tests "
+                                   "do not serve", False))
     return found
 
 
 def start(out: Path, model: Path, backend: Any, skip: bool,
           stop_event: threading.Event) -> FirstChunkCheck | None:
-    """The check of this run, started, or None (no untested server, or ``--skip-first-chunk-check``)."""
+    """The check of this run, started, or None (nothing unchecked, or ``--skip-first-chunk-check``)."""
     servers = untested_servers(getattr(backend, "facts", None) or [])
     if not servers:
         return None
     if skip:
-        log("first-chunk check skipped (--skip-first-chunk-check): the data of an untested SGLang release "
-            f"goes unchecked; `hsmon verify-data {out} --backend hf --chunk rows_A-B` checks a chunk later")
+        log(f"first-chunk check skipped (--skip-first-chunk-check): the data of {_servers(servers)} goes "
+            f"unchecked; `hsmon verify-data {out} --backend hf --chunk rows_A-B` checks a chunk later")
         return None
     check = FirstChunkCheck(out, model, servers, stop_event)
     check.start()
@@ -67,7 +84,7 @@ class FirstChunkCheck(threading.Thread):
     """Waits for the first chunk with rows the run completes (``chunk_done``, from the writer
     thread), then runs verify-data on it. ``error`` holds the run's error after a disagreement."""
 
-    def __init__(self, out: Path, model: Path, servers: list[Untested], stop_event: threading.Event,
+    def __init__(self, out: Path, model: Path, servers: list[Unchecked], stop_event: threading.Event,
                  sample: int = SAMPLE) -> None:
         super().__init__(name="hsmon-first-chunk-check", daemon=True)
         self.out, self.model, self.servers, self.sample = out, model, servers, sample
@@ -109,9 +126,9 @@ class FirstChunkCheck(threading.Thread):
             chunk = self._chunk
             if chunk is None or (self._quit and self.stop_event.is_set()):
                 return
-            releases = ", ".join(f"{s.url} (SGLang {s.sglang_version}, {s.adapter})" for s in self.servers)
-            log(f"first-chunk check: {chunk} of an untested SGLang release ({releases}) against "
-                f"transformers: {' '.join(self.command(chunk)[1:])}")
+            releases = _servers(self.servers)
+            log(f"first-chunk check: {chunk} of {releases} against transformers: "
+                f"{' '.join(self.command(chunk)[1:])}")
             self._proc = subprocess.Popen(self.command(chunk), stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True)
         out, err = self._proc.communicate()
@@ -128,14 +145,21 @@ class FirstChunkCheck(threading.Thread):
                 f"{report.get('max_abs_diff', 0.0):.3g}); the run goes on")
         elif status == 1 and report.get("verdict") == "disagree":
             self.verdict = "disagree"
+            fix = ("serve the target with a tested SGLang release (docs/extract.md, \"Supported SGLang "
+                   "releases\")" if any(s.untested_release for s in self.servers) else
+                   "report the model class (docs/extract.md, \"Supported SGLang releases\")")
             self.error = (f"first-chunk check: DISAGREE: layers {', '.join(report.get('differ', []))} of "
-                          f"{chunk} differ from transformers ({self.model}): the untested SGLang release "
-                          f"({releases}) does not capture what the model computes; the rows written are "
-                          "kept but do not train on them: serve the target with a tested SGLang release "
-                          "(docs/extract.md, \"Supported SGLang releases\"), or check the model given")
+                          f"{chunk} differ from transformers ({self.model}): {releases} does not capture "
+                          "what the model computes; the rows written are kept but do not train on them: "
+                          f"{fix}, or check the model given")
             self.stop_event.set()
         elif not self.stop_event.is_set():
             self.verdict = "failed"
             why = (err.strip().splitlines() or [f"exit status {status}"])[-1]
             log(f"first-chunk check: could not run ({why}); the run goes on UNCHECKED: run "
                 f"`hsmon verify-data {self.out} --chunk {chunk}` where the model fits")
+
+
+def _servers(servers: Sequence[Unchecked]) -> str:
+    """``URL (an untested SGLang release (SGLang X, A))``, joined: what the check's lines name."""
+    return ", ".join(f"{s.url} ({s.why})" for s in servers)

@@ -150,9 +150,14 @@ def release_line(facts: ServerFacts) -> str:
     plugin = facts.plugin or {}
     version = plugin.get("sglang_version") or facts.raw.get("version") or "unknown"
     line = f"{facts.url}: SGLang {version}, capture adapter {plugin.get('adapter', 'aux-return')}"
+    from extractor.first_chunk_check import UNSERVED_CLASSES
+
+    check = ("hsmon verify-data checks the first chunk against transformers before hours are spent "
+             "(--skip-first-chunk-check skips it)")
     if plugin.get("tested") is False:  # started with --allow-untested-sglang
-        line += ("; an untested release: hsmon verify-data checks the first chunk against transformers "
-                 "before hours are spent (--skip-first-chunk-check skips it)")
+        line += f"; an untested release: {check}"
+    elif plugin.get("model_class") in UNSERVED_CLASSES:
+        line += f"; model class {plugin['model_class']}, not served by hsmon's conformance tests: {check}"
     return line
 
 
