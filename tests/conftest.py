@@ -31,6 +31,7 @@ HEAVY_MODULES = {
     "test_gpu_check.py": "heavy-sglang",  # scripts/gpu-check.sh starts an SGLang server of its own
     "test_smollm2.py": "heavy-smollm2",
     "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
+    "test_sglang_whole_prefill.py": "heavy-sglang",  # SGLang 0.5.14's lane only (skips elsewhere)
 }
 
 
@@ -57,7 +58,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # No silent skip: under CI=true or HSMON_NO_SKIP=1 (`make test` sets it) a skipped test fails unless
 # its node id starts with a key of ALLOWED_SKIPS, whose value is the reviewed reason it may skip.
 # Keep the list short; a new entry needs a reason a reviewer accepts ("no GPU on CI", not "flaky").
-ALLOWED_SKIPS: dict[str, str] = {}
+ALLOWED_SKIPS: dict[str, str] = {
+    "tests/test_sglang_whole_prefill.py": "SGLang 0.5.14's lane of make test-sglang-matrix: on the newer "
+    "releases (make test) the plugin sees every chunked-prefill piece and the chunked conformance "
+    "tests cover the same capture; another server would not fit make test's time",
+}
 
 
 def no_skip_switch() -> bool:

@@ -23,7 +23,8 @@ from tests.sglang_server import EMBEDDED_MODEL, ROOT, sglang_python, sglang_rele
 pytestmark = [pytest.mark.sglang]
 
 # release -> adapter: the support table of docs/extract.md
-SUPPORTED = {"0.5.18": "layer-capture", "0.5.22": "layer-capture", "0.5.23": "aux-return"}
+SUPPORTED = {"0.5.14": "whole-prefill", "0.5.18": "layer-capture", "0.5.22": "layer-capture",
+             "0.5.23": "aux-return"}
 
 
 def _sglang_dir() -> Path:
@@ -69,7 +70,7 @@ def test_a_release_without_the_hook_registry_is_refused_naming_the_oldest_suppor
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "has no plugin hook registry" in lines[0], proc.stderr
-    assert "the oldest supported release is 0.5.18" in lines[0]
+    assert "the oldest supported release is 0.5.14 (with chunked prefill off; 0.5.18 with it on)" in lines[0]
 
 
 def test_an_untested_release_is_refused_unless_the_user_opts_in(tmp_path):

@@ -39,6 +39,29 @@ def test_pipeline_parallel_is_refused():
     assert "--pp-size 2" in plugin.pp_refusal(2)
 
 
+def test_sglang_0_5_14_is_refused_unless_chunked_prefill_is_off():
+    """Adapter whole-prefill (0.5.14 drops a chunked prefill's middle pieces): one line naming the
+    setting that lets it in; ``-1`` (off) passes. The hook gets what 0.5.18's per-piece call passes."""
+    from hsmon_sglang_plugin import whole_prefill
+
+    for size in (None, 64, 4096):
+        line = whole_prefill.refusal(size, "0.5.14")
+        assert line is not None and "\n" not in line and "--chunked-prefill-size -1" in line
+        assert "SGLang 0.5.14 drops the middle pieces of a chunked prefill" in line
+    assert whole_prefill.refusal(-1, "0.5.14") is None
+    seen = {}
+
+    def shared(original, processor, **kwargs):
+        seen.update(kwargs)
+        return original(processor, **kwargs)
+
+    req = type("Req", (), {"origin_input_ids": [5] * 7})()
+    stock = whole_prefill.adapt(shared)(lambda proc, **kw: sorted(kw), "processor", req=req,
+                                        logits_output=None, hidden_state_offset=3)
+    assert stock == ["hidden_state_offset", "logits_output", "req"]  # stock gets 0.5.14's own arguments
+    assert seen["extend_input_len"] == 7 and seen["store"] is True and seen["capture_hidden_mode"].is_full()
+
+
 def test_rid_and_dump_dir_validation(tmp_path):
     root = tmp_path / "root"
     (root / "job").mkdir(parents=True)
@@ -349,7 +372,7 @@ def test_sglang_loads_the_entry_point_refuses_untested_versions_and_pipeline_par
              for line in proc.stdout.splitlines()}
     assert lines["EPS"] == "EPS [('hsmon_capture', 'hsmon_sglang_plugin:register', 'hsmon-sglang-plugin')]"
     assert "LOADED" not in lines
-    assert "SGLang 0.9.1 is untested (tested: 0.5.18, 0.5.22, 0.5.23)" in lines["REFUSED"]
+    assert "SGLang 0.9.1 is untested (tested: 0.5.14, 0.5.18, 0.5.22, 0.5.23)" in lines["REFUSED"]
     assert lines["PATCHED BEFORE"] == "PATCHED BEFORE []"
     assert "--pp-size 2) is not supported" in lines["PP"]
     assert lines["PATCHED AFTER"] == "PATCHED AFTER " + str(sorted([

@@ -36,6 +36,7 @@ CPU_MAX_TOTAL_TOKENS = "8192"
 # The plugin's adapters (extractor/sglang/plugin_root/hsmon_sglang_plugin/features.py).
 AUX_RETURN = "aux-return"
 LAYER_CAPTURE = "layer-capture"
+WHOLE_PREFILL = "whole-prefill"  # layer-capture with chunked prefill off (SGLang 0.5.14)
 
 
 class ServeError(ValueError):
@@ -294,7 +295,12 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_untested_sglang:
         env["HSMON_PLUGIN_ALLOW_UNTESTED"] = "1"
     env["HSMON_PLUGIN_CAPTURE_POINTS"] = ",".join(str(p) for p in points)  # the plugin asks the class
-    if adapter == LAYER_CAPTURE:
+    if adapter == WHOLE_PREFILL and _value(extra, "--chunked-prefill-size") != "-1":
+        print(f"hsmon sglang-serve: SGLang {found['sglang_version']} drops the middle pieces of a chunked "
+              "prefill before any hook: serve it with chunked prefill off, `hsmon sglang-serve ... -- "
+              "--chunked-prefill-size -1`, or use SGLang 0.5.18 or later", file=sys.stderr)
+        return 2
+    if adapter in (LAYER_CAPTURE, WHOLE_PREFILL):
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
                         nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host),

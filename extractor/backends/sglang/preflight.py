@@ -130,7 +130,7 @@ def _plugin_captures(info: dict[str, Any]) -> bool:
     """The plugin captures the layers itself (adapter ``layer-capture``: SGLang releases without
     ``--enable-return-aux-hidden-states``, docs/extract.md "Supported SGLang releases")."""
     plugin = info.get("hsmon_plugin")
-    return isinstance(plugin, dict) and plugin.get("adapter") == "layer-capture"
+    return isinstance(plugin, dict) and plugin.get("adapter") in ("layer-capture", "whole-prefill")
 
 
 def _plugin_points(info: dict[str, Any]) -> list[int] | None:

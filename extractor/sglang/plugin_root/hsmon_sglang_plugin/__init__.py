@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 PLUGIN_VERSION = "1"
 # The releases the conformance tests run on (make test-sglang-matrix; docs/extract.md's table).
-TESTED_SGLANG_VERSIONS = ("0.5.18", "0.5.22", "0.5.23")
+TESTED_SGLANG_VERSIONS = ("0.5.14", "0.5.18", "0.5.22", "0.5.23")  # 0.5.14: chunked prefill off
 ALLOW_UNTESTED_ENV = "HSMON_PLUGIN_ALLOW_UNTESTED"
 DUMP_ROOT_ENV = "HSMON_PLUGIN_DUMP_ROOT"
 DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"

@@ -39,7 +39,7 @@ import torch
 
 from hsmon_sglang_plugin import PLUGIN_VERSION, TESTED_SGLANG_VERSIONS, dump_root, pp_refusal
 from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, error_path, final_path
-from hsmon_sglang_plugin.features import AUX_RETURN, LAYER_CAPTURE
+from hsmon_sglang_plugin.features import AUX_RETURN, LAYER_CAPTURE, WHOLE_PREFILL
 from hsmon_sglang_plugin.writer import Job, Piece, get_writer
 
 logger = logging.getLogger("hsmon_sglang_plugin")
@@ -75,12 +75,15 @@ def install(adapter: str = AUX_RETURN) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     _process_facts["adapter"] = adapter
-    if adapter == LAYER_CAPTURE:
-        from hsmon_sglang_plugin import layer_capture
+    if adapter in (LAYER_CAPTURE, WHOLE_PREFILL):
+        from hsmon_sglang_plugin import layer_capture, whole_prefill
 
+        whole = adapter == WHOLE_PREFILL
         layer_capture.install(HookRegistry.register, HookType, _add_server_info, _add_internal_state,
-                              _refuse_pipeline_parallel)
-        HookRegistry.register(APPEND_PREFILL, _append_prefill_hidden_states, HookType.AROUND)
+                              whole_prefill.refuse_setup(_refuse_pipeline_parallel) if whole
+                              else _refuse_pipeline_parallel)
+        HookRegistry.register(APPEND_PREFILL, whole_prefill.adapt(_append_prefill_hidden_states) if whole
+                              else _append_prefill_hidden_states, HookType.AROUND)
         return
     from hsmon_sglang_plugin import capture_rule
 
@@ -112,7 +115,7 @@ def _add_server_info(result: dict, *args: Any, **kwargs: Any) -> dict:
     dtype = _model_dtype()
     if dtype is not None:  # server_info's own "dtype" is the flag ("auto"), not what it resolved to
         result["hsmon_plugin"]["dtype"] = dtype
-    if _process_facts.get("adapter") == LAYER_CAPTURE:  # no SGLang flag holds them: the plugin's
+    if _process_facts.get("adapter") in (LAYER_CAPTURE, WHOLE_PREFILL):  # no SGLang flag holds them
         from hsmon_sglang_plugin.layer_capture import layer_ids
 
         result["hsmon_plugin"]["layer_ids"] = ",".join(str(i) for i in layer_ids())
@@ -182,7 +185,7 @@ def _facts() -> dict[str, Any]:
     """Per-process facts, read once: whether this rank writes, the captured layer ids."""
     if "writer" not in _process_facts:
         import sglang
-        from sglang.srt.runtime_context import get_exec, get_parallel
+        from sglang.srt.runtime_context import get_parallel
 
         parallel = get_parallel()
         writer = getattr(parallel, "attn_tp_rank", 0) == 0 and getattr(parallel, "attn_cp_rank", 0) == 0
@@ -191,11 +194,13 @@ def _facts() -> dict[str, Any]:
         capture = current()
         if capture is not None:  # what the model was given and really captures
             layer_ids, points = capture.layer_ids, capture.captured_points
-        elif _process_facts.get("adapter") == LAYER_CAPTURE:
+        elif _process_facts.get("adapter") in (LAYER_CAPTURE, WHOLE_PREFILL):
             from hsmon_sglang_plugin.layer_capture import layer_ids as env_layer_ids
 
             layer_ids, points = env_layer_ids(), []
         else:
+            from sglang.srt.runtime_context import get_exec  # 0.5.18 on
+
             layer_ids, points = get_exec().features.return_aux_hidden_state_layer_ids, []
         logger.warning("hsmon capture plugin: tp rank %s %s", getattr(parallel, "tp_rank", "?"),
                        "writes the dumps" if writer else "does not write (attention-TP rank 0 does)")
@@ -216,7 +221,7 @@ def _append_prefill_hidden_states(original: Any, processor: Any, **kwargs: Any) 
         options is None
         or not req.return_hidden_states
         or not kwargs["capture_hidden_mode"].is_full()
-        or req.output_ids  # a decode step of this request in a mixed batch: stock
+        or (req.output_ids and not kwargs.get("whole_prefill"))  # a decode step in a mixed batch: stock
     ):
         return original(processor, **kwargs)
     if options.get("dump_dir") is not None:

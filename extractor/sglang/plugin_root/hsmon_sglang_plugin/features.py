@@ -10,8 +10,11 @@ why they are the ones that matter are in docs/extract.md, "Supported SGLang rele
   last layer beside the captured ones (``--enable-return-aux-hidden-states``, 0.5.23): adapter
   ``aux-return``, SGLang captures everything and the plugin only reads it.
 - ``_append_prefill_hidden_states(..., capture_hidden_mode, store)`` in the scheduler's batch-result
-  processor: called for every chunked-prefill piece (0.5.18 on). 0.5.14 calls it for the last
-  piece only and drops the others before any hook sees them: refused, as without the registry.
+  processor: called for every chunked-prefill piece (0.5.18 on). 0.5.14's
+  ``_append_prefill_hidden_states(req, logits_output, hidden_state_offset)`` is called for a
+  finished prefill only, and the middle pieces of a chunked prefill are dropped before any hook:
+  adapter ``whole-prefill``, ``layer-capture`` with chunked prefill off (``--chunked-prefill-size
+  -1``, the server refuses to start without it: every prompt is one piece).
 - otherwise adapter ``layer-capture``: the plugin turns on the model's own EAGLE-3 layer capture
   (``set_eagle3_layers_to_capture``; forward hooks on the decoder layers for a model class without
   it) and splits the logits processor's input into the captured layers and the last layer.
@@ -26,9 +29,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-OLDEST_SUPPORTED = "0.5.18"
+OLDEST_SUPPORTED = "0.5.14 (with chunked prefill off; 0.5.18 with it on)"
 AUX_RETURN = "aux-return"
 LAYER_CAPTURE = "layer-capture"
+WHOLE_PREFILL = "whole-prefill"
 
 
 @dataclass(frozen=True)
@@ -72,15 +76,17 @@ def detect(root: Path | None = None) -> Features:
     processor = root / "srt" / "managers" / "scheduler_components" / "batch_result_processor.py"
     match = re.search(r"def _append_prefill_hidden_states\(([^)]*)\)",
                       processor.read_text() if processor.is_file() else "")
-    every_piece = match is not None and "store:" in match.group(1) and "capture_hidden_mode" in match.group(1)
+    params = match.group(1) if match is not None else ""
+    every_piece = "store:" in params and "capture_hidden_mode" in params
+    whole = "hidden_state_offset" in params and "logits_output" in params  # 0.5.14: last piece only
     lacks = ("no plugin hook registry (sglang.srt.plugins)" if not registry else
-             None if every_piece else "no per-piece prefill hidden-state hook (its scheduler drops the "
-             "middle chunked-prefill pieces)")
+             None if every_piece or whole else "no prefill hidden-state hook")
     if lacks:
         refusal = (f"hsmon capture plugin: SGLang {version} has {lacks}; the oldest supported release is "
                    f"{OLDEST_SUPPORTED}: upgrade SGLang")
         return Features(version, registry, aux, None, refusal)
-    return Features(version, True, aux, AUX_RETURN if aux else LAYER_CAPTURE, None)
+    adapter = AUX_RETURN if aux else LAYER_CAPTURE if every_piece else WHOLE_PREFILL
+    return Features(version, True, aux, adapter, None)
 
 
 def main() -> int:
