@@ -87,8 +87,9 @@ def test_the_generated_table_and_contract_are_current(probed: rule_table.Derived
 
 
 def test_an_exported_drafters_ids_make_the_serving_class_capture_its_points(tmp_path: Path) -> None:
-    """export-drafter --serving-class: the ids in config.json, given to SGLang's own class, capture
-    the points the drafter was trained on (aux ids 2,4,5 = points 3,5,6 in training)."""
+    """export-drafter --serving-class: the ids in config.json, given to SGLang's own class (DeepSeek-V3,
+    Kimi-K2.5's wrapper, Llama), capture the points the drafter was trained on (aux ids 2,4,5 =
+    points 3,5,6 in training)."""
     import json
     import subprocess
 
@@ -100,14 +101,18 @@ def test_an_exported_drafters_ids_make_the_serving_class_capture_its_points(tmp_
                "num_aux": 3, "rms_norm_eps": 1e-6,
                "rope_theta": 1e4, "max_position_embeddings": 1024, "hidden_act": "silu"}
     env = build_env(dict(__import__("os").environ), str(tmp_path), cpu=True)
-    for serving, module in (("DeepseekV3ForCausalLM", "deepseek_v2"), ("LlamaForCausalLM", "llama")):
+    # Kimi-K2.5's wrapper: SGLang's own class, its DeepSeek-V3 text model asked through it
+    for serving, module in (("DeepseekV3ForCausalLM", "deepseek_v2"),
+                            ("KimiK25ForConditionalGeneration", "kimi_k25"), ("LlamaForCausalLM", "llama")):
         config = sglang_config(drafter, [2, 4, 5], serving)
         ids = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         assert config["hsmon_capture"]["capture_points"] == [3, 5, 6]
+        assert config["hsmon_capture"]["serving_class"] == serving
         out = subprocess.run([str(sglang_python()), "-m", "hsmon_sglang_plugin.rule_probe", module, serving,
                               ",".join(map(str, ids))], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, 5, 6], (serving, ids)
-    assert sglang_config(drafter, [2, 4, 5], "DeepseekV3ForCausalLM")["eagle_config"][
-        "eagle_aux_hidden_state_layer_ids"] == [3, 5, 6]
+    for serving in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
+        assert sglang_config(drafter, [2, 4, 5], serving)["eagle_config"][
+            "eagle_aux_hidden_state_layer_ids"] == [3, 5, 6]
     assert sglang_config(drafter, [2, 4, 5])["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]

@@ -153,12 +153,16 @@ def derive(cls: type, classes: dict[str, type]) -> dict[str, Any]:
 
 def one(module: str, name: str, ids: list[int]) -> list[int]:
     """The points SGLang's class ``name`` (in ``sglang.srt.models.MODULE``) captures for ``ids``."""
-    cls = getattr(importlib.import_module(f"sglang.srt.models.{module}"), name)
-    old = _with_parallel(cls)
+    loaded = importlib.import_module(f"sglang.srt.models.{module}")
+    cls = getattr(loaded, name)
+    # a wrapper's text-model class, as its module imported it (kimi_k25: DeepseekV3ForCausalLM)
+    delegate = DELEGATES.get(name)
+    classes = {delegate: getattr(loaded, delegate)} if delegate and hasattr(loaded, delegate) else {}
+    old = [pair for klass in (cls, *classes.values()) for pair in _with_parallel(klass)]
     try:
-        return probe(shaped(cls, {}), ids)
+        return probe(shaped(cls, classes), ids)
     finally:
-        for mod, name, value in old:
+        for mod, name, value in reversed(old):
             setattr(mod, name, value)
 
 
