@@ -84,6 +84,8 @@ def install(adapter: str = AUX_RETURN) -> None:
                               else _refuse_pipeline_parallel)
         HookRegistry.register(APPEND_PREFILL, whole_prefill.adapt(_append_prefill_hidden_states) if whole
                               else _append_prefill_hidden_states, HookType.AROUND)
+        if whole:
+            HookRegistry.register(whole_prefill.PREFILL_RESULT, whole_prefill.record_starts, HookType.BEFORE)
         return
     from hsmon_sglang_plugin import capture_rule
 

@@ -46,10 +46,32 @@ def refuse_setup(refuse_pp: Any) -> Any:
     return check
 
 
+PREFILL_RESULT = ("sglang.srt.managers.scheduler_components.batch_result_processor."
+                  "SchedulerBatchResultProcessor.process_batch_result_prefill")
+_starts: dict[int, int] = {}  # id(req) -> its first row in the batch's hidden states (one scheduler thread)
+
+
+def record_starts(processor: Any, *args: Any, **kwargs: Any) -> None:
+    """BEFORE ``process_batch_result_prefill(batch, result)``: where each request's rows start.
+
+    0.5.14 moves ``hidden_state_offset`` on only past requests that return hidden states, while
+    the batch's hidden states hold every request's rows (full capture mode): a request without
+    them earlier in the batch would shift the rows of every one after it. Each request's start
+    is the sum of the extend lengths before it (its whole prompt: no prefix cache, no chunking)."""
+    batch = kwargs.get("batch", args[0] if args else None)
+    _starts.clear()
+    offset = 0
+    for req in getattr(batch, "reqs", None) or []:
+        _starts[id(req)] = offset
+        offset += len(req.fill_ids) - len(getattr(req, "prefix_indices", None) or ())
+
+
 def adapt(hook: Any) -> Any:
-    """The shared AROUND hook, called with what 0.5.14's call lacks (the piece is the prompt)."""
+    """The shared AROUND hook, called with what 0.5.14's call lacks (the piece is the prompt) and
+    the request's own start (``record_starts``)."""
     def whole(original: Any, processor: Any, **kwargs: Any) -> int:
         req = kwargs["req"]
+        kwargs = {**kwargs, "hidden_state_offset": _starts.get(id(req), kwargs["hidden_state_offset"])}
         full = {**kwargs, "extend_input_len": len(req.origin_input_ids), "capture_hidden_mode": _Full(),
                 "store": True, "whole_prefill": True}
         return hook(lambda proc, **kw: original(proc, **kwargs), processor, **full)
