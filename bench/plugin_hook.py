@@ -29,7 +29,8 @@ before_hook_ms_p50=... before_hook_ms_p99=... dump_over_none=... pack_over_none=
 tokens/s); the rank that does not write copies nothing and its hook, an early return, takes
 under 0.05 ms at p99: every rank writes its counters to a file (``HSMON_PLUGIN_RANK_STATS``), and
 the RESULT line adds ``tp=2 not_writer_hooks=... not_writer_hook_ms_p50=... not_writer_hook_ms_p99=...
-not_writer_mb=... not_writer_files=...`` (MB it captured and files it wrote: 0 when it copies nothing).
+not_writer_hook_cpu_ms_p99=... not_writer_mb=... not_writer_files=...`` (MB it captured and files
+it wrote: 0 when it copies nothing).
 
 ``--sglang-venv DIR``: the same measurement on another SGLang release's environment (a release of the
 support matrix), then on the baseline ``.sglang-venv`` (0.5.23) in the same run, one server at a time;
@@ -99,15 +100,17 @@ def not_writer_fields(ranks: list[dict], tp: int) -> str:
     if len(ranks) != tp or len(others) != tp - 1:
         raise SystemExit(f"expected {tp} ranks' counters, {tp - 1} not writing; got {ranks}")
     samples = [s for r in others for s in r["hook_samples"] if s[0] == "not-writer"]
-    ms = [s[1] for s in samples]
+    ms, cpu = [s[1] for s in samples], [s[3] for s in samples]  # wall; the hook thread's CPU
     mb = sum(s[2] for s in samples)
     held = max(r["pool_bytes_in_use"] for r in others)
     files = sum(r["files_written"] for r in others)
     print(f"ranks not writing ({len(others)}): {len(ms)} hook calls, p50 {pct(ms, .5):.4f} ms p99 "
-          f"{pct(ms, .99):.4f} ms max {max(ms, default=float('nan')):.4f} ms; {mb:.1f} MB captured, "
+          f"{pct(ms, .99):.4f} ms max {max(ms, default=float('nan')):.4f} ms (its CPU p99 "
+          f"{pct(cpu, .99):.4f} ms: wall minus CPU is waiting for a core); {mb:.1f} MB captured, "
           f"{held} bytes held, {files} files written (goal: no copy, p99 < 0.05 ms)")
     return (f"tp={tp} not_writer_hooks={len(ms)} not_writer_hook_ms_p50={pct(ms, .5):.4f} "
-            f"not_writer_hook_ms_p99={pct(ms, .99):.4f} not_writer_mb={mb:.1f} not_writer_files={files}")
+            f"not_writer_hook_ms_p99={pct(ms, .99):.4f} not_writer_hook_cpu_ms_p99={pct(cpu, .99):.4f} "
+            f"not_writer_mb={mb:.1f} not_writer_files={files}")
 
 
 def post(url: str, body: dict) -> dict:
