@@ -62,8 +62,7 @@ def test_sglang_0_5_14_is_refused_unless_chunked_prefill_is_off():
     assert seen["extend_input_len"] == 7 and seen["store"] is True and seen["capture_hidden_mode"].is_full()
     # a batch whose first request returns no hidden states: 0.5.14 passes offset 0 to the second,
     # whose rows start after the first's 5; the hook reads from 5 (and so does stock's own copy)
-    first, second = (type("Req", (), {"origin_input_ids": [1] * n, "fill_ids": [1] * n,
-                                      "prefix_indices": []})() for n in (5, 7))
+    first, second = (type("Req", (), {"origin_input_ids": [1] * n, "extend_input_len": n})() for n in (5, 7))
     whole_prefill.record_starts("processor", type("Batch", (), {"reqs": [first, second]})(), None)
     assert whole_prefill.adapt(shared)(lambda proc, **kw: kw["hidden_state_offset"], "processor", req=second,
                                        logits_output=None, hidden_state_offset=0) == 5

@@ -57,13 +57,14 @@ def record_starts(processor: Any, *args: Any, **kwargs: Any) -> None:
     0.5.14 moves ``hidden_state_offset`` on only past requests that return hidden states, while
     the batch's hidden states hold every request's rows (full capture mode): a request without
     them earlier in the batch would shift the rows of every one after it. Each request's start
-    is the sum of the extend lengths before it (its whole prompt: no prefix cache, no chunking)."""
+    is the sum of the extend lengths before it (``req.extend_input_len``, set when the batch was
+    scheduled: the whole prompt, with no prefix cache and no chunking)."""
     batch = kwargs.get("batch", args[0] if args else None)
     _starts.clear()
     offset = 0
     for req in getattr(batch, "reqs", None) or []:
         _starts[id(req)] = offset
-        offset += len(req.fill_ids) - len(getattr(req, "prefix_indices", None) or ())
+        offset += getattr(req, "extend_input_len", 0) or len(req.origin_input_ids)
 
 
 def adapt(hook: Any) -> Any:
