@@ -5,6 +5,7 @@ these tests need only torch, so they run in the main environment."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent / "sglang_stubs"))
-import sgl_kernel  # noqa: E402
+import sgl_kernel
 
 QLEN_ONLY, FULL_MASK = 1, 0
 
@@ -50,7 +51,7 @@ def ref_tree(parents, selected, seq_lens, topk, n):
         first = [children[p][0] if children[p] else -1 for p in range(n)]
         sibling = [-1] * n
         for kids in children.values():
-            for a, c in zip(kids, kids[1:], strict=False):
+            for a, c in itertools.pairwise(kids):
                 sibling[a] = c
         ancestors = []
         for i in range(n):
@@ -69,8 +70,9 @@ def run_build(parents, selected, seq_lens, topk, steps, n, mode):
     mask = torch.full((size,), True)
     positions = torch.empty(bs * n, dtype=torch.int64)
     index, nxt, sib = torch.full((3, bs, n), -1, dtype=torch.int64)
-    sgl_kernel.build_tree_kernel_efficient_cpu(parents, selected, seq_lens, mask, positions, index, nxt, sib,
-                                               topk, steps, n, mode)
+    sgl_kernel.build_tree_kernel_efficient_cpu(
+        parents, selected, seq_lens, mask, positions, index, nxt, sib, topk, steps, n, mode
+    )
     return mask, positions, index, nxt, sib
 
 
@@ -86,13 +88,13 @@ def test_build_tree(topk: int, steps: int, n: int, bs: int, mode: int) -> None:
         assert index[b].tolist() == list(range(b * n, (b + 1) * n))
         assert nxt[b].tolist() == first
         assert sib[b].tolist() == sibling
-        assert positions[b * n:(b + 1) * n].tolist() == [seq_len + len(a) for a in ancestors]
+        assert positions[b * n : (b + 1) * n].tolist() == [seq_len + len(a) for a in ancestors]
         width = n + (seq_len if mode == FULL_MASK else 0)
-        rows = mask[at:at + n * width].view(n, width)
+        rows = mask[at : at + n * width].view(n, width)
         at += n * width
-        assert rows[:, :width - n].all()  # the prefix columns (FULL_MASK) stay visible
+        assert rows[:, : width - n].all()  # the prefix columns (FULL_MASK) stay visible
         for i in range(n):
-            assert rows[i, width - n:].nonzero().flatten().tolist() == sorted([0, *ancestors[i]])
+            assert rows[i, width - n :].nonzero().flatten().tolist() == sorted([0, *ancestors[i]])
     if topk == 1:  # a chain: node i's only child is i + 1, each node sees itself and all before it
         assert nxt[0].tolist() == [*range(1, n), -1] and (sib == -1).all()
 
@@ -139,9 +141,16 @@ def test_verify_tree_greedy(topk: int, steps: int, n: int, vocab: int) -> None:
     predicts = torch.full((bs * n,), -1, dtype=torch.int32)
     accept = torch.full((bs, steps + 1), -1, dtype=torch.int32)
     counts = torch.empty(bs, dtype=torch.int32)
-    sgl_kernel.verify_tree_greedy_cpu(predicts=predicts, accept_index=accept, accept_token_num=counts,
-                                      candidates=candidates, retrive_index=index, retrive_next_token=nxt,
-                                      retrive_next_sibling=sib, target_predict=target)
+    sgl_kernel.verify_tree_greedy_cpu(
+        predicts=predicts,
+        accept_index=accept,
+        accept_token_num=counts,
+        candidates=candidates,
+        retrive_index=index,
+        retrive_next_token=nxt,
+        retrive_next_sibling=sib,
+        target_predict=target,
+    )
     want = ref_verify(candidates, index, nxt, sib, target, steps + 1)
     assert (predicts.tolist(), accept.tolist(), counts.tolist()) == want
     if topk == 1:
@@ -156,7 +165,11 @@ def test_cache_slot_kernels() -> None:
     topk, steps = 2, 3
     out = torch.empty(len(reqs) * topk * steps, dtype=torch.int64)
     sgl_kernel.assign_draft_cache_locs_contiguous_cpu(rpi, table, seq_lens, out, pool_len, topk, steps)
-    want = [int(table[r, s + j]) for r, s in zip(reqs, seq_lens.tolist(), strict=True) for j in range(topk * steps)]
+    want = [
+        int(table[r, s + j])
+        for r, s in zip(reqs, seq_lens.tolist(), strict=True)
+        for j in range(topk * steps)
+    ]
     assert out.tolist() == want
 
     start, end = torch.tensor([1, 0, 3]), torch.tensor([4, 2, 7])
@@ -178,7 +191,7 @@ def test_cache_slot_kernels() -> None:
         for k in range(topk):
             row = draft[b * topk + k].tolist()
             assert row[:s] == table[r, :s].tolist()
-            assert row[s:s + steps] == table[r, s + k * steps:s + (k + 1) * steps].tolist()
+            assert row[s : s + steps] == table[r, s + k * steps : s + (k + 1) * steps].tolist()
 
 
 def test_accept_and_bonus_kernels() -> None:
@@ -213,14 +226,20 @@ def sdpa(q, k, v, scale, mask):
     """One request's attention by torch's own SDPA: q [t, H, D], k/v [s, Hk, D], mask [t, s]."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, scale=scale
+    )
     return out.transpose(0, 1)
 
 
 def paged_cache(gen, seq_lens, heads_kv, dim, pool_len=64, slots=256):
-    k_cache, v_cache = torch.randn(slots, heads_kv, dim, generator=gen), torch.randn(slots, heads_kv, dim, generator=gen)
-    table = torch.randperm(slots, generator=gen)[: len(seq_lens) * pool_len].to(torch.int32).view(-1, pool_len)
+    k_cache, v_cache = (
+        torch.randn(slots, heads_kv, dim, generator=gen),
+        torch.randn(slots, heads_kv, dim, generator=gen),
+    )
+    table = (
+        torch.randperm(slots, generator=gen)[: len(seq_lens) * pool_len].to(torch.int32).view(-1, pool_len)
+    )
     return k_cache, v_cache, table
 
 
@@ -234,13 +253,32 @@ def test_decode_attention_writes_the_new_token_then_attends() -> None:
     key, value = torch.randn(2, heads_kv, dim, generator=gen), torch.randn(2, heads_kv, dim, generator=gen)
     out = torch.empty(2, heads, dim)
     logits = torch.zeros(2, heads, 8, dim + 1)
-    torch.ops.sgl_kernel.decode_attention_cpu(q, k_cache, v_cache, 1.0, 1.0, out, key, value, loc, logits, table, rpi,
-                                              torch.tensor(seq_lens), 0.25, 0.0, False, 0, None, None)
+    torch.ops.sgl_kernel.decode_attention_cpu(
+        q,
+        k_cache,
+        v_cache,
+        1.0,
+        1.0,
+        out,
+        key,
+        value,
+        loc,
+        logits,
+        table,
+        rpi,
+        torch.tensor(seq_lens),
+        0.25,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+    )
     assert torch.equal(k_cache[loc], key) and torch.equal(v_cache[loc], value)
     for b, (r, s) in enumerate(zip([1, 0], seq_lens, strict=True)):
         slots = table[r, :s].long()
-        want = sdpa(q[b:b + 1], k_cache[slots], v_cache[slots], 0.25, None)
-        torch.testing.assert_close(out[b:b + 1], want, atol=1e-5, rtol=1e-5)
+        want = sdpa(q[b : b + 1], k_cache[slots], v_cache[slots], 0.25, None)
+        torch.testing.assert_close(out[b : b + 1], want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("tree", [False, True])
@@ -254,28 +292,65 @@ def test_extend_attention_over_a_cached_prefix(tree: bool) -> None:
     k, v = torch.randn(total, heads_kv, dim, generator=gen), torch.randn(total, heads_kv, dim, generator=gen)
     starts = [0, extend[0]]
     for b, (s, e) in enumerate(zip(seq_lens, extend, strict=True)):  # the backend writes them before the call
-        slots = table[b, s - e:s].long()
-        k_cache[slots], v_cache[slots] = k[starts[b]:starts[b] + e], v[starts[b]:starts[b] + e]
+        slots = table[b, s - e : s].long()
+        k_cache[slots], v_cache[slots] = k[starts[b] : starts[b] + e], v[starts[b] : starts[b] + e]
     blocks = [torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)] * 2
     mask = torch.cat([m.flatten() for m in blocks]) if tree else None
     out = torch.empty_like(q)
-    torch.ops.sgl_kernel.extend_attention_cpu(q, k, v, out, k_cache, v_cache, 1.0, 1.0, table, rpi,
-                                              torch.tensor(seq_lens), torch.tensor(extend), torch.tensor(starts),
-                                              max(extend), 0.3, 0.0, False, 0, None, None, mask, True)
+    torch.ops.sgl_kernel.extend_attention_cpu(
+        q,
+        k,
+        v,
+        out,
+        k_cache,
+        v_cache,
+        1.0,
+        1.0,
+        table,
+        rpi,
+        torch.tensor(seq_lens),
+        torch.tensor(extend),
+        torch.tensor(starts),
+        max(extend),
+        0.3,
+        0.0,
+        False,
+        0,
+        None,
+        None,
+        mask,
+        True,
+    )
     for b, (s, e) in enumerate(zip(seq_lens, extend, strict=True)):
         slots = table[b, :s].long()
         visible = torch.ones(e, s, dtype=torch.bool)
-        visible[:, s - e:] = blocks[b] if tree else torch.ones(e, e, dtype=torch.bool).tril()
-        want = sdpa(q[starts[b]:starts[b] + e], k_cache[slots], v_cache[slots], 0.3, visible)
-        torch.testing.assert_close(out[starts[b]:starts[b] + e], want, atol=1e-5, rtol=1e-5)
+        visible[:, s - e :] = blocks[b] if tree else torch.ones(e, e, dtype=torch.bool).tril()
+        want = sdpa(q[starts[b] : starts[b] + e], k_cache[slots], v_cache[slots], 0.3, visible)
+        torch.testing.assert_close(out[starts[b] : starts[b] + e], want, atol=1e-5, rtol=1e-5)
 
 
 def test_unimplemented_names_still_raise() -> None:
     with pytest.raises(NotImplementedError, match="rmsnorm_cpu"):
         sgl_kernel.rmsnorm_cpu(torch.ones(1))
     with pytest.raises(NotImplementedError, match="sliding window"):
-        torch.ops.sgl_kernel.decode_attention_cpu(torch.ones(1, 1, 2), torch.ones(4, 1, 2), torch.ones(4, 1, 2), 1.0, 1.0,
-                                                  torch.ones(1, 1, 2), None, None, torch.zeros(1, dtype=torch.int64),
-                                                  torch.ones(1), torch.zeros(1, 4, dtype=torch.int32),
-                                                  torch.zeros(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64),
-                                                  1.0, 0.0, False, 8, None, None)
+        torch.ops.sgl_kernel.decode_attention_cpu(
+            torch.ones(1, 1, 2),
+            torch.ones(4, 1, 2),
+            torch.ones(4, 1, 2),
+            1.0,
+            1.0,
+            torch.ones(1, 1, 2),
+            None,
+            None,
+            torch.zeros(1, dtype=torch.int64),
+            torch.ones(1),
+            torch.zeros(1, 4, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int64),
+            torch.ones(1, dtype=torch.int64),
+            1.0,
+            0.0,
+            False,
+            8,
+            None,
+            None,
+        )

@@ -84,9 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "then check the first dumps with hsmon verify-data",
     )
     parser.add_argument("--draft", metavar="DIR",
-                        help="serve with EAGLE speculative decoding from this drafter (hsmon export-drafter's "
-                        "directory): a chain of --draft-tokens tokens per verify, no capture flags; SGLang's "
-                        "own --speculative-* flags after -- are kept (docs/serve-drafter.md)")
+                        help="serve with EAGLE speculative decoding from this drafter (the directory of "
+                        "hsmon export-drafter): a chain of --draft-tokens tokens per verify, no capture "
+                        "flags; SGLang's own --speculative-* flags after -- are kept (docs/serve-drafter.md)")
     parser.add_argument("--draft-tokens", type=int, default=DEFAULT_DRAFT_TOKENS, metavar="N",
                         help=f"with --draft: tokens per verify, the verified one included (default "
                         f"{DEFAULT_DRAFT_TOKENS}: 3 drafted)")

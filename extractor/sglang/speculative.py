@@ -44,14 +44,19 @@ def check_draft(draft: Path) -> None:
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
-        raise DraftError(f"--draft {draft}: cannot read config.json ({exc}); pass the directory "
-                         "hsmon export-drafter wrote") from None
+        raise DraftError(
+            f"--draft {draft}: cannot read config.json ({exc}); pass the directory hsmon export-drafter wrote"
+        ) from None
     arch = str((config.get("architectures") or [""])[0])
     if "Eagle3" not in arch:
-        raise DraftError(f"--draft {draft}: config.json's architecture is {arch or 'missing'}, not an EAGLE-3 "
-                         "drafter; pass the directory hsmon export-drafter wrote")
+        raise DraftError(
+            f"--draft {draft}: config.json's architecture is {arch or 'missing'}, not an EAGLE-3 "
+            "drafter; pass the directory hsmon export-drafter wrote"
+        )
     if not (draft / "model.safetensors").is_file():
-        raise DraftError(f"--draft {draft}: no model.safetensors; pass the directory hsmon export-drafter wrote")
+        raise DraftError(
+            f"--draft {draft}: no model.safetensors; pass the directory hsmon export-drafter wrote"
+        )
 
 
 def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str]) -> SpecPlan:
@@ -63,17 +68,22 @@ def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str]) -> S
         return SpecPlan()
     for flag in CAPTURE_ONLY_FLAGS:
         if _given(extra, flag):
-            raise DraftError(f"{flag} after -- is for capture servers; a speculative server takes its layers "
-                             "from the drafter's config.json")
+            raise DraftError(
+                f"{flag} after -- is for capture servers; a speculative server takes its layers "
+                "from the drafter's config.json"
+            )
     args: list[str] = []
     if draft:
         if draft_tokens < 2:
             raise DraftError(f"--draft-tokens {draft_tokens}: at least 2 (the verified token and one draft)")
         check_draft(Path(draft))
         args += ["--speculative-draft-model-path", str(Path(draft).resolve())]
-    defaults = (("--speculative-algorithm", "EAGLE3"), ("--speculative-eagle-topk", "1"),
-                ("--speculative-num-steps", str(draft_tokens - 1)),
-                ("--speculative-num-draft-tokens", str(draft_tokens)))
+    defaults = (
+        ("--speculative-algorithm", "EAGLE3"),
+        ("--speculative-eagle-topk", "1"),
+        ("--speculative-num-steps", str(draft_tokens - 1)),
+        ("--speculative-num-draft-tokens", str(draft_tokens)),
+    )
     for flag, value in defaults:
         if not _given(extra, flag):
             args += [flag, value]

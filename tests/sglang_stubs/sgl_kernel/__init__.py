@@ -6,8 +6,9 @@ never defined here) it uses plain torch for the model's layers. What this packag
 plain torch and only as a test device (a GPU server runs SGLang's real kernels), is what EAGLE
 speculative decoding at ``--speculative-eagle-topk 1`` calls on CPU with the intel_amx attention
 backend: the draft tree (spec_tree.py), the KV-slot bookkeeping (cache_locs.py), the KV pool's
-slot copy (kv_copy.py) and the two attention ops (attention.py, registered on ``torch.ops.sgl_kernel``). Every other name resolves to
-a function that raises when called, so an unexpected call fails loudly.
+slot copy (kv_copy.py) and the two attention ops (attention.py, registered on
+``torch.ops.sgl_kernel``). Every other name resolves to a function that raises when called, so an
+unexpected call fails loudly.
 """
 
 from sgl_kernel import attention as _attention  # noqa: F401  (registers the torch ops)

@@ -31,15 +31,25 @@ _EXTEND_SCHEMA = (
 
 
 def _unsupported(op: str, is_cross_attn: bool, sliding_window_size: int, encoder_lens, sinks, cache) -> None:
-    for what, used in (("cross attention", is_cross_attn), ("a sliding window", sliding_window_size > 0),
-                       ("encoder lengths", encoder_lens is not None), ("attention sinks", sinks is not None),
-                       ("an fp8 KV cache", cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2))):
+    for what, used in (
+        ("cross attention", is_cross_attn),
+        ("a sliding window", sliding_window_size > 0),
+        ("encoder lengths", encoder_lens is not None),
+        ("attention sinks", sinks is not None),
+        ("an fp8 KV cache", cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)),
+    ):
         if used:
             raise NotImplementedError(f"sgl_kernel.{op}: {what} is not implemented in hsmon's CPU stand-in")
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, logit_cap: float,
-           visible: torch.Tensor | None) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    logit_cap: float,
+    visible: torch.Tensor | None,
+) -> torch.Tensor:
     """q [t, H, D] over k [s, Hk, D] / v [s, Hk, Dv] (grouped heads), in float32; ``visible``
     [t, s] (True = attend) or None for all. Returns [t, H, Dv] in float32."""
     group = q.shape[1] // k.shape[1]
@@ -53,9 +63,27 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, logi
     return torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v)
 
 
-def decode_attention_cpu(query, k_cache, v_cache, k_scale, v_scale, output, key, value, loc, attn_logits,
-                         req_to_token, req_pool_indices, seq_lens, sm_scale, logit_cap, is_cross_attn,
-                         sliding_window_size, encoder_lens, sinks) -> None:
+def decode_attention_cpu(
+    query,
+    k_cache,
+    v_cache,
+    k_scale,
+    v_scale,
+    output,
+    key,
+    value,
+    loc,
+    attn_logits,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    sm_scale,
+    logit_cap,
+    is_cross_attn,
+    sliding_window_size,
+    encoder_lens,
+    sinks,
+) -> None:
     """Write ``key``/``value`` at ``loc``, then each request's query attends over its first
     ``seq_lens[b]`` cached tokens (``req_to_token[req_pool_indices[b]]``). ``attn_logits`` (the
     kernel's split scratch space) is left alone."""
@@ -65,7 +93,7 @@ def decode_attention_cpu(query, k_cache, v_cache, k_scale, v_scale, output, key,
         v_cache[loc] = value.to(v_cache.dtype)
     for b, (req, seq_len) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=True)):
         slots = req_to_token[req, :seq_len].to(torch.int64)
-        out = attend(query[b:b + 1], k_cache[slots], v_cache[slots], sm_scale, logit_cap, None)
+        out = attend(query[b : b + 1], k_cache[slots], v_cache[slots], sm_scale, logit_cap, None)
         output[b] = out[0].to(output.dtype)
 
 
@@ -80,32 +108,60 @@ def _extend_visibility(prefix: int, length: int, is_causal: bool, tree: torch.Te
     return visible
 
 
-def extend_attention_cpu(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, k_scale, v_scale,
-                         req_to_token, req_pool_indices, seq_lens, extend_seq_lens, extend_start_loc,
-                         max_len_extend, sm_scale, logit_cap, is_cross_attn, sliding_window_size,
-                         encoder_lens, sinks, tree_mask, is_causal) -> None:
+def extend_attention_cpu(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    k_scale,
+    v_scale,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    extend_seq_lens,
+    extend_start_loc,
+    max_len_extend,
+    sm_scale,
+    logit_cap,
+    is_cross_attn,
+    sliding_window_size,
+    encoder_lens,
+    sinks,
+    tree_mask,
+    is_causal,
+) -> None:
     """Each request's ``extend_seq_lens[b]`` new tokens (rows ``extend_start_loc[b]...`` of
     ``q_extend``/``k_extend``/``v_extend``) attend over its cached prefix (the first
     ``seq_lens[b] - extend_seq_lens[b]`` slots of its table) and over the new tokens. The tree
     mask, when given, holds one ``n x n`` block per request (QLEN_ONLY layout)."""
     _unsupported("extend_attention_cpu", is_cross_attn, sliding_window_size, encoder_lens, sinks, k_buffer)
     offset = 0
-    for b, (req, seq_len, length, start) in enumerate(zip(
-            req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(), extend_start_loc.tolist(),
-            strict=True)):
+    rows = zip(req_pool_indices.tolist(), seq_lens.tolist(), extend_seq_lens.tolist(),
+               extend_start_loc.tolist(), strict=True)
+    for req, seq_len, length, start in rows:
         prefix = seq_len - length
         slots = req_to_token[req, :seq_len].to(torch.int64)
         keys, values = k_buffer[slots], v_buffer[slots]
-        if k_extend is not None and v_extend is not None:  # the new tokens as given (the cache holds them too)
-            keys = torch.cat([keys[:prefix], k_extend[start:start + length].to(keys.dtype)])
-            values = torch.cat([values[:prefix], v_extend[start:start + length].to(values.dtype)])
+        if (
+            k_extend is not None and v_extend is not None
+        ):  # the new tokens as given (the cache holds them too)
+            keys = torch.cat([keys[:prefix], k_extend[start : start + length].to(keys.dtype)])
+            values = torch.cat([values[:prefix], v_extend[start : start + length].to(values.dtype)])
         tree = None
         if tree_mask is not None:
-            tree = tree_mask.view(-1)[offset:offset + length * length].view(length, length).bool()
+            tree = tree_mask.view(-1)[offset : offset + length * length].view(length, length).bool()
             offset += length * length
-        out = attend(q_extend[start:start + length], keys, values, sm_scale, logit_cap,
-                     _extend_visibility(prefix, length, is_causal, tree))
-        o_extend[start:start + length] = out.to(o_extend.dtype)
+        out = attend(
+            q_extend[start : start + length],
+            keys,
+            values,
+            sm_scale,
+            logit_cap,
+            _extend_visibility(prefix, length, is_causal, tree),
+        )
+        o_extend[start : start + length] = out.to(o_extend.dtype)
 
 
 _LIB.define(_DECODE_SCHEMA)

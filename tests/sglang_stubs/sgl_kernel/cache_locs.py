@@ -12,7 +12,7 @@ import torch
 
 
 def _row_slice(req_to_token: torch.Tensor, req: int, start: int, length: int, pool_len: int) -> torch.Tensor:
-    return req_to_token.view(-1)[req * pool_len + start: req * pool_len + start + length]
+    return req_to_token.view(-1)[req * pool_len + start : req * pool_len + start + length]
 
 
 def assign_draft_cache_locs_contiguous_cpu(
@@ -30,7 +30,7 @@ def assign_draft_cache_locs_contiguous_cpu(
     if out_cache_loc.numel() != req_pool_indices.numel() * width:
         raise ValueError("assign_draft_cache_locs_contiguous_cpu: out_cache_loc has the wrong size")
     for b, (req, seq_len) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist(), strict=True)):
-        out_cache_loc[b * width:(b + 1) * width] = _row_slice(req_to_token, req, seq_len, width, pool_len)
+        out_cache_loc[b * width : (b + 1) * width] = _row_slice(req_to_token, req, seq_len, width, pool_len)
 
 
 def assign_req_to_token_pool_cpu(
@@ -44,9 +44,10 @@ def assign_req_to_token_pool_cpu(
     """The inverse of ``assign_extend_cache_locs_cpu``: positions ``[start, end)`` of each request's
     table get the next ``end - start`` slots of ``out_cache_loc`` (consumed in request order)."""
     at = 0
-    for req, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(),
-                               strict=True):
-        _row_slice(req_to_token, req, start, end - start, pool_len)[:] = out_cache_loc[at:at + end - start]
+    for req, start, end in zip(
+        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
+    ):
+        _row_slice(req_to_token, req, start, end - start, pool_len)[:] = out_cache_loc[at : at + end - start]
         at += end - start
 
 
@@ -60,9 +61,10 @@ def assign_extend_cache_locs_cpu(
 ) -> None:
     """``out_cache_loc``: the slots of positions ``[start, end)`` of each request, concatenated."""
     at = 0
-    for req, start, end in zip(req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(),
-                               strict=True):
-        out_cache_loc[at:at + end - start] = _row_slice(req_to_token, req, start, end - start, pool_len)
+    for req, start, end in zip(
+        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
+    ):
+        out_cache_loc[at : at + end - start] = _row_slice(req_to_token, req, start, end - start, pool_len)
         at += end - start
 
 
@@ -73,7 +75,7 @@ def fill_accept_out_cache_loc_cpu(
     order, packed at the front of ``accept_out_cache_loc``."""
     index = accept_index.view(-1)[:size].to(torch.int64)
     kept = out_cache_loc.view(-1)[index[index > -1]]
-    accept_out_cache_loc.view(-1)[:kept.numel()] = kept
+    accept_out_cache_loc.view(-1)[: kept.numel()] = kept
 
 
 def fill_bonus_tokens_cpu(
@@ -102,5 +104,7 @@ def build_draft_decode_metadata_cpu(
         for k in range(topk):
             row = table[b * topk + k]
             row[:seq_len] = source[:seq_len]
-            row[seq_len:seq_len + num_steps] = source[seq_len + k * num_steps: seq_len + (k + 1) * num_steps]
+            row[seq_len : seq_len + num_steps] = source[
+                seq_len + k * num_steps : seq_len + (k + 1) * num_steps
+            ]
     return table

@@ -68,7 +68,7 @@ def build_tree_kernel_efficient_cpu(
             width, row0 = seq_len + n, b * n * n + prefix_rows * n
         for tid in range(n):
             start = row0 + tid * width + (width - n)  # the node's row, past its prefix columns
-            mask[start:start + n] = False
+            mask[start : start + n] = False
             mask[start] = True  # every node sees the root
             node, depth_of = tid, 0
             while node > 0:  # the node and its ancestors up to (not counting) the root
@@ -97,7 +97,11 @@ def verify_tree_greedy_cpu(
     target = target_predict.view(-1).tolist()
     for b in range(candidates.shape[0]):
         ids = retrive_index[b].tolist()
-        nxt, sib, cand = retrive_next_token[b].tolist(), retrive_next_sibling[b].tolist(), candidates[b].tolist()
+        nxt, sib, cand = (
+            retrive_next_token[b].tolist(),
+            retrive_next_sibling[b].tolist(),
+            candidates[b].tolist(),
+        )
         last = ids[0]
         accept_index[b, 0] = last
         accepted, cur = 0, 0
