@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from spec_servers import (
     EAGLE31_DRAFTER,
     REFERENCE_DRAFTER,
     ServerPool,
+    drafter_estimate,
     greedy_ids,
     scrambled_copy,
     spec_server,
@@ -28,6 +31,7 @@ from spec_servers import (
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 48
+ALERT = "HsmonServedAcceptanceLow"
 pytestmark = pytest.mark.sglang
 
 
@@ -124,6 +128,61 @@ def test_eval_drafter_engine_sglang_reports_the_engines_acceptance_beside_the_ev
     # the engine, counted as the evaluator counts, agrees with it: no finding
     assert result["finding"] is None and abs(result["engine_per_verify"] - result["evaluator"]) < 0.05, result
     assert result["ngram"] >= 1.0
+
+
+def test_the_daemon_shows_the_served_acceptance_and_the_alert_holds_only_for_the_degraded_drafter(
+        pool, prompts, tmp_path):
+    """A real daemon watches the good and the degraded drafter's servers (a job naming both), a real
+    Prometheus scrapes it with the committed rules: the served figures and the drafter's estimate
+    reach the status document, `hsmon status` and /metrics, and HsmonServedAcceptanceLow's
+    condition holds (pending: its 15 minutes are promtool-tested) for the degraded one only."""
+    import yaml
+    from daemon_helpers import Daemon, Procs, child_env, wait_until
+    from prometheus_helpers import Prometheus
+
+    from hsmon.status.text import SPEC_LOW_FRACTION
+
+    good, bad = pool.get("eagle3"), pool.get("degraded")
+    rules = yaml.safe_load((ROOT / "dashboards" / "prometheus" / "hsmon-alerts.yml").read_text())
+    rule = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == ALERT)
+    assert f"< {SPEC_LOW_FRACTION} * hsmon_server_spec_accept_length_estimate" in rule["expr"]
+    for server in (good, bad):  # traffic: SGLang logs its acceptance gauges every 40 decode steps
+        for ids in prompts[:4]:
+            greedy_ids(server, ids, NEW_TOKENS)
+    events = tmp_path / "events.jsonl"
+    start = {"v": 1, "ts": time.time(), "job": "serve", "kind": "start", "pid": os.getpid(),
+             "backend": "sglang", "urls": [good.url, bad.url]}
+    events.write_text(json.dumps(start) + "\n")
+    procs = Procs()
+    try:
+        args = ["--job", "serve", "--events", str(events), "--server-interval", "1", "--health-interval", "2"]
+        daemon = Daemon(procs, tmp_path, args, env=child_env())
+
+        def specs() -> dict | None:
+            found = {s["url"]: s.get("speculative") for s in daemon.job("serve").get("servers") or []}
+            ready = all(v and v.get("accept_length") and v.get("avg_accept_length") for v in found.values())
+            return found if len(found) == 2 and ready else None
+
+        found = wait_until(specs, 60, 0.5, what="both servers' speculative figures")
+        estimate = drafter_estimate(REFERENCE_DRAFTER, DRAFT_TOKENS - 1)
+        for spec in found.values():
+            assert spec["depth"] == DRAFT_TOKENS - 1 and spec["algorithm"] == "EAGLE3" and spec["topk"] == 1
+            assert spec["estimate"] == pytest.approx(estimate) and spec["verify_calls_total"] > 0
+        low = SPEC_LOW_FRACTION * estimate
+        assert found[good.url]["accept_length"] > low > found[bad.url]["accept_length"], found
+        status = subprocess.run([sys.executable, "-m", "hsmon", "status", "--url", daemon.url],
+                                capture_output=True, text=True, env=child_env(), timeout=60).stdout
+        lines = {url: next(x for x in status.splitlines() if url in x) for url in (good.url, bad.url)}
+        assert "tokens per verify" in lines[good.url] and "below 50% of it" not in lines[good.url], status
+        assert "below 50% of it" in lines[bad.url], status
+        text = urllib.request.urlopen(daemon.url + "/metrics", timeout=10).read().decode()
+        assert f'hsmon_server_spec_accept_length_estimate{{job="serve",server="{bad.url}"}} {estimate}' \
+            in text
+        prom = Prometheus(procs, tmp_path, [daemon.url.removeprefix("http://")])
+        pending = wait_until(lambda: prom.alerts(ALERT), 60, 0.5, what="the alert pending")
+        assert [a["labels"]["server"] for a in pending] == [bad.url] and pending[0]["state"] == "pending"
+    finally:
+        procs.close()
 
 
 def test_eval_drafter_engine_sglang_reports_a_disagreement_as_a_finding(pool, prompts, tmp_path):
