@@ -228,6 +228,9 @@ def print_report(results: dict[str, dict]) -> None:
         print(f"  engine, prefill token not counted  {r['engine_per_verify']:.3f}")
         print(f"  hsmon evaluator                    {r['evaluator']:.3f}")
         print(f"  n-gram baseline                    {r['ngram']:.3f}")
+        if r.get("outputs_match_greedy") is False:
+            print("  WARNING: the engine's greedy tokens differ from the evaluator's (another target build, "
+                  "or a numerical tie)")
         agree = f"engine and evaluator agree within {r['tolerance']:.0%}"
         print(f"  {r['finding'] or agree}")
 
