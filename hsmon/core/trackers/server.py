@@ -70,7 +70,7 @@ class ServerTracker:
         self.model: str | None = None
         self.info: dict[str, Any] | None = None
         self.capture: Capture | None = None  # the capture plugin's counters (None: no plugin)
-        self.spec: dict[str, Any] | None = None  # speculative decoding, from /server_info (None: none)
+        self.drafting: dict[str, Any] | None = None  # speculative decoding, from /server_info (None: none)
         self.spec_estimate: tuple[float | None, str | None] = (None, None)  # the drafter's own
         self._need_info = False
         self._info_in_flight = False  # a /server_info read for the capture counters is out
@@ -208,7 +208,7 @@ class ServerTracker:
         self.load = {}
         self._counters = None
         self.capture = None  # a restarted server's counters start again
-        self.spec, self.spec_estimate = None, (None, None)  # and it may serve another drafter
+        self.drafting, self.spec_estimate = None, (None, None)  # and it may serve another drafter
 
     def record_metrics(self, now: float, body: bytes) -> None:
         """A /metrics answer read at ``now`` (what ``look`` does with one; for replays)."""
@@ -293,10 +293,10 @@ class ServerTracker:
         capture = parse_capture(data, time.time())
         spec = spec_info(data)
         estimate = self.spec_estimate
-        if spec is not None and (self.spec or {}).get("draft_model") != spec["draft_model"]:
+        if spec is not None and (self.drafting or {}).get("draft_model") != spec["draft_model"]:
             estimate = drafter_estimate(spec["draft_model"], spec["depth"])  # once per drafter
         with self._lock:
-            self.spec, self.spec_estimate = spec, estimate
+            self.drafting, self.spec_estimate = spec, estimate
             self._need_info = False
             self.capture = capture
             self.info = info_of(data)

@@ -83,5 +83,5 @@ def entry_of(t: ServerTracker, now: float, state: str, detail: str) -> ServerEnt
             gen_tokens_per_s=gauge if gauge else t.gen_rate.rate() if load else None,
             prompt_tokens_per_s=t.prompt_rate.rate() if load else None,
         ),
-        speculative=speculative_of(t.spec, load, t.spec_estimate),
+        speculative=speculative_of(t.drafting, load, t.spec_estimate),
     )
