@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cpu = on_cpu(args.device)
     try:
-        speculative = plan(args.draft, args.draft_tokens, cpu, extra)
+        speculative = plan(args.draft, args.draft_tokens, cpu, extra, model_path)
     except DraftError as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2

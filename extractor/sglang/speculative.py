@@ -59,8 +59,35 @@ def check_draft(draft: Path) -> None:
         )
 
 
-def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str]) -> SpecPlan:
-    """The flags for speculative decoding with ``draft`` (or with SGLang's own flags in ``extra``)."""
+def _config_dtype(directory: Path) -> str | None:
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    value = config.get("torch_dtype") or config.get("dtype")
+    return str(value) if value else None
+
+
+def shared_dtype(target: Path, draft: Path) -> str | None:
+    """The ``--dtype`` that makes target and drafter run in one dtype, or None when SGLang's "auto"
+    already does. "auto" is per model: a float32 config runs in float16 (bfloat16 for Gemma), others
+    as configured; so a float32 target (run in float16) beside a bfloat16 export would feed the
+    drafter float16 features for bfloat16 weights. The target's resolved dtype wins."""
+    target_dtype, draft_dtype = _config_dtype(target), _config_dtype(draft)
+    if target_dtype is None:
+        return None
+    resolved = target_dtype
+    if target_dtype == "float32":
+        model_type = json.loads((target / "config.json").read_text()).get("model_type", "")
+        resolved = "bfloat16" if str(model_type).startswith("gemma") else "float16"
+    return resolved if resolved != draft_dtype else None
+
+
+def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str],
+         target: Path | None = None) -> SpecPlan:
+    """The flags for speculative decoding with ``draft`` (or with SGLang's own flags in ``extra``);
+    ``target``: the target's directory (for the shared dtype when ``extra`` names none)."""
     own = _given(extra, "--speculative-draft-model-path")
     if draft and own:
         raise DraftError("--draft and --speculative-draft-model-path after -- both name a drafter; keep one")
@@ -78,6 +105,9 @@ def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str]) -> S
             raise DraftError(f"--draft-tokens {draft_tokens}: at least 2 (the verified token and one draft)")
         check_draft(Path(draft))
         args += ["--speculative-draft-model-path", str(Path(draft).resolve())]
+        dtype = None if target is None or _given(extra, "--dtype") else shared_dtype(target, Path(draft))
+        if dtype:
+            args += ["--dtype", dtype]
     defaults = (
         ("--speculative-algorithm", "EAGLE3"),
         ("--speculative-eagle-topk", "1"),
