@@ -23,6 +23,9 @@ METRICS = "\n".join([
     *(f"sglang:spec_accept_rate{{{LABELS.format(tp=tp)}}} 0.2833" for tp in (0, 1)),
     "# TYPE sglang:spec_verify_calls_total counter",
     *(f"sglang:spec_verify_calls_total{{{LABELS.format(tp=tp)}}} 540.0" for tp in (0, 1)),
+    "# TYPE sglang:generation_tokens_total counter",
+    *(f'sglang:generation_tokens_total{{{LABELS.format(tp=tp)},is_streaming="false"}} 1080.0'
+      for tp in (0, 1)),
     "# TYPE sglang:num_running_reqs gauge",
     f"sglang:num_running_reqs{{{LABELS.format(tp=0)}}} 2.0",
 ]) + "\n"
@@ -54,9 +57,10 @@ def test_the_section_holds_the_engines_figures_and_the_drafters_estimate(tmp_pat
     spec = speculative_of(info, parse_load(METRICS), estimate)
     assert (spec.algorithm, spec.depth, spec.draft_tokens, spec.topk) == ("EAGLE3", 3, 4, 1)
     assert (spec.accept_length, spec.accept_rate, spec.avg_accept_length) == (1.85, 0.2833, 1.79)
-    assert spec.verify_calls_total == 540.0 and spec.estimate == 2.634
-    assert not spec_low(spec)
-    assert spec_text(spec) == ("EAGLE3 depth 3: 1.85 tokens per verify (rate 0.28), "
+    assert spec.verify_calls_total == 540.0 and spec.generated_tokens_total == 1080.0
+    assert spec.estimate == 2.634 and not spec_low(spec)
+    # tokens per verify over every finished request (1080 / 540), SGLang's last window beside it
+    assert spec_text(spec) == ("EAGLE3 depth 3: 2.00 tokens per verify (recent 1.85, rate 0.28), "
                                "the drafter's estimate 2.63")
     # SGLang's gauges read 0 until its first decode window: no figure, not "0 accepted"
     empty = speculative_of(info, parse_load(METRICS.replace(" 1.85", " 0.0")), estimate)
@@ -87,6 +91,7 @@ def test_below_the_fraction_of_the_estimate_reads_low_and_is_exported():
 
     collector = EngineCollector([Job()], None)  # the GPU families are not read here
     samples = {s.name: s.value for fam in collector._speculative() for s in fam.samples}
+    assert "hsmon_server_spec_generated_tokens_total" not in samples  # unknown: no sample, never a guess
     assert samples["hsmon_server_spec_accept_length"] == 1.04
     assert samples["hsmon_server_spec_accept_length_estimate"] == 2.634
     assert samples["hsmon_server_spec_depth"] == 3 and "hsmon_server_spec_accept_rate" not in samples

@@ -90,11 +90,15 @@ class Speculative(Section, omit_defaults=True):
     depth: int | None = None  # drafted tokens per verify (--speculative-num-steps at top-k 1)
     draft_tokens: int | None = None  # tokens per verify, the last verified one included
     topk: int | None = None
-    # SGLang's /metrics gauges (its recent decode window; with --enable-metrics): tokens per verify
-    # (accepted drafts + 1, SGLang's spec_accept_length) and accepted / proposed drafts
+    # SGLang's /metrics (with --enable-metrics): its gauges over its last decode window (logged
+    # every 40 decode steps by default): tokens per verify (accepted drafts + 1, spec_accept_length)
+    # and accepted / proposed drafts; and its counters of finished requests' verify calls and
+    # generated tokens, whose ratio is tokens per verify over everything served (SGLang's own
+    # per-request spec_accept_length, pooled)
     accept_length: Num | None = None
     accept_rate: Num | None = None
     verify_calls_total: Num | None = None
+    generated_tokens_total: Num | None = None
     # /server_info's avg_spec_accept_length: since the server started
     avg_accept_length: Num | None = None
     # the drafter's own estimate at ``depth`` (its export's hsmon_estimate: hsmon train's held-out

@@ -60,6 +60,7 @@ def speculative_of(info: dict[str, Any] | None, load: dict[str, float],
         # SGLang's gauges read 0 until its first decode window is logged: no figure yet
         accept_length=length if length else None, accept_rate=rate if length else None,
         verify_calls_total=load.get("spec_verify_calls_total"),
+        generated_tokens_total=load.get("generation_tokens_total"),
         avg_accept_length=info.get("avg_accept_length"),
         estimate=estimate[0], estimate_source=estimate[1],
     )
