@@ -5,7 +5,7 @@ At start the limit is recorded in SPOOL/hsmon-spool.json (a resume may change it
 --spool-max keeps the recorded one). Before each row file the writer asks `SpoolGate.wait_for_room`:
 when the bytes of rows not yet consumed (every manifest's row bytes minus the ledger's consumed
 bytes, read incrementally by hsmon.contracts.spool_fill) plus the row would exceed the limit, the
-writer pauses with reason ``spool`` (extractor/pauses.py, the same protocol as a full disk) and
+writer pauses with reason ``spool`` (hsmon/contracts/pauses.py, the same protocol as a full disk) and
 checks again every --spool-poll seconds (0.1: the trainer frees room at its step pace;
 a 2 s poll left a following trainer starved of rows while the extractor slept) until the
 trainer's ledger records consumption. A row is always written into an empty spool, so a row
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from extractor.errors import UsageError, log
-from extractor.pauses import Pause
 from hsmon.contracts import spool
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.spool_fill import SpoolFill
 from hsmon.contracts.units import format_bytes, parse_size
 
@@ -86,9 +86,9 @@ class SpoolGate:
         """Return once ``need`` more bytes fit below the limit (or the spool is empty); raises what
         ``abandon`` makes when a stop is requested while it waits."""
         while True:
-            level = self.fill.poll()
+            level = self.fill.poll(limit_bytes=self.max_bytes)
             waiting = level.waiting_bytes
-            if waiting == 0 or waiting + need <= self.max_bytes:
+            if level.room_for(need):
                 self.pause.end(f"{format_bytes(waiting)} of rows waiting in {self.out}, limit "
                                f"{format_bytes(self.max_bytes)}", spool_bytes=waiting,
                                max_bytes=self.max_bytes)

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from extractor.errors import log
-from extractor.pauses import Pause
 from extractor.row_stats import finish_stats, row_stats
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.rejects import classify
 from hsmon.contracts.units import format_bytes
 

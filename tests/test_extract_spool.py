@@ -32,14 +32,18 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
 )
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout, spool
+from hsmon.contracts import layout, spool, spool_fill
 from hsmon.contracts.manifest_reader import read_manifest
-from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.contracts.spool_fill import SpoolFill, SpoolLevel
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
+from hsmon.core.trackers.online import OnlineTracker
 from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.status.cli import render
 from hsmon.status_doc import online_of
+from trainer.follow_setup import poll_spool
+from trainer.runtime import Dist
+from trainer.window import HeldOut, SpoolSource
 
 pytestmark = pytest.mark.slow
 
@@ -207,6 +211,12 @@ def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model): 
     assert events_of(events)[-1]["kind"] == "stopped"
     written = SpoolFill(out).poll().rows
     assert 0 < written < 24
+    # the spool's level, one computation for all three: stopped at a full spool, then with its
+    # complete chunks consumed (a partial chunk left waiting)
+    assert three_levels_agree(out, events).waiting_bytes > LIMIT // 2
+    consume_complete_chunks(out, set())
+    level = three_levels_agree(out, events)
+    assert 0 < level.waiting_bytes < LIMIT and level.consumed_bytes > 0 and not level.full
     # a resume may change the limit: one that holds everything never pauses
     again = run_extract(data, out, tiny_model, *OPTS, "--spool-max", "1G", events=events)
     assert again.returncode == 0, again.stderr
@@ -214,6 +224,32 @@ def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model): 
     kinds = [e["kind"] for e in events_of(events)]
     assert kinds[-1] == "done" and "pause" not in kinds[kinds.index("start", 1):]
     assert SpoolFill(out).poll().rows == 24
+
+
+def three_levels_agree(out: Path, events: Path) -> SpoolLevel:
+    """The level the extractor's gate reads (SpoolFill), the following trainer's (its spool source
+    and the consumed chunks it admits, as trainer/follow.py does) and the monitor's online section
+    are the same figures. Returns the extractor's."""
+    gate = SpoolFill(out).poll(limit_bytes=LIMIT)
+    source = SpoolSource(out, None, HeldOut(0.0, 0))
+    arrival = poll_spool(Dist(), source, False)
+    consumed = spool.read_ledger(out).consumed_chunks
+    mine = [c for c in arrival.chunks if c.name in consumed]
+    trainer = spool_fill.level(arrival.row_bytes, arrival.rows, sum(c.train_bytes for c in mine),
+                               sum(len(c.train) for c in mine), arrival.spool_limit)
+    assert trainer == gate
+    monitor = monitor_of(out, events)
+    job = job_of(monitor)
+    monitor.stop()
+    online = online_of(job)
+    assert online is not None and online.limit_bytes == LIMIT
+    assert (online.spool_bytes, online.rows_written, online.rows_consumed) == (
+        gate.waiting_bytes, gate.rows, gate.consumed_rows)
+    tracker = OnlineTracker(str(out))  # the monitor's tracker, fed the job's output section
+    tracker.poll(0.0)
+    facts = tracker.facts(0.0, job.output, None)
+    assert facts is not None and facts.spool_bytes == gate.waiting_bytes and facts.spool_full == gate.full
+    return gate
 
 
 def test_bad_or_too_small_spool_max_is_one_line(tmp_path, tiny_model):  # noqa: F811

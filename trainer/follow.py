@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 from hsmon.contracts import events as ev
+from hsmon.contracts import spool_fill
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.spool_ledger import LedgerWriter
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import Batch, DataError, DataIndex, collate
@@ -33,13 +35,13 @@ from trainer.follow_budget import StepBudget
 from trainer.follow_setup import (
     Arrival,
     LedgerState,
-    RowsPause,
     checkpoint_saves,
     delete_rows,
     expected_training_rows,
     first_index,
     open_ledger,
     poll_spool,
+    rows_pause,
     setup_sample,
     share,
     step_budget,
@@ -89,7 +91,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     state = share(world, state)
     assert state is not None
     source = SpoolSource(settings.data_dir, settings.max_length, state.heldout) if world.main else None
-    pause = RowsPause(writer)
+    pause = rows_pause(writer)
     arrived: list[ChunkRows] = []
     first: ChunkRows | None = None
     plan_rows = None
@@ -111,7 +113,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                 if arrival.ended:
                     raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
                 pause.begin("no complete chunk in the spool yet (or, with --spool-max, rows for half of it)",
-                            waiting_for="first chunk")
+                            "the extraction's first chunk", settings.follow_poll_s, waiting_for="first chunk")
                 time.sleep(settings.follow_poll_s)
     finally:
         heartbeat.close()
@@ -187,7 +189,7 @@ class FollowRun:
 
     def __init__(self, settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                  training: Training, window: Window, source: SpoolSource | None,
-                 ledger: LedgerWriter | None, pause: RowsPause, consumed: set[str]) -> None:
+                 ledger: LedgerWriter | None, pause: Pause, consumed: set[str]) -> None:
         self.settings, self.world, self.writer = settings, world, writer
         self.training, self.window, self.source = training, window, source
         self.ledger, self.pause = ledger, pause
@@ -196,7 +198,7 @@ class FollowRun:
         self.training.held_rows = window.held
         self.starved = False
         self.deleted_rows = 0
-        self.consumed_bytes = 0
+        self.consumed_bytes = self.consumed_rows = 0  # what the ledger's consumed records hold
         self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
         self.budget: StepBudget | None = None
         self.kill_counts: dict[str, int] = {}
@@ -207,6 +209,7 @@ class FollowRun:
         self.window.add(chunk, consumed=consumed)
         if consumed:
             self.consumed_bytes += chunk.train_bytes
+            self.consumed_rows += len(chunk.train)
         if consumed and self.world.main:  # a kill between the consumed record and the deletion
             delete_rows([r for r in chunk.train if os.path.exists(r.path)])
 
@@ -262,7 +265,8 @@ class FollowRun:
         if self._thin(arrival):
             self._wait(arrival, "the replay window is thin", soft=True)
             return None
-        self.pause.end(rows_on_hand=len(self.window.active))
+        on_hand = len(self.window.active)
+        self.pause.end(f"{on_hand} rows on hand", rows_on_hand=on_hand)
         if self._spool_filling(arrival):
             self.save()
         return self._step(guard, counters, interval, deadline, arrival.ended)
@@ -273,8 +277,9 @@ class FollowRun:
         extractor has to pause."""
         if not (self.settings.follow_consume and arrival.spool_limit):
             return False
-        waiting = arrival.row_bytes - self.consumed_bytes
-        return waiting * 2 >= arrival.spool_limit and bool(self.window.finished_chunks())
+        level = spool_fill.level(arrival.row_bytes, arrival.rows, self.consumed_bytes, self.consumed_rows,
+                                 arrival.spool_limit)
+        return level.half_full and bool(self.window.finished_chunks())
 
     def _thin(self, arrival: Arrival) -> bool:
         """Wait (while rows keep coming) rather than draw from fewer rows than a window half full:
@@ -290,7 +295,7 @@ class FollowRun:
         if self.settings.follow_consume and self.window.finished_chunks():
             self.save()
         if not soft:
-            self.pause.begin(f"{why}; waiting for the extraction's next chunk",
+            self.pause.begin(why, "the extraction's next chunk", self.settings.follow_poll_s,
                              rows_seen=self.window.rows_seen)
         self.starved = not arrival.chunks or soft
         slept = time.monotonic()
@@ -357,6 +362,7 @@ class FollowRun:
                 continue
             state.consumed = True
             self.consumed_bytes += state.rows.train_bytes
+            self.consumed_rows += len(state.rows.train)
             if self.ledger is not None:
                 chunk = state.rows
                 self.ledger.consumed(chunk.name, len(chunk.train), chunk.train_bytes)

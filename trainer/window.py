@@ -27,6 +27,7 @@ from typing import Any
 
 from hsmon.contracts import layout
 from hsmon.contracts.manifest_reader import JsonlTail
+from hsmon.contracts.spool_fill import RowBytes
 from trainer.data import RowRef, check_chunk_name, is_held_out, load_row
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
 
@@ -80,7 +81,7 @@ class SpoolSource:
         self._open: dict[str, dict[int, dict[str, Any]]] = {}
         self._seen: set[str] = set()
         self._new: list[ChunkRows] = []
-        self.row_bytes = 0  # bytes of every row the manifests count (open chunks too)
+        self.written = RowBytes()  # every row the manifests count (open chunks too), for the spool's level
 
     def poll(self) -> list[ChunkRows]:
         """Chunks completed since the last poll (every manifest read to its end)."""
@@ -118,7 +119,7 @@ class SpoolSource:
             rows = self._open.setdefault(chunk, {})
             if record["row"] not in rows:
                 rows[record["row"]] = record
-                self.row_bytes += int(record.get("bytes") or 0)
+            self.written.add(record)
         elif kind == "chunk":
             self._seen.add(chunk)
             self._new.append(self._complete(chunk, self._open.pop(chunk, {})))

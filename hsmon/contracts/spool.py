@@ -32,7 +32,8 @@ own (a checkpoint lost to a crash: those passes are given again). Trained record
 before their checkpoint, so the ledger never counts fewer passes than the checkpoint holds.
 
 The bytes waiting in the spool are the bytes of the rows the manifests record minus the bytes of
-consumed records: what `hsmon extract --spool-max` holds below its limit and the monitor shows.
+consumed records: what `hsmon extract --spool-max` holds below its limit and the monitor shows
+(computed once, by hsmon.contracts.spool_fill, for the extractor, the trainer and the monitor).
 
 No heavy imports here: the monitor imports this module.
 """
@@ -188,8 +189,3 @@ class LedgerReader:
 def read_ledger(out_dir: str | os.PathLike[str]) -> Ledger:
     """The whole ledger's totals (an empty Ledger when there is none)."""
     return LedgerReader(out_dir).poll()
-
-
-def waiting_bytes(row_bytes: int, ledger: Ledger) -> int:
-    """Bytes of rows in the spool not yet consumed: the manifests' row bytes minus the consumed bytes."""
-    return max(0, row_bytes - ledger.consumed_bytes)
