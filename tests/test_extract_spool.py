@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,10 +33,14 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
+from extractor.spool_gate import SpoolGate
+from extractor.writer import Progress
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool, spool_fill
+from hsmon.contracts.heldout import HeldOut
 from hsmon.contracts.manifest_reader import read_manifest
 from hsmon.contracts.spool_fill import SpoolFill, SpoolLevel
+from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
 from hsmon.core.trackers.online import OnlineTracker
@@ -43,7 +49,7 @@ from hsmon.status.cli import render
 from hsmon.status_doc import online_of
 from trainer.follow_setup import poll_spool
 from trainer.runtime import Dist
-from trainer.window import HeldOut, SpoolSource
+from trainer.window import SpoolSource
 
 pytestmark = pytest.mark.slow
 
@@ -257,5 +263,60 @@ def test_bad_or_too_small_spool_max_is_one_line(tmp_path, tiny_model):  # noqa: 
     bad = run_extract(data, tmp_path / "a", tiny_model, "--spool-max", "lots")
     assert bad.returncode == 2 and "--spool-max" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     small = run_extract(data, tmp_path / "b", tiny_model, *OPTS, "--spool-max", "10k")
-    assert small.returncode == 2 and "holds less than one chunk" in small.stderr
+    assert small.returncode == 2 and "can fill the spool for ever" in small.stderr
     assert not (tmp_path / "b" / spool.SPOOL_NAME).exists()
+
+
+def test_a_limit_that_can_deadlock_is_refused_naming_the_smallest_that_cannot(tmp_path, tiny_model):  # noqa: F811
+    """The held-out rows never leave the spool: a limit over one chunk (what the check asked
+    before) but under chunk + held-out rows is refused; the limit it names is accepted."""
+    data = make_dataset(tmp_path / "d.jsonl", rows=60, seed=9, min_lines=2, max_lines=3)
+    held = [i for i in range(60) if HeldOut.new().holds(i)]
+    assert len(held) >= 2  # the default rule holds some of these rows out
+    probe = run_extract(data, tmp_path / "a", tiny_model, *OPTS, "--spool-max", "1k")
+    assert probe.returncode == 2, probe.stderr
+    chunk = parse_size(re.search(r"up to ~([\d.]+ [kMG]?B)", probe.stderr).group(1))
+    least = parse_size(re.search(r"at least ([\d.]+ [kMG]?B)", probe.stderr).group(1))
+    assert f"{len(held)} held out for evaluation" in probe.stderr
+    assert least >= chunk + len(held) * 60_000  # each row of this model and data is over 60 kB
+    refused = run_extract(data, tmp_path / "b", tiny_model, *OPTS, "--spool-max", str(2 * chunk))
+    assert refused.returncode == 2 and f"at least {format_bytes(least)}" in refused.stderr
+    assert len([line for line in refused.stderr.splitlines() if "--spool-max" in line]) == 1
+    ok = run_extract(data, tmp_path / "c", tiny_model, *OPTS, "--spool-max", str(least), "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_shards_sharing_a_spool_count_each_others_rows_before_their_manifests_do(tmp_path):
+    """Two shards' gates on one spool: the room one shard claimed for rows it is writing (not yet
+    in its manifest) is not room for the other, which waits until those rows are consumed."""
+    out = tmp_path / "spool"
+    out.mkdir()
+    stop = threading.Event()
+    with ev.EventWriter("b", path=str(tmp_path / "b.jsonl")) as events:
+        first, second = (SpoolGate(out, 1000, events, Progress(), stop, 0.01, RuntimeError,
+                                   layout.manifest_name((i, 2))) for i in (0, 1))
+        first.wait_for_room(300)  # the first shard's row file is being written
+        second.wait_for_room(300)  # 600 claimed in all: room still
+        waiter = threading.Thread(target=second.wait_for_room, args=(800,))
+        waiter.start()  # its batch grows to 800: 300 + 800 > 1000, paused though no manifest has a row
+        wait_until(lambda: second.pause.active)
+        layout.append_jsonl(out / layout.manifest_name((0, 2)), [
+            {"type": "row", "row": 0, "chunk": "rows_0-1", "bytes": 300}])
+        first.recorded()  # the row is in the manifest: still waiting, counted once
+        level = second.fill.poll(claimed=second.claims.others(), manifests=second.claims.writers)
+        assert waiter.is_alive() and level.row_bytes == 300
+        layout.append_jsonl(spool.ledger_path(out), [
+            {"type": "consumed", "ts": time.time(), "chunk": "rows_0-1", "rows": 1, "bytes": 300}])
+        waiter.join(timeout=30)
+        assert not waiter.is_alive() and not second.pause.active
+        first.close()
+        second.close()
+    said = [(e["kind"], e.get("reason")) for e in events_of(tmp_path / "b.jsonl")]
+    assert said == [("pause", "spool"), ("resume", "spool")]
+
+
+def wait_until(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

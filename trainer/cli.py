@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from hsmon.contracts import train_defaults as defaults
+from hsmon.contracts.heldout import DEFAULT_EVAL_FRACTION
 
 
 def _positive_int(text: str) -> int:
@@ -72,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=_positive_int, default=2048, help="truncate rows to N tokens")
     parser.add_argument("--warmup-ratio", type=float, default=0.03, help="share of steps spent warming up")
     parser.add_argument("--grad-clip", type=float, default=0.5, help="gradient-norm clipping")
-    parser.add_argument("--eval-fraction", type=float, default=0.05, help="share of rows held out")
+    parser.add_argument("--eval-fraction", type=float, default=DEFAULT_EVAL_FRACTION,
+                        help="share of rows held out")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (and at the end)")
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="checkpoint every N steps")
     parser.add_argument("--keep-checkpoints", type=_positive_int, default=2, help="checkpoints kept")

@@ -14,13 +14,24 @@ poll reads only what the manifests and the ledger gained (an idle poll is one ``
 the directory is listed again for new shard manifests at most every ``rescan_s``), and per row it
 keeps one bit. `hsmon extract --spool-max` polls it before each row it writes.
 
+`SpoolClaims`: the shards that share a spool write rows before their manifests record them; each
+writer claims the bytes of its rows not yet recorded (SPOOL/.hsmon-spool-claim-<manifest>, a
+20-digit number rewritten in place) while it holds SPOOL/.hsmon-spool.lock (flock), and counts the
+other writers' claims with the manifests (a claim's manifest is read at once, not at the next
+listing). So two shards never both take the last room. A writer
+killed between its row and its record leaves its claim until it starts again (the others wait
+for a row's bytes more than they need: safe). Hidden names: the monitor's readers skip them.
+
 No heavy imports here: the monitor imports this module.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,9 +108,13 @@ class SpoolFill:
         self._ledger = LedgerReader(out_dir, track_passes=False)
         self.ledger: Ledger = self._ledger.ledger
 
-    def poll(self, now: float | None = None, limit_bytes: int | None = None) -> SpoolLevel:
+    def poll(self, now: float | None = None, limit_bytes: int | None = None, claimed: int = 0,
+             manifests: Iterable[str] = ()) -> SpoolLevel:
+        """The level now; ``claimed``: bytes of rows written and not yet in a manifest (other
+        shards'); ``manifests``: names of manifests known to be written (listed now if not seen yet)."""
         now = time.monotonic() if now is None else now
-        if self._listed_at is None or now - self._listed_at >= self.rescan_s:
+        unseen = any(str(self.out / name) not in self._manifests for name in manifests)
+        if unseen or self._listed_at is None or now - self._listed_at >= self.rescan_s:
             self._listed_at = now
             for path in layout.manifest_paths(self.out):
                 self._manifests.setdefault(str(path), (JsonlTail(str(path)), RowBytes()))
@@ -112,4 +127,53 @@ class SpoolFill:
         self.ledger = self._ledger.poll()
         row_bytes = sum(t.bytes for _, t in self._manifests.values())
         rows = sum(len(t.rows) for _, t in self._manifests.values())
-        return ledger_level(row_bytes, rows, self.ledger, limit_bytes)
+        return ledger_level(row_bytes + claimed, rows, self.ledger, limit_bytes)
+
+
+CLAIM_PREFIX = ".hsmon-spool-claim-"
+LOCK_NAME = ".hsmon-spool.lock"
+
+
+class SpoolClaims:
+    """The bytes each writer of a shared spool has written and not yet recorded (see the module's
+    docstring); POSIX only (fcntl)."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], manifest_name: str) -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.own = self.out / f"{CLAIM_PREFIX}{manifest_name}"
+        self.writers: list[str] = []  # the other writers' manifest names (by the last ``others``)
+        self._lock_fd = os.open(self.out / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o644)
+        self._fd = os.open(self.own, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+        self.set(0)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def others(self) -> int:
+        """The other writers' claims (call while locked); ``writers`` then names their manifests."""
+        total = 0
+        self.writers = []
+        for path in self.out.glob(f"{CLAIM_PREFIX}*"):
+            if path == self.own:
+                continue
+            self.writers.append(path.name[len(CLAIM_PREFIX):])
+            try:
+                total += int(path.read_bytes().strip() or 0)
+            except (OSError, ValueError):
+                continue
+        return total
+
+    def set(self, claimed: int) -> None:
+        """This writer's claim (call while locked, or before any other writer can read it)."""
+        os.pwrite(self._fd, b"%20d\n" % claimed, 0)
+
+    def close(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            with suppress(OSError):
+                os.close(fd)

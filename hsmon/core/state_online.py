@@ -79,6 +79,8 @@ class OnlineFacts:
     # the extractor waits for room (with its events watched, its pause event says so instead)
     spool_full: bool = False
     trainer: TrainerFacts = field(default_factory=TrainerFacts)
+    chunks_complete: int | None = None  # complete chunks the manifests record (None: not known)
+    chunks_consumed: int = 0  # chunks the ledger's consumed records name
 
 
 def _window(seconds: float) -> str:
@@ -209,9 +211,7 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
         since = max(stamps) if None not in stamps else None  # type: ignore[type-var]
         if since is not None and now - since > stall:
             why = (f"the pipeline stopped: the spool is full ({format_bytes(f.spool_bytes)}) and the trainer "
-                   f"waits for rows, both for {fmt_seconds(now - since)}: the spool holds no complete chunk "
-                   "the trainer can take; raise --spool-max or lower --chunk-size, then resume the "
-                   "extraction")
+                   f"waits for rows, both for {fmt_seconds(now - since)}: {_why_stopped(f)}")
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
     ended = _trainer_ended(f, producer, consumer, full)
@@ -285,3 +285,17 @@ def _stopped_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, cons
     moving = "the trainer" if producer.state == "stopped" else "the extraction"
     hints.append(Hint("side-stopped", "info", f"{said}; {trained}; {moving} goes on. To go on: {resume}"))
     return Decision("running", f"{said}; {trained}", hints)
+
+
+def _why_stopped(f: OnlineFacts) -> str:
+    """Why a full spool and a waiting trainer wait on each other, and what to do."""
+    left = (f.chunks_complete or 0) - f.chunks_consumed
+    if not f.consume:
+        return ("the trainer does not consume (no --consume), so no row ever leaves the spool; restart it "
+                "with --consume (`hsmon train SPOOL --follow --consume --resume`)")
+    if left > 0:
+        return (f"{left} complete chunk(s) the trainer has not consumed are in the spool, so the limit "
+                "is not the cause; restart the trainer with --resume (it consumes the chunks its "
+                "checkpoint finished before it waits for rows)")
+    return ("the spool holds no complete chunk the trainer can take; raise --spool-max or lower "
+            "--chunk-size, then resume the extraction")

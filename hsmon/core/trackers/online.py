@@ -139,7 +139,9 @@ class OnlineTracker:
             spool_wait_frac=spool_frac, rows_wait_frac=rows_frac if self.train.exists else None,
             window_s=span, producer_paused_since_ts=self.spool_wait.since,
             spool_full=self.limit is not None and level.full,
-            trainer=self._trainer(ledger))
+            trainer=self._trainer(ledger),
+            chunks_complete=out.chunks_complete if out is not None else None,
+            chunks_consumed=len(ledger.consumed_chunks))
 
     def _trainer(self, ledger: spool.Ledger) -> TrainerFacts:
         tr, proc = self.train, self.proc
