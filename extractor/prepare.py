@@ -178,10 +178,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
                     book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job,
                     late_rejects=book.late, spool_max=spool_max, lock=lock)
     if spool_max is not None:
-        need = spool_need(scan.rows or (), scan.lengths or (), scan.lines,
-                          lambda length: row_bytes(length, hidden, len(layers), element), args.chunk_size,
-                          shard, heldout_rule(out))
-        check_limit(spool_max, need, args.chunk_size)
+        check_limit(spool_max, spool_need(scan, lambda n: row_bytes(n, hidden, len(layers), element),
+                                          args.chunk_size, shard, heldout_rule(out)), args.chunk_size)
     if sglang_options is not None:
         from extractor.backends.base import ModelInfo
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from extractor.errors import UsageError
 from extractor.plan import Shard
@@ -66,10 +67,14 @@ def round_up(n: int) -> int:
     return -(-n // step) * step
 
 
-def spool_need(rows: Sequence[int], lengths: Sequence[int], lines: int, bytes_of: Callable[[int], int],
-               chunk_size: int, shard: Shard, heldout: HeldOut) -> SpoolNeed:
+def spool_need(scan: Any, bytes_of: Callable[[int], int], chunk_size: int, shard: Shard,
+               heldout: HeldOut) -> SpoolNeed:
     """The worst case of this shard's rows (all of them: a resume's rows already written are in the
-    spool too) and, for the held-out rows of the other shards, their count at this shard's mean size."""
+    spool too) and, for the held-out rows of the other shards, their count at this shard's mean
+    size. ``scan``: the dataset's scan (rows owned, their lengths, the dataset's lines)."""
+    rows: Sequence[int] = scan.rows or ()
+    lengths: Sequence[int] = scan.lengths or ()
+    lines: int = scan.lines
     held = held_bytes = short = short_bytes = total = 0
     chunks: dict[int, int] = {}
     for row, length in zip(rows, lengths, strict=True):
