@@ -135,7 +135,9 @@ def test_a_trainer_ending_at_max_steps_while_the_spool_is_full_ends_online(tmp_p
                            "extraction waits for spool room"), proc.stdout
     assert "--resume" in last
     ledger = spool.read_ledger(out / "spool")
-    assert ledger.ended == "stopped" and ledger.ended_reason == "max_steps"
+    # a limit the user set is a normal end: the ledger says done (as the trainer's events), with why
+    assert ledger.ended == "done" and ledger.ended_reason == "max_steps"
+    assert [e["kind"] for e in events_of(spool.train_events_path(out / "spool"))][-1] == "done"
     kinds = [e["kind"] for e in events_of(out / "extract-events.jsonl")]
     assert kinds[-1] == "stopped" and "pause" in kinds  # the extraction stopped, not finished
     assert len(read_manifest(out / "spool").rows) < 80

@@ -47,7 +47,7 @@ from trainer.follow_setup import (
     step_budget,
 )
 from trainer.loop import Cursor, Interval, Training
-from trainer.nonfinite import LossGuard
+from trainer.nonfinite import LossGuard, NonFiniteError
 from trainer.runtime import Dist, Heartbeat, exit_status, stopped_fields
 from trainer.settings import TrainSettings
 from trainer.window import ChunkRows, SpoolSource, Window
@@ -203,6 +203,7 @@ class FollowRun:
         self.budget: StepBudget | None = None
         self.kill_counts: dict[str, int] = {}
         self.saves = 0  # trained records this training wrote (the checkpoint keeps the count)
+        self.skipped_steps = 0  # steps skipped for non-finite values (no pass credited)
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
@@ -235,7 +236,8 @@ class FollowRun:
             heartbeat.close()
         self.save(force=True)
         if self.ledger is not None:
-            self.ledger.ended("done" if ended == "done" else "stopped", cursor.step, reason=ended)
+            # a limit the user set (--max-steps, --time-limit) is a normal end, as its done event says
+            self.ledger.ended("stopped" if ended == "stopped" else "done", cursor.step, reason=ended)
         if ended == "stopped":
             if self.writer:
                 fields = stopped_fields(self.training.stop_requested, cursor.step, None, FOLLOW_RESUME)
@@ -309,12 +311,17 @@ class FollowRun:
         drawn = [r.row for batch in batches for r in batch]
         mine = batches[world.rank]
         batch = collate(mine) if mine else _masked(collate([next(r for b in batches for r in b)]))
-        stop = training._step(batch, guard, counters, interval)
-        self.window.credit(drawn)  # a skipped (non-finite) step's rows had their batch too
+        try:
+            stop = training._step(batch, guard, counters, interval)
+        except NonFiniteError:  # one skip too many in a row: this one is in the ledger too
+            self._skipped(len(drawn))
+            raise
+        if stop is None:  # skipped (non-finite): the weights did not move, no pass is credited
+            self._skipped(len(drawn))
+            return None
+        self.window.credit(drawn)
         if stop:
             return "stopped"
-        if stop is None:
-            return None
         step = training.cursor.step
         if self.budget is not None:
             budget = self.budget.update(step, len(drawn), self.window, ended)
@@ -329,6 +336,11 @@ class FollowRun:
             training.evaluate_and_emit()
         return None
 
+    def _skipped(self, rows: int) -> None:
+        self.skipped_steps += 1
+        if self.ledger is not None:
+            self.ledger.skipped(self.training.cursor.step, rows)
+
     def save(self, force: bool = False) -> None:
         """The ledger's ``trained`` record, then the checkpoint, then (--consume) the finished chunks."""
         cursor = self.training.cursor
@@ -336,10 +348,8 @@ class FollowRun:
             if self.settings.follow_consume:
                 self._consume()  # chunks the saved step finished (none new to checkpoint)
             return
-        pending = self.window.take_pending()
-        # at the end, passes of steps skipped since the last checkpoint (non-finite) are written
-        # too, with that checkpoint written again at the same step so that the two agree
-        if cursor.step != self.saved_step or (force and pending):
+        pending = self.window.take_pending()  # passes of taken steps only: they moved the step
+        if cursor.step != self.saved_step:
             self.saves += 1
             if self.ledger is not None:
                 self.ledger.trained(cursor.step, pending, save=self.saves)
@@ -350,9 +360,6 @@ class FollowRun:
             self.training.checkpoint()
             _kill_point("checkpoint", self.kill_counts)
             self.saved_step = cursor.step
-        elif pending:  # passes of skipped steps only: nothing new to checkpoint, keep them
-            for row, n in pending.items():
-                self.window.pending[row] = self.window.pending.get(row, 0) + n
         if self.settings.follow_consume:
             self._consume()
 

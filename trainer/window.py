@@ -206,7 +206,8 @@ class Window:
         return batches
 
     def credit(self, rows: list[int]) -> None:
-        """Each row of a taken (or skipped) step gives up one ticket; rows at E leave the window."""
+        """Each row of a taken step (one that updated the weights) gives up one ticket; rows at E leave
+        the window. A step skipped for non-finite values credits nothing: its rows are drawn again."""
         finished: set[int] = set()
         for row in rows:
             self.passes[row] = self.passes.get(row, 0) + 1

@@ -142,7 +142,7 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
     at = f" at step {t.step}" if t.step is not None else ""
     early = {"max_steps": "--max-steps", "out_of_time": "--time-limit"}.get(t.ended_reason or "")
-    if t.ended is not None and early:  # its ledger says stopped, its events done: the ledger's words
+    if t.ended is not None and early:  # a limit the user set: a normal end, said as which
         return "done", f"training ended by {early}{at}"
     if t.ended == "done":
         return "done", "training finished"
