@@ -109,7 +109,8 @@ def start_trainer_side(out: Path) -> subprocess.Popen:
                                                   "passes": 2, "consume": True, "step": 0}])
     with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:
         writer.emit(ev.START, pid=trainer.pid, arch="eagle3.1")  # as trainer/follow.py's start event
-        writer.emit("step", step=1, loss=1.0, acc=0.1)
+        # its own ETA: an hour of steps left (the extraction's rows-left ETA is far shorter)
+        writer.emit("step", step=1, loss=1.0, acc=0.1, total_steps=1000, eta_s=3600.0)
     return trainer
 
 
@@ -131,6 +132,10 @@ def check_trainer_running_then_dead(monitor: Monitor, trainer: subprocess.Popen)
     assert (online.producer.state, online.consumer.state) == ("paused", "running")
     assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
     assert online.consumer.pid == trainer.pid and online.trainer_arch == "eagle3.1"
+    # the job ends when its slower side does: its ETA is the trainer's, and both sides are its processes
+    assert online.consumer.eta_s == 3600.0 and job.progress.eta_s == 3600.0, (online, job.progress)
+    assert online.producer.eta_s is None or online.producer.eta_s < 3600.0
+    assert [(p.role, p.pid) for p in job.processes][1:] == [("trainer", trainer.pid)], job.processes
     text = render(monitor.status())  # `hsmon status`'s lines for the job
     assert "trainer at step 1 (eagle3.1)" in text
     assert "online extractor   PAUSED: spool full: " in text and "online trainer     RUNNING: a step" in text

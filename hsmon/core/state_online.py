@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from hsmon.contracts.units import format_bytes
 from hsmon.core.state_facts import Decision, Hint, age, fmt_seconds
+from hsmon.status_doc.job import ProcessEntry
 from hsmon.status_doc.online import OnlineSection, OnlineSide
 
 # a side that waited at least this share of the window is named the bottleneck
@@ -80,6 +81,9 @@ class OnlineFacts:
     spool_full: bool = False
     trainer: TrainerFacts = field(default_factory=TrainerFacts)
     chunks_complete: int | None = None  # complete chunks the manifests record (None: not known)
+    producer_eta_s: float | None = None  # the extraction's ETA (rows left at its rate)
+    trainer_eta_s: float | None = None  # the trainer's ETA (steps left at the step rate of its phase)
+    trainer_process: ProcessEntry | None = None  # the trainer's process, as the job's processes list it
     chunks_consumed: int = 0  # chunks the ledger's consumed records name
 
 
@@ -125,7 +129,7 @@ def producer_side(f: OnlineFacts, base: Decision, paused_reason: str | None) -> 
         reason = (f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}; "
                   "seen from the spool (no pause event watched)")
     return OnlineSide(role="extractor", state=state, reason=reason, rows_per_s=f.producer_rows_per_s,
-                      wait_frac=f.spool_wait_frac)
+                      wait_frac=f.spool_wait_frac, eta_s=_eta(state, f.producer_eta_s))
 
 
 def consumer_side(f: OnlineFacts, now: float, stall_after: float) -> OnlineSide:
@@ -133,7 +137,14 @@ def consumer_side(f: OnlineFacts, now: float, stall_after: float) -> OnlineSide:
     t = f.trainer
     state, reason = _consumer_state(t, now, stall_after, f.path)
     return OnlineSide(role="trainer", state=state, reason=reason, rows_per_s=f.consumer_rows_per_s,
-                      pid=t.pid, wait_frac=f.rows_wait_frac)
+                      pid=t.pid, wait_frac=f.rows_wait_frac, eta_s=_eta(state, f.trainer_eta_s))
+
+
+def _eta(state: str, eta: float | None) -> float | None:
+    """A side's ETA: none once it ended (0 when done), its own while it runs."""
+    if state == "done":
+        return 0.0
+    return None if state in ("stopped", "dead") else (round(eta, 1) if eta is not None else None)
 
 
 def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tuple[str, str]:

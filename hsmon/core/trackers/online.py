@@ -141,7 +141,14 @@ class OnlineTracker:
             spool_full=self.limit is not None and level.full,
             trainer=self._trainer(ledger),
             chunks_complete=out.chunks_complete if out is not None else None,
-            chunks_consumed=len(ledger.consumed_chunks))
+            chunks_consumed=len(ledger.consumed_chunks),
+            trainer_eta_s=None if self.train.terminal_kind else (self.train.training or {}).get("eta_s"),
+            trainer_process=self.proc.entry() if self.proc is not None and self._trainer_here() else None)
+
+    def _trainer_here(self) -> bool:
+        """Whether the PID the trainer's events or ledger name is the trainer on this host (seen
+        alive here with a trainer's command line), so that the job lists it among its processes."""
+        return self.proc is not None and self._trainer_seen_pid == self.proc.spec.pid
 
     def _trainer(self, ledger: spool.Ledger) -> TrainerFacts:
         tr, proc = self.train, self.proc
