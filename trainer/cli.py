@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target-model",
         metavar="DIR",
         default=None,
-        help="the target's Hugging Face directory (default: the embedded target)",
+        help="the target's Hugging Face directory (default: the model the data was extracted from, as its "
+        "manifest records it, else the embedded target)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="where checkpoints and the data index go")
     parser.add_argument("--epochs", type=_positive_int, default=None,
@@ -136,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.data import DataError
     from trainer.nonfinite import NonFiniteError
     from trainer.settings import TrainSettings
-    from trainer.target import TargetError, resolve_target
+    from trainer.target import TargetError, extracted_from, resolve_target
     from trainer.train import train
 
     if not args.follow and (args.consume or args.passes != 1):
@@ -150,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        target = resolve_target(args.target_model)
+        target = resolve_target(args.target_model or extracted_from(Path(args.data_dir)))
         settings = TrainSettings(
             data_dir=Path(args.data_dir),
             target=target,

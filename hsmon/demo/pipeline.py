@@ -207,7 +207,8 @@ class Pipeline:
             "seconds": done["ts"] - start["ts"] if start else None,
             "accs": done.get("eval_accs") or [],
             "time_limit_reached": done.get("time_limit_reached"),
-            "rows": start.get("rows") if start else None,
+            "rows": start.get("total_rows") if start else None,
+            "held_out_rows": start.get("eval_rows") if start else None,
             "output": str(self.drafter),
             "wall_seconds": time.monotonic() - self.phase_started,
         }

@@ -42,6 +42,12 @@ def summary(pipeline: Pipeline) -> list[str]:
             f"{' (time limit reached)' if t['time_limit_reached'] else ''}, "
             f"{t['wall_seconds']:.0f} s from launch to done -> {t['output']}"
         )
+        held, trained = t.get("held_out_rows"), t.get("rows")
+        if held is not None and trained is not None:
+            prompts = setup.get("eval_prompts")
+            also = f"; {prompts} held-out prompts for the acceptance" if prompts else ""
+            rows = f"{held} of {held + trained} extracted rows"
+            lines.append(f"  held out    {rows}, not trained on (the accuracy below){also}")
         lines.append(f"  held-out accuracy per unroll step  {accs}")
     a = pipeline.results.get("acceptance")
     if a:

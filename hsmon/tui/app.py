@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.reactive import var
 
 from hsmon import __version__
-from hsmon.status_doc import JobStatus, StatusDocument
+from hsmon.status_doc import ENDED_STATES, JobStatus, StatusDocument
 from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.clocks import has_short_clocks, next_minute
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -26,6 +26,7 @@ from hsmon.tui.screens.overview import OverviewScreen
 from hsmon.tui.screens.training import TrainingScreen
 from hsmon.tui.sources import ActionResult, StatusSource
 from hsmon.tui.view import HISTORY_POINTS, JobHistory, is_acceptance_job
+from hsmon.tui.widgets.connection_bar import Connection
 
 JobKey = tuple[int, str]
 
@@ -57,6 +58,8 @@ class HsmonApp(App[None]):
         self.sources = list(sources)
         self.documents: dict[int, StatusDocument] = {}  # the newest document of each source
         self.errors: dict[int, str | None] = {}
+        # Sources gone after every job they watched had ended: a note, not an alarm.
+        self.finished: dict[int, str] = {}
         self.last_update: dict[int, float] = {}
         self.histories: dict[JobKey, JobHistory] = {}
         self.selected: JobKey | None = None
@@ -92,6 +95,7 @@ class HsmonApp(App[None]):
         document = message.document
         self.documents[message.source_id] = document
         self.errors[message.source_id] = None
+        self.finished.pop(message.source_id, None)
         self.last_update[message.source_id] = time.monotonic()
         present = set()
         for job in document.jobs:
@@ -139,9 +143,22 @@ class HsmonApp(App[None]):
         return next_minute(now)
 
     def on_source_down(self, message: SourceDown) -> None:
-        self.errors[message.source_id] = (f"disconnected, retrying in {message.retry_in:.0f}s "
-                                          f"({message.error})")
+        source_id = message.source_id
+        if self.ended_before_going(source_id):
+            self.finished[source_id] = (
+                "gone after every job it watched had ended: their last state is shown "
+                f"(read {time.strftime('%H:%M:%S', time.localtime(self.documents[source_id].generated_ts))})"
+            )
+        self.errors[source_id] = f"disconnected, retrying in {message.retry_in:.0f}s ({message.error})"
         self.revision += 1
+
+    def ended_before_going(self, source_id: int) -> bool:
+        """True when the source's last document showed jobs, every one of them ended: a daemon that
+        exits with its run (`hsmon online --daemon`) leaves a result, not a connection to wait for."""
+        document = self.documents.get(source_id)
+        return document is not None and bool(document.jobs) and all(
+            job.state in ENDED_STATES for job in document.jobs
+        )
 
     def _backfill_from_events(self, key: JobKey, job: JobStatus) -> None:
         """A job seen for the first time: rebuild its rate history from its events file (when this
@@ -186,12 +203,15 @@ class HsmonApp(App[None]):
             return f"{key[1]} @ {self.sources[key[0]].label}"
         return key[1]
 
-    def connection_states(self) -> list[tuple[str, str | None]]:
-        return [(source.label, self.errors.get(i)) for i, source in enumerate(self.sources)]
+    def connection_states(self) -> list[Connection]:
+        return [
+            Connection(source.label, self.errors.get(i), self.finished.get(i))
+            for i, source in enumerate(self.sources)
+        ]
 
     def stale_note(self, source_id: int) -> str | None:
         error = self.errors.get(source_id)
-        if error is None or source_id not in self.last_update:
+        if error is None or source_id not in self.last_update or source_id in self.finished:
             return None
         age = time.monotonic() - self.last_update[source_id]
         return f"{self.sources[source_id].label} {error.split(' (')[0]}: figures are {age:.0f}s old"

@@ -1,10 +1,22 @@
-"""One line per dashboard: each source, connected or 'disconnected, retrying'."""
+"""One line per dashboard: each source, connected, 'disconnected, retrying', or gone after its jobs ended."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.text import Text
 
 from hsmon.tui.widgets.quiet import QuietStatic
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One source as the bar shows it: ``error`` while it does not answer; ``finished`` when it went
+    away after every job it watched had ended (its last figures are final, not stale)."""
+
+    label: str
+    error: str | None = None
+    finished: str | None = None
 
 
 class ConnectionBar(QuietStatic):
@@ -12,16 +24,19 @@ class ConnectionBar(QuietStatic):
 
     DEFAULT_CSS = "ConnectionBar { height: auto; padding: 0 1; }"
 
-    def show(self, states: list[tuple[str, str | None]]) -> None:
-        """``states``: (label, error or None) per source."""
+    def show(self, states: list[Connection]) -> None:
         text = Text()
         down = False
-        for i, (label, error) in enumerate(states):
+        for i, state in enumerate(states):
+            label, error = state.label, state.error
             if i:
                 text.append("   ")
             if error is None:
                 text.append("● ", style="green")
                 text.append(label)
+            elif state.finished:
+                text.append("○ ", style="bold")
+                text.append(f"{label}: {state.finished}")
             else:
                 down = True
                 text.append("✖ ", style="bold red")
