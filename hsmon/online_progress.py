@@ -59,15 +59,21 @@ class Progress:
         self.train.poll()
         self.ledger.poll()
         if self.terminal:
-            line = f"{self.extract_text()} | {self.train_text()}"
-            width = os.get_terminal_size(self.stream.fileno()).columns if self.terminal else 200
-            self.stream.write("\r" + line[: max(20, width - 1)].ljust(max(20, width - 1)))
+            line = f"extraction: {self.extract_text()} | training: {self.train_text()}"
+            width = max(20, self._columns() - 1)
+            self.stream.write("\r" + line[:width].ljust(width))
             self._drawn = True
         else:
             at = format_duration(now - self.started)
             self.stream.write(f"hsmon online: [{at}] extraction: {self.extract_text()}\n"
                               f"hsmon online: [{at}] training: {self.train_text()}\n")
         self.stream.flush()
+
+    def _columns(self) -> int:
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns or 200
+        except (OSError, ValueError):
+            return 200
 
     def end_line(self) -> None:
         """Leave the redrawn line (before any other line is printed)."""
