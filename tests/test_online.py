@@ -192,3 +192,34 @@ def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(
     (page,) = critical_hints(job)
     assert f"the trainer (PID {trainer.pid}) ended (training ended by --max-steps at step 2)" in page, page
     assert f"`hsmon train {spool_dir} --follow --resume`" in page and "will never come" in page
+
+
+def test_on_a_terminal_one_line_for_both_sides_is_redrawn(tmp_path):
+    """A real pseudo-terminal: the line starts with a carriage return (redrawn in place), names
+    both sides and what each waits for, and ends with a newline before any other line."""
+    import os
+    import pty
+    import select
+
+    from hsmon.contracts import events as ev
+    from hsmon.online_progress import Progress
+
+    (tmp_path / "spool").mkdir()
+    with ev.EventWriter("x", str(tmp_path / "extract-events.jsonl")) as writer:
+        writer.emit(ev.START, rows_total=100, tokens_total=1000)
+        writer.emit(ev.ROWS, rows=10, tokens=100, rows_done=10, tokens_done=100)
+        writer.emit(ev.PAUSE, reason="spool")
+    main, side = pty.openpty()
+    with os.fdopen(side, "w") as stream:
+        progress = Progress(tmp_path, 30.0, stream)
+        assert progress.terminal
+        progress.tick(time.monotonic() + 2)  # a terminal redraws every second, not every 30 s
+        progress.end_line()
+        said = ""
+        while not said.endswith("\r\n"):  # a pseudo-terminal may hand the line over in pieces
+            ready, _, _ = select.select([main], [], [], 10)
+            assert ready, f"no more from the terminal after {said!r}"
+            said += os.read(main, 4096).decode()
+    os.close(main)
+    assert said.startswith("\rextraction: 10 / 100 rows (10 %), paused: the spool is full"), said
+    assert "| training: starting" in said and said.endswith("\r\n"), said
