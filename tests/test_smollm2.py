@@ -302,8 +302,8 @@ def test_eval_drafter_finds_the_target_its_training_names(work, trained):
                  "--max-new-tokens", "4", "--threads", "1", "--json")  # fmt: skip
     assert json.loads(proc.stdout.strip().splitlines()[-1])["outputs_match_greedy"] is True
     wrong = subprocess.run(
-        [sys.executable, "-m", "hsmon", "eval-drafter", "--drafter", str(trained), "--target-model", "embedded",
-         "--prompts", str(prompts), "--depth", "1", "--max-new-tokens", "4", "--threads", "1"],
+        [sys.executable, "-m", "hsmon", "eval-drafter", "--drafter", str(trained), "--target-model",
+         "embedded", "--prompts", str(prompts), "--depth", "1", "--max-new-tokens", "4", "--threads", "1"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert wrong.returncode == 2, wrong.stderr[-2000:]
