@@ -197,7 +197,8 @@ def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):
 
 
 def train_args(data: Path, out: Path, *extra: str) -> list[str]:
-    return ["train", str(data), "--target-model", "smollm2", "--out", str(out),
+    """No --target-model: the trainer reads the model from the extraction's manifest."""
+    return ["train", str(data), "--out", str(out),
             "--max-steps", str(TRAIN_STEPS), "--draft-vocab-size", str(DRAFT_VOCAB),
             "--batch-tokens", "1024", "--lr", "1e-3", "--checkpoint-every", "2",
             "--threads", "1", "--heartbeat", "0.5", *extra]  # fmt: skip
@@ -237,6 +238,8 @@ def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    start = next(e for e in iter_events(events) if e["kind"] == "start")
+    assert start["target_model"].endswith("smollm2-135m-instruct"), start  # the manifest's model
     stopped = [e for e in iter_events(events) if e["kind"] == "stopped"]
     assert stopped and stopped[0]["step"] < TRAIN_STEPS
     hsmon(*train_args(extracted, cut, "--events", str(events), "--resume"))
@@ -288,6 +291,25 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
     for name in ("eagle3", "ngram"):
         lengths = result["acceptance_length"][name]
         assert set(lengths) == {"1", "2"} and all(1.0 <= v <= 3.0 for v in lengths.values()), lengths
+
+
+def test_eval_drafter_finds_the_target_its_training_names(work, trained):
+    """No --target-model: eval-drafter reads the target from the training's checkpoint (the
+    smollm2 directory the manifest gave the trainer); a wrong one is refused in one line."""
+    prompts = work / "one-prompt.jsonl"
+    prompts.write_text(json.dumps({"messages": REFERENCE_PROMPTS[0]}) + "\n")
+    proc = hsmon("eval-drafter", "--drafter", str(trained), "--prompts", str(prompts), "--depth", "1",
+                 "--max-new-tokens", "4", "--threads", "1", "--json")  # fmt: skip
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["outputs_match_greedy"] is True
+    wrong = subprocess.run(
+        [sys.executable, "-m", "hsmon", "eval-drafter", "--drafter", str(trained), "--target-model",
+         "embedded", "--prompts", str(prompts), "--depth", "1", "--max-new-tokens", "4", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    error = wrong.stderr.strip().splitlines()[-1]
+    assert "trained for a target with vocabulary 49152 and hidden size 576" in error, wrong.stderr[-2000:]
+    assert "Traceback" not in wrong.stderr and "--target-model" in error
 
 
 # -- SGLang serves the converted model ------------------------------------------------------------

@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target-model",
         metavar="DIR",
         default=None,
-        help="the target's Hugging Face directory (default: the embedded target)",
+        help="the target's Hugging Face directory (default: the one a training --out's checkpoint names, "
+        "else the embedded target)",
     )
     parser.add_argument(
         "--prompts",
@@ -154,7 +155,7 @@ def _load_export(path: Path, target: Path):
     from safetensors.torch import load_file
 
     from trainer.model import DrafterConfig, Eagle3Drafter
-    from trainer.target import load_embed_and_head
+    from trainer.target import TargetError, load_embed_and_head
 
     config = json.loads((path / "config.json").read_text())
     cfg = DrafterConfig(
@@ -178,6 +179,12 @@ def _load_export(path: Path, target: Path):
         k: v.float() if v.is_floating_point() else v for k, v in load_file(path / "model.safetensors").items()
     }
     embed, _ = load_embed_and_head(target)
+    if tuple(embed.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise TargetError(
+            f"{path}: this drafter was trained for a target with vocabulary {cfg.vocab_size} and hidden size "
+            f"{cfg.hidden_size}; {target} has {embed.shape[0]} and {embed.shape[1]}: pass the --target-model "
+            "it was trained on"
+        )
     state["embed_tokens.weight"] = embed
     drafter.load_state_dict(state, strict=True)
     recorded = (config.get("hsmon_capture") or {}).get("capture_points")
@@ -293,7 +300,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from trainer.target import TargetError, resolve_target
+    from trainer.target import TargetError, resolve_target, trained_for
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -301,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         print("hsmon eval-drafter: --depth must be at least 1", file=sys.stderr)
         return 2
     try:
-        target_dir = resolve_target(args.target_model)
+        target_dir = resolve_target(args.target_model or trained_for(Path(args.drafter)))
         tokenize = chat = None
         try:
             from transformers import AutoTokenizer

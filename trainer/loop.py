@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from hsmon.contracts import train_defaults
 from hsmon.contracts.layout import atomic_write
 from trainer.checkpoint import latest_checkpoint, save_checkpoint
 from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
+from trainer.fed_rows import FedRows
 from trainer.model import DrafterConfig, Eagle3Drafter
 from trainer.nonfinite import LossGuard, backward_unless_nonfinite, skip_step
 from trainer.objective import StepStats, TTTForward, step_stats, ttt_loss
@@ -82,6 +83,10 @@ class Training:
     cursor: Cursor
     nonfinite_rows: int = 0
     extra_state: dict[str, Any] | None = None  # more for the checkpoint (the following trainer's)
+    fed: FedRows = field(init=False)  # the rows each taken step fed, when asked for (trainer/fed_rows.py)
+
+    def __post_init__(self) -> None:
+        self.fed = FedRows(self.world.rank)
 
     @property
     def autocast(self) -> bool:
@@ -237,6 +242,7 @@ class Training:
         guard.ok(cursor.step)
         self.optimizer.step()
         self.scheduler.step()
+        self.fed.record(cursor.step, batch.rows)
         cursor.step += 1
         cursor.position += 1
         real = torch.tensor([float(batch.real_tokens), 1.0 if self.stop_requested.is_set() else 0.0])
