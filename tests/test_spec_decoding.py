@@ -189,33 +189,42 @@ def test_the_daemon_shows_the_served_acceptance_and_the_alert_holds_only_for_the
         text = wait_until(scraped, 10, 0.2, what="the estimate in /metrics")
         assert f'hsmon_server_spec_generated_tokens_total{{job="serve",server="{good.url}"}}' in text
 
-        def query(expr: str) -> list | None:
-            try:
-                return prom.query(expr) or None
-            except OSError:  # Prometheus still starting
-                return None
-
-        # both servers' counters scraped once before the traffic, so that increase() sees it
-        wait_until(lambda: len(query("hsmon_server_spec_verify_calls_total") or []) == 2, 60, 0.5,
-                   what="Prometheus scraping both servers")
-        for ids in prompts:  # the held-out set on the good one (1.8 a verify), a few on the bad one
-            greedy_ids(good, ids, NEW_TOKENS)
-        for ids in prompts[:2]:
-            greedy_ids(bad, ids, NEW_TOKENS)
-
-        def pending_for_bad_only() -> list | None:
-            # (one prompt the good drafter does badly on can make it pending for a moment, until the
-            # next requests finish: the rule's 15 minutes are what keep that from paging)
-            alerts = prom.alerts(ALERT)
-            return alerts if [a["labels"]["server"] for a in alerts] == [bad.url] else None
-
-        alerts = wait_until(pending_for_bad_only, 60, 0.5, what="the alert pending for the degraded drafter")
-        assert alerts[0]["state"] == "pending"
-        ratio = query(rule["expr"].split("<")[0])  # the figure the rule compares, per server
-        by_server = {r["metric"]["server"]: float(r["value"][1]) for r in ratio or []}
-        assert by_server[good.url] > low > by_server[bad.url], by_server
+        alert_pending_for_the_degraded_only(prom, rule["expr"], good, bad, prompts, low)
     finally:
         procs.close()
+
+
+def alert_pending_for_the_degraded_only(prom, expr: str, good: SGLangServer, bad: SGLangServer,
+                                        prompts: list[list[int]], low: float) -> None:
+    """Traffic on both servers while Prometheus watches: HsmonServedAcceptanceLow pending for the
+    degraded drafter's server only, the rule's own ratio on the two sides of ``low``."""
+    from daemon_helpers import wait_until
+
+    def query(q: str) -> list | None:
+        try:
+            return prom.query(q) or None
+        except OSError:  # Prometheus still starting
+            return None
+
+    # both servers' counters scraped once before the traffic, so that increase() sees it
+    wait_until(lambda: len(query("hsmon_server_spec_verify_calls_total") or []) == 2, 60, 0.5,
+               what="Prometheus scraping both servers")
+    for ids in prompts:  # the held-out set on the good one (1.8 a verify), a few on the bad one
+        greedy_ids(good, ids, NEW_TOKENS)
+    for ids in prompts[:2]:
+        greedy_ids(bad, ids, NEW_TOKENS)
+
+    def pending_for_bad_only() -> list | None:
+        # (one prompt the good drafter does badly on can make it pending for a moment, until the
+        # next requests finish: the rule's 15 minutes are what keep that from paging)
+        alerts = prom.alerts(ALERT)
+        return alerts if [a["labels"]["server"] for a in alerts] == [bad.url] else None
+
+    alerts = wait_until(pending_for_bad_only, 60, 0.5, what="the alert pending for the degraded drafter")
+    assert alerts[0]["state"] == "pending"
+    ratio = query(expr.split("<")[0])  # the figure the rule compares, per server
+    by_server = {r["metric"]["server"]: float(r["value"][1]) for r in ratio or []}
+    assert by_server[good.url] > low > by_server[bad.url], by_server
 
 
 def test_eval_drafter_engine_sglang_reports_a_disagreement_as_a_finding(pool, prompts, tmp_path):
