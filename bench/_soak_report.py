@@ -77,12 +77,13 @@ def faults(s: Any, stall_after: float) -> tuple[int, int]:
     return missed, unreached
 
 
-def eta_errors(s: Any) -> tuple[dict[int, float], dict[int, float]]:
+def eta_errors(s: Any, workload: str = "easy") -> tuple[dict[int, float], dict[int, float]]:
+    """The ETA's error at 5/25/50 % of the steady jobs of one workload (bench/_soak_workload.py)."""
     errors: dict[int, list[float]] = {5: [], 25: [], 50: []}
     base: dict[int, list[float]] = {5: [], 25: [], 50: []}
     inside = 0
     for job in s.jobs.values():
-        if job.fault or job.end_ts is None or job.proc.returncode != 0:
+        if job.fault or job.end_ts is None or job.proc.returncode != 0 or job.workload != workload:
             continue
         for mark, (ts, eta, low, high, rows_eta) in job.eta_at.items():
             actual = job.end_ts - ts
@@ -92,7 +93,7 @@ def eta_errors(s: Any) -> tuple[dict[int, float], dict[int, float]]:
                 inside += low - 1.5 <= actual <= high + 1.5  # 1 s polls, 1 s scans
     medians = {m: statistics.median(v) if v else NAN for m, v in errors.items()}
     base_med = {m: statistics.median(v) if v else NAN for m, v in base.items()}
-    print("ETA error, median over steady jobs: " + ", ".join(
+    print(f"ETA error ({workload} workload), median over steady jobs: " + ", ".join(
         f"at {m} % {medians[m]:.1f} % (n={len(errors[m])}; rows over the 60 s row rate: {base_med[m]:.1f} %)"
         for m in errors))
     print(f"real end inside the ETA's range (+-1.5 s): {inside} of {sum(len(v) for v in errors.values())}")
@@ -128,6 +129,7 @@ def report(s: Any, stall_after: float) -> None:
     print(f"alerts for healthy jobs: {len(s.false_alerts)} {sorted(s.false_alerts)}")
     missed, unreached = faults(s, stall_after)
     medians, base_med = eta_errors(s)
+    real_med, real_base = eta_errors(s, "real")
     reload_s = [float(x) for x in re.findall(r"reloaded in ([0-9.]+) s", s.log.read_text()[s.log_offset:])]
     reload_ms = 1000 * max(reload_s, default=NAN)
     print(f"reload: {len(reload_s)} logged, max {reload_ms:.0f} ms, up to {max(s.reload_jobs, default=0)} "
@@ -156,6 +158,8 @@ def report(s: Any, stall_after: float) -> None:
           f"scrape_reload_ms_p99={reload_p99:.2f} scrape_prom_ms_p99={prom_p99:.2f} "
           f"scrapes_failed={prom_failed:.0f} "
           f"eta_error_pct={max(medians.values()):.1f} eta_error_baseline_pct={max(base_med.values()):.1f} "
+          f"eta_error_real_pct={max(real_med.values()):.1f} "
+          f"eta_error_real_baseline_pct={max(real_base.values()):.1f} "
           f"reload_ms={reload_ms:.0f} reload_jobs_max={max(s.reload_jobs, default=0)} "
           f"state_lost={len(s.state_lost)} " + " ".join(f"{k}={v:.2f}" for k, v in tui.items())
           + f" load1_median={load_median:.2f}")

@@ -11,17 +11,20 @@
 - with ``--dump``: the dump-dir churn of the original job's server: one file a row written into the dump
   directory (/dev/shm) before the row's work and consumed (deleted) after it.
 
-Synthetic: a row's work is a sleep as long as its token count (200-4000) over ``--rate`` tokens/s
-+-30 %; the row files hold ``--row-bytes`` random bytes, not hidden states.
+Synthetic: a row's work is a sleep (bench/_soak_workload.py: ``--workload easy``, its token count,
+200-4000, over ``--rate`` tokens/s +-30 %; ``real``, a real dataset's length mix from ``--lengths``,
+a prefill that grows faster than the tokens and engine slowdowns); the row files hold
+``--row-bytes`` random bytes, not hidden states.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import time
+
+from _soak_workload import RowTimes  # bench/ is on sys.path: python bench/_soak_writer.py
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout
@@ -40,9 +43,11 @@ def main() -> None:
     p.add_argument("--dump")
     p.add_argument("--rate", type=float, default=10_500.0)
     p.add_argument("--row-bytes", type=int, default=1024)
+    p.add_argument("--workload", choices=("easy", "real"), default="easy")
+    p.add_argument("--lengths")
     a = p.parse_args()
-    rng = random.Random(a.seed)
-    lengths = [rng.randint(200, 4000) for _ in range(a.rows)]
+    times = RowTimes(a.workload, a.rows, a.seed, a.rate, a.lengths)
+    lengths = times.lengths
     chunks = (a.rows + CHUNK - 1) // CHUNK
     writer = ev.EventWriter(a.job, a.events)
     manifest = os.path.join(a.out, layout.MANIFEST_NAME) if a.out else None
@@ -61,7 +66,7 @@ def main() -> None:
         if dump_file:
             with open(dump_file, "wb") as fh:  # the server's dump of the request
                 fh.write(os.urandom(4096))
-        time.sleep(n / a.rate * rng.uniform(0.7, 1.3))
+        time.sleep(times.seconds(n))
         if dump_file:
             os.unlink(dump_file)  # consumed
         done, tokens = done + 1, tokens + n

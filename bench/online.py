@@ -21,7 +21,9 @@ alone and online (`--cores A,B`; default the first two this process may use; non
    `accept_ratio_p5`/`_p95`: a paired bootstrap over the prompts (the spread).
 4. Faults: another online run in which the trainer is killed (-9) after its first checkpoint and
    the extractor killed (-9) after two chunks, each restarted (`--resume` for the trainer); the
-   ledger then says how many training rows have fewer (lost) or more (extra) passes than E.
+   batches the model was really fed (the trainer's HSMON_TRAIN_FED_ROWS log, trainer/fed_rows.py,
+   not its ledger) then say how many training rows have fewer (lost) or more (extra) passes than E
+   (the online run of step 2 is counted the same way).
 5. The monitor's cost: bench/spool_watch.py's ratio (online job / the two offline jobs).
 Where the online run's time went (bench/online_times.py): the trainer's first step and set-up wait,
 its steps and saves, each side's CPU seconds online and alone, and the trainer's seconds on a CPU,
@@ -62,7 +64,7 @@ from bench.online_procs import (  # noqa: E402
     start,
     wait_ok,
 )
-from bench.online_spool import CHUNK, SpoolWatch, faults, heldout_bytes, ledger_errors  # noqa: E402
+from bench.online_spool import CHUNK, SpoolWatch, faults, fed_env, heldout_bytes, pass_errors  # noqa: E402
 from bench.online_times import SchedWatch, online_timeline  # noqa: E402
 from bench.spread import accept_len, ratio_spread  # noqa: E402
 from hsmon.contracts import events as ev  # noqa: E402
@@ -249,7 +251,7 @@ def online(phase: Phase) -> None:
     follow = ["--follow", "--passes", str(phase.passes), "--consume", "--out", str(base / "on-drafter")]
     trainer = start(
         hsmon("train", str(sp), *follow, "--target-model", phase.setup["model"], *phase.train_args),
-        base / "online.log", core_t,
+        base / "online.log", core_t, env=fed_env(sp),
     )  # fmt: skip
     wait_ok(ext, "the online extraction", "extract_online")
     phase.t_ext_online = time.monotonic() - started
@@ -262,7 +264,7 @@ def online(phase: Phase) -> None:
     on_done = next(e for e in reversed(phase.events) if e["kind"] == "done")
     phase.steps, phase.tokens = int(on_done["step"]), int(on_done["tokens"])
     phase.waited = sum(float(e.get("paused_seconds") or 0) for e in phase.events if e["kind"] == "resume")
-    phase.lost, phase.extra, trained = ledger_errors(sp, phase.passes)
+    phase.lost, phase.extra, trained = pass_errors(sp, phase.passes)
     held_rows, phase.held_bytes = heldout_bytes(sp)
     print(f"online: {held_rows} held-out rows stay in the spool (never consumed): "
           f"{phase.held_bytes / 1e6:.2f} MB, {phase.held_bytes / max(limit, 1):.0%} of the limit",

@@ -51,9 +51,11 @@ def run(cmd: list[str], log: Path, core: int | None = None, name: str = "") -> f
     return time.monotonic() - started
 
 
-def start(cmd: list[str], log: Path, core: int | None = None) -> subprocess.Popen[bytes]:
+def start(cmd: list[str], log: Path, core: int | None = None,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=fh, env=ENV, cwd=ROOT, preexec_fn=pin(core))
+        return subprocess.Popen(cmd, stdout=fh, stderr=fh, env={**ENV, **(env or {})}, cwd=ROOT,
+                                preexec_fn=pin(core))
 
 
 def cores_of(text: str | None) -> tuple[int | None, int | None]:

@@ -48,16 +48,26 @@ class SpoolWatch:
         return self.peak
 
 
-def ledger_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
-    """(rows with fewer passes than E, rows with more, training rows) per the ledger."""
+def fed_env(spool_dir: Path) -> dict[str, str]:
+    """The trainer's environment addition: log the rows each taken step fed (trainer/fed_rows.py)."""
+    from trainer.fed_rows import FED_ROWS_ENV
+
+    return {FED_ROWS_ENV: str(spool_dir.parent / f"{spool_dir.name}-fed-rows")}
+
+
+def pass_errors(spool_dir: Path, passes: int) -> tuple[int, int, int]:
+    """(rows with fewer passes than E, rows with more, training rows), counted from the batches the
+    model was really fed (the trainer's fed-rows log: steps that updated the weights and survived),
+    not from the trainer's own ledger."""
+    from trainer.fed_rows import FED_ROWS_ENV, read_fed_rows
     from trainer.window import HeldOut
 
     first = next(r for r in layout.iter_jsonl(spool.ledger_path(spool_dir)) if r.get("type") == "start")
     rule = HeldOut.from_record(first["heldout"])
-    ledger = spool.read_ledger(spool_dir)
+    fed = read_fed_rows(fed_env(spool_dir)[FED_ROWS_ENV])
     rows = [r for r in read_manifest(spool_dir).rows if not rule.holds(r)]
-    lost = sum(1 for r in rows if ledger.passes.get(r, 0) < passes)
-    extra = sum(1 for r in rows if ledger.passes.get(r, 0) > passes)
+    lost = sum(1 for r in rows if fed.get(r, 0) < passes)
+    extra = sum(1 for r in rows if fed.get(r, 0) > passes)
     return lost, extra, len(rows)
 
 
@@ -76,7 +86,7 @@ def heldout_bytes(spool_dir: Path) -> tuple[int, int]:
 def faults(
     base: Path, data: Path, setup: dict[str, Any], passes: int, train_args: list[str]
 ) -> tuple[int, int, int]:
-    """An online run with one kill -9 of each side, each resumed; (lost, extra, rows) per the ledger."""
+    """An online run with one kill -9 of each side, each resumed; (lost, extra, rows) per the batches."""
     sp, out = base / "fault-spool", base / "fault-drafter"
     extract = hsmon(
         "extract",
@@ -110,7 +120,7 @@ def faults(
         "3",
     )
     ext = start(extract, base / "fault-extract.log")
-    trainer = start(train, base / "fault-train.log")
+    trainer = start(train, base / "fault-train.log", env=fed_env(sp))
     ext_events, events = base / "fault-ext.jsonl", spool.train_events_path(sp)
 
     def chunks() -> int:
@@ -127,7 +137,7 @@ def faults(
     trainer.send_signal(signal.SIGKILL)
     trainer.wait()
     ext = start(extract, base / "fault-extract.log")
-    trainer = start([*train, "--resume"], base / "fault-train.log")
+    trainer = start([*train, "--resume"], base / "fault-train.log", env=fed_env(sp))
     wait_ok(ext, "the resumed extraction")
     wait_ok(trainer, "the resumed trainer")
     print(
@@ -135,4 +145,4 @@ def faults(
         f"{'after two chunks' if killed else '(it had ended already)'}; both resumed",
         flush=True,
     )
-    return ledger_errors(sp, passes)
+    return pass_errors(sp, passes)

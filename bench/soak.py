@@ -11,9 +11,12 @@ files are deleted after its grace. Injected at known times: a disk filled on a s
 (mounted here: needs root) under a job's output, early (its rule waits `for: 5m`), a writer frozen
 (SIGSTOP) past stall_after, a writer killed (SIGKILL).
 
-Synthetic parts: the writers (no model, no GPU: a row is a sleep whose length follows its token
-count, 200-4000 tokens, ~10,500 tokens/s +-30 % noise, i.e. ~5 rows/s a job = 20x an assumed
-story rate of 0.25 rows/s; row files hold 1 KiB of random bytes, dump files 4 KiB).
+Synthetic parts: the writers (no model, no GPU: a row is a sleep, ~10,500 tokens/s, i.e. ~5 rows/s
+a job = 20x an assumed rate of 0.25 rows/s; row files hold 1 KiB of random bytes, dump files 4 KiB).
+Half the jobs (in runs of nine) have the easy workload (a row's time follows its token count,
+200-4000 tokens, +-30 % noise), half the real one (a real dataset's length mix, a prefill that
+grows faster than the tokens, engine slowdowns of 2-4x for 5-40 s; bench/_soak_workload.py): the
+ETA's error is reported for each (`eta_error_pct`, `eta_error_real_pct`).
 
 Every 10 s: daemon RSS, fds, threads, CPU, /metrics scrape time and series, the TUI's RSS, fds and
 threads, the load average; every 1 s: Prometheus's firing alerts and the daemon's status (ETA at
@@ -22,7 +25,8 @@ each reload, a scrape every 50 ms.
 
     python bench/soak.py [--minutes 60] [--no-tui] [--warm-jobs 1000]
 Ends with: RESULT rss_slope_mb_h=... false_alerts=... fault_alerts_missed=... series_growth=...
-           scrape_ms_p99=... eta_error_pct=... reload_ms=... tui_rss_slope_mb_h=... (bench/_soak_report.py)
+           scrape_ms_p99=... eta_error_pct=... eta_error_real_pct=... reload_ms=...
+           tui_rss_slope_mb_h=... (bench/_soak_report.py)
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from _soak_prewarm import prewarm  # bench/ is on sys.path: python bench/soak.py
 from _soak_probes import DISK_MB, SmallDisk, fd_kinds, tui_figures
 from _soak_prom import firing, get, start_prometheus
 from _soak_report import report
+from _soak_workload import real_lengths
 
 from hsmon import daemon as daemon_process
 
@@ -73,6 +78,7 @@ class Job:
     eta_at: dict[int, tuple[float, float, float, float, float]] = field(default_factory=dict)
     end_ts: float | None = None
     seen: tuple[int, str, float] | None = None  # last status: rows_done, state, state_since_ts
+    workload: str = "easy"  # bench/_soak_workload.py
 
 
 def stopped(pid: int, timeout: float = 2.0) -> bool:
@@ -106,6 +112,7 @@ def config_text(jobs: list[Job], anchor: Path) -> str:
 class Soak:
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.args, self.tmp, self.rng = args, tmp, random.Random(33)
+        self.lengths = real_lengths(tmp / "real-lengths.txt")  # before the daemon: its start is not timed
         self.t0 = time.time()
         self.end = self.t0 + args.minutes * 60
         self.drain = self.t0 + args.minutes * 60 * 0.7  # no job starts after: all end, series must fall
@@ -164,15 +171,18 @@ class Soak:
         kind = (self.started // 3) % 3
         out = self.tmp / f"{name}.out" if kind >= 1 else None
         dump = self.tmp / f"{name}.dump" if kind == 2 else None
+        workload = ("easy", "real")[(self.started // 9) % 2]
         if disk is not None:
             out, dump, rows, rate = disk / name, None, 600, 1050.0  # ~0.5 rows/s, 20 min, 2.4 MB
+            workload = "easy"
         cmd = [sys.executable, str(WRITER), str(events), name, str(rows), str(self.started), rot,
-               "--rate", str(rate), "--row-bytes", str(4096 if disk else 1024)]
+               "--rate", str(rate), "--row-bytes", str(4096 if disk else 1024), "--workload", workload]
+        cmd += ["--lengths", str(self.lengths)] if workload == "real" else []
         cmd += ["--out", str(out)] if out else []
         cmd += ["--dump", str(dump)] if dump else []
         proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)})
         pidfile.write_text(str(proc.pid))
-        return Job(name, proc, events, pidfile, rows, out, dump)
+        return Job(name, proc, events, pidfile, rows, out, dump, workload=workload)
 
     def reload(self, now: float, final: bool = False, extra: Job | None = None) -> None:
         keep = [] if final else [j for j in self.configured if j.end_ts is None or now - j.end_ts < 5]

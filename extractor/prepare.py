@@ -22,7 +22,8 @@ from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import cached_scan
-from extractor.spool_gate import check_limit, spool_max_of
+from extractor.spool_gate import spool_max_of
+from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
 from hsmon.contracts import layout, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
@@ -177,8 +178,8 @@ def prepare(args: argparse.Namespace) -> Prepared:
                     book.done, book.done_tokens, book.done_bytes, manifest, book.needed, free, job,
                     late_rejects=book.late, spool_max=spool_max, lock=lock)
     if spool_max is not None:
-        rows_left = len(scan.rows or ()) - len(book.done)
-        check_limit(spool_max, rows_left, book.needed, args.chunk_size, shard.count)
+        check_limit(spool_max, spool_need(scan, lambda n: row_bytes(n, hidden, len(layers), element),
+                                          args.chunk_size, shard, heldout_rule(out)), args.chunk_size)
     if sglang_options is not None:
         from extractor.backends.base import ModelInfo
 

@@ -189,11 +189,12 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
     line = ProgressLine(progress)
     spool_max = record_limit(prep.out, prep.spool_max)
     gate = (None if spool_max is None else
-            SpoolGate(prep.out, spool_max, events, progress, stop_event, args.spool_poll, Abandoned))
+            SpoolGate(prep.out, spool_max, events, progress, stop_event, args.spool_poll, Abandoned,
+                      prep.manifest_path.name))
     writer = RowWriter(prep.out, prep.manifest_path, book, prep.layers, events, progress, stop_event,
                        prep.min_free, poll_seconds=args.disk_poll, on_rows=line.update,
                        rejects_path=prep.out / layout.rejects_name(prep.shard.as_tuple),
-                       spool_room=gate.wait_for_room if gate is not None else None)
+                       spool_room=gate)
     try:
         # through the writer, so that a disk already full at start pauses instead of failing
         writer.append([{"type": "run", "settings": prep.settings, "pid": os.getpid(), "started": time.time(),
@@ -204,6 +205,8 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
         writer.record_scan_rejects(prep.scan.rejects or [], prep.manifest.rejects)
         writer.write_completed_chunks()  # chunks finished by an earlier run just before it died
     except Exception as exc:  # includes a stop requested while paused for disk
+        if gate is not None:
+            gate.close()
         if stop_event.is_set():
             return end_run(prep, writer, events, progress.snapshot(), 0.0, stopped=True, error=None)
         events.emit(ev.ERROR, message=f"{type(exc).__name__}: {exc}", **progress.snapshot())
@@ -226,6 +229,8 @@ def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any,
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     writer.finish()
+    if gate is not None:
+        gate.close()
     if check is not None:
         check.finish(stopped=stop_event.is_set())
         error = error or check.error

@@ -5,11 +5,13 @@ At start the limit is recorded in SPOOL/hsmon-spool.json (a resume may change it
 --spool-max keeps the recorded one). Before each row file the writer asks `SpoolGate.wait_for_room`:
 when the bytes of rows not yet consumed (every manifest's row bytes minus the ledger's consumed
 bytes, read incrementally by hsmon.contracts.spool_fill) plus the row would exceed the limit, the
-writer pauses with reason ``spool`` (extractor/pauses.py, the same protocol as a full disk) and
+writer pauses with reason ``spool`` (hsmon/contracts/pauses.py, the same protocol as a full disk) and
 checks again every --spool-poll seconds (0.1: the trainer frees room at its step pace;
 a 2 s poll left a following trainer starved of rows while the extractor slept) until the
 trainer's ledger records consumption. A row is always written into an empty spool, so a row
-larger than the limit cannot stop the run.
+larger than the limit cannot stop the run. The room is claimed under a lock shared with the other
+shards that write the spool (hsmon.contracts.spool_fill.SpoolClaims), so together they never
+overshoot the limit; the limit's own check is extractor/spool_limit.py.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from extractor.errors import UsageError, log
-from extractor.pauses import Pause
 from hsmon.contracts import spool
-from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.contracts.pauses import Pause
+from hsmon.contracts.spool_fill import SpoolClaims, SpoolFill
 from hsmon.contracts.units import format_bytes, parse_size
 
 
@@ -40,21 +42,6 @@ def spool_max_of(args: argparse.Namespace) -> int | None:
     if value < 1:
         raise UsageError(f"--spool-max {text}: give a size above zero, such as 20GB")
     return value
-
-
-def check_limit(spool_max: int, rows_left: int, bytes_left: int, chunk_size: int, shards: int) -> None:
-    """Refuse a limit that cannot hold a chunk of every shard: the trainer consumes whole chunks
-    only, so such a spool would fill with partial chunks and both sides would wait for ever."""
-    if rows_left < 1 or bytes_left < 1:
-        return
-    chunk_bytes = bytes_left * min(chunk_size, rows_left) // rows_left
-    need = chunk_bytes * shards
-    if spool_max < need:
-        per = f" per shard x {shards} shards" if shards > 1 else ""
-        raise UsageError(f"--spool-max {format_bytes(spool_max)} holds less than one chunk "
-                         f"(~{format_bytes(chunk_bytes)} "
-                         f"at --chunk-size {chunk_size}{per}) and the trainer consumes whole chunks: give "
-                         f"--spool-max of at least {format_bytes(2 * need)} or a smaller --chunk-size")
 
 
 def record_limit(out: Path, given: int | None) -> int | None:
@@ -75,20 +62,28 @@ class SpoolGate:
     """Holds the writer while the spool has no room for the next row (pause reason ``spool``)."""
 
     def __init__(self, out: Path, max_bytes: int, events: Any, progress: Any, stop_event: threading.Event,
-                 poll_seconds: float, abandon: Callable[[], BaseException]) -> None:
+                 poll_seconds: float, abandon: Callable[[], BaseException], manifest_name: str) -> None:
         self.out, self.max_bytes, self.poll_seconds = out, max_bytes, poll_seconds
         self.stop_event, self.abandon = stop_event, abandon
         self.fill = SpoolFill(out)
+        self.claims = SpoolClaims(out, manifest_name)
         self.pause = Pause(spool.PAUSE_SPOOL, events, progress)
         self.pauses = 0
 
     def wait_for_room(self, need: int) -> None:
-        """Return once ``need`` more bytes fit below the limit (or the spool is empty); raises what
-        ``abandon`` makes when a stop is requested while it waits."""
+        """Return once ``need`` more bytes (this batch's rows not yet in the manifest, the next one
+        included) fit below the limit, with the other shards' claims counted (or the spool is
+        empty), and claim them; raises what ``abandon`` makes when a stop is requested while it waits."""
         while True:
-            level = self.fill.poll()
+            with self.claims.locked():
+                claimed = self.claims.others()
+                level = self.fill.poll(limit_bytes=self.max_bytes, claimed=claimed,
+                                       manifests=self.claims.writers)
+                room = level.room_for(need)
+                if room:
+                    self.claims.set(need)
             waiting = level.waiting_bytes
-            if waiting == 0 or waiting + need <= self.max_bytes:
+            if room:
                 self.pause.end(f"{format_bytes(waiting)} of rows waiting in {self.out}, limit "
                                f"{format_bytes(self.max_bytes)}", spool_bytes=waiting,
                                max_bytes=self.max_bytes)
@@ -103,3 +98,13 @@ class SpoolGate:
             if self.stop_event.is_set():
                 raise self.abandon()
             time.sleep(self.poll_seconds)
+
+    def recorded(self) -> None:
+        """The claimed rows are in the manifest now: the claim is void."""
+        with self.claims.locked():
+            self.claims.set(0)
+
+    def close(self) -> None:
+        """The run's writer is done: no claim left, the files closed."""
+        self.recorded()
+        self.claims.close()

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from extractor.errors import log
-from extractor.pauses import Pause
 from extractor.row_stats import finish_stats, row_stats
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.rejects import classify
 from hsmon.contracts.units import format_bytes
 
@@ -179,7 +179,7 @@ class RowWriter(threading.Thread):
                  events: ev.EventWriter, progress: Progress, stop_event: threading.Event,
                  min_free: int, poll_seconds: float = 2.0, queue_batches: int = 2,
                  on_rows: Callable[[], None] | None = None, rejects_path: Path | None = None,
-                 spool_room: Callable[[int], None] | None = None) -> None:
+                 spool_room: Any | None = None) -> None:
         super().__init__(name="hsmon-writer", daemon=True)
         self.out_dir, self.manifest, self.book = out_dir, manifest, book
         self.capture_points = list(capture_points)
@@ -191,7 +191,8 @@ class RowWriter(threading.Thread):
         self.error: BaseException | None = None
         self.abandoned = False
         self._disk_pause = Pause("disk", events, progress)
-        # --spool-max: waits (paused, reason spool) until a row of N bytes fits (extractor/spool_gate.py)
+        # --spool-max: ``wait_for_room(n)`` waits (paused, reason spool) until n bytes fit and claims
+        # them; ``recorded()`` once they are in the manifest (extractor/spool_gate.py)
         self.spool_room = spool_room
         # called with each chunk's record once it is written (extractor/first_chunk_check.py)
         self.on_chunk: Callable[[dict[str, Any]], None] | None = None
@@ -253,7 +254,7 @@ class RowWriter(threading.Thread):
             data = serialize(row_payload(item))
             path = layout.row_path(self.out_dir, item.row, self.book.chunk_size)
             if self.spool_room is not None:  # this batch's rows so far are not in the manifest yet
-                self.spool_room(sum(r["bytes"] for r in records) + len(data))
+                self.spool_room.wait_for_room(sum(r["bytes"] for r in records) + len(data))
             self._retrying_on_full(len(data), lambda p=path, d=data: write_file(p, d))
             records.append({"type": "row", "row": item.row, "chunk": path.parent.name,
                             "tokens": len(item.input_ids), "bytes": len(data),
@@ -261,6 +262,8 @@ class RowWriter(threading.Thread):
                             "stats": row_stats(item.hidden_state, item.aux_hidden_state,
                                                 self.capture_points)})
         self.append(records)
+        if self.spool_room is not None:
+            self.spool_room.recorded()
         for record in records:
             self.book.add_row(record)
         with self.progress.lock:

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
+from hsmon.online_progress import Progress, failure_line, summary_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="of those, the extractor's (default half, at least 1; the trainer gets "
                              "the rest)")
     parser.add_argument("--daemon", action="store_true", help="also start `hsmon daemon` watching both sides")
+    parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                        help="without --daemon: a progress line per side every SECONDS (default 30; "
+                             "on a terminal one line redrawn every second; 0: none)")
     parser.add_argument("--resume", action="store_true", help="resume both sides (after a kill or a stop)")
     parser.add_argument("--extract-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for `hsmon extract` (repeatable, e.g. "
@@ -173,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             procs["train"] = _start(plan.train, tlog)
             if args.daemon:
                 procs["daemon"] = _spawn_daemon(out, procs)
-            return _wait(procs, stop, out)
+            progress = Progress(out, 0.0 if args.daemon else args.progress_every)
+            return _wait(procs, stop, out, progress, args.model)
     finally:
         for name in ("train", "extract", "daemon"):
             _stop(procs.get(name))
@@ -201,10 +206,14 @@ def extractor_waits_for_room(events: Path) -> bool:
     return waiting
 
 
-def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: Path) -> int:
+def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: Path, progress: Progress,
+          model: str | None) -> int:
     """Wait for both sides; a failed side (or a signal) stops the other. Returns the exit status."""
     extract, train = procs["extract"], procs["train"]
     while True:
+        progress.tick()
+        if stop["signal"] or extract.poll() is not None or train.poll() is not None:
+            progress.end_line()
         if stop["signal"]:
             name = signal.Signals(stop["signal"]).name
             print(f"hsmon online: stopping both sides ({name}; resume with the same command and --resume)",
@@ -219,16 +228,14 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
                       "other side (resume with the same command and --resume)", flush=True)
                 _stop(other)
                 return rc
-        if ext_rc not in (None, 0):
-            print(f"hsmon online: the extraction failed (status {ext_rc}; see {out / 'extract.log'}); "
-                  "stopping the training", file=sys.stderr)
-            _stop(train)
-            return 1
-        if train_rc not in (None, 0):
-            print(f"hsmon online: the training failed (status {train_rc}; see {out / 'train.log'}); "
-                  "stopping the extraction", file=sys.stderr)
-            _stop(extract)
-            return 1
+        for side, rc, log, other, what in (("extraction", ext_rc, "extract.log", train, "training"),
+                                           ("training", train_rc, "train.log", extract, "extraction")):
+            if rc not in (None, 0):
+                said = failure_line(out / log)
+                print(f"hsmon online: the {side} failed (status {rc}): {said or 'no message'} "
+                      f"(see {out / log}); stopping the {what}", file=sys.stderr)
+                _stop(other)
+                return 1
         if ext_rc == 0 and train_rc == 0:
             break
         if train_rc == 0 and ext_rc is None and extractor_waits_for_room(out / "extract-events.jsonl"):
@@ -241,24 +248,5 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             _stop(extract)
             return train_rc
         time.sleep(0.2)
-    ledger = spool.read_ledger(out / "spool")
-    how = "done" if ledger.ended == "done" else "the training ended early (--max-steps or --time-limit)"
-    print(f"hsmon online: {how}: {sum(ledger.passes.values())} passes over {len(ledger.passes)} rows "
-          f"(E = {ledger.passes_target}); {ledger.consumed_rows} rows consumed "
-          f"({ledger.consumed_bytes / 1e6:.1f} MB freed); drafter in {out / 'drafter'}", flush=True)
-    print(_trainer_verdict(out / "spool"), flush=True)
+    print("\n".join(summary_lines(out, model)), flush=True)
     return 0
-
-
-def _trainer_verdict(spool_dir: Path) -> str:
-    """The trainer's estimated acceptance length, and its "no speed-up yet" advice when it learnt
-    too little (its last `done` event)."""
-    from hsmon.contracts import events as ev
-
-    path = spool.train_events_path(spool_dir)
-    done = [e for e in ev.iter_events(path) if e.get("kind") == ev.DONE] if path.is_file() else []
-    est = done[-1].get("accept_len_est") if done else None
-    line = f"hsmon online: estimated acceptance length {est:.3f}" if isinstance(est, (int, float)) \
-        else "hsmon online: no estimate of the acceptance length (no held-out rows)"
-    advice = done[-1].get("advice") if done else None
-    return f"{line}\n{advice}" if isinstance(advice, str) and advice else line

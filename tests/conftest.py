@@ -32,6 +32,7 @@ HEAVY_MODULES = {
     "test_smollm2.py": "heavy-smollm2",
     "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
     "test_sglang_whole_prefill.py": "heavy-sglang",  # SGLang 0.5.14's lane only (skips elsewhere)
+    "test_spec_decoding.py": "heavy-sglang",  # speculative servers (embedded target), two at once
 }
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,15 +33,23 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     wait_for_event,
 )
 
+from extractor.spool_gate import SpoolGate
+from extractor.writer import Progress
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout, spool
+from hsmon.contracts import layout, spool, spool_fill
+from hsmon.contracts.heldout import HeldOut
 from hsmon.contracts.manifest_reader import read_manifest
-from hsmon.contracts.spool_fill import SpoolFill
+from hsmon.contracts.spool_fill import SpoolFill, SpoolLevel
+from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.core.config import JobConfig
 from hsmon.core.monitor import Monitor
+from hsmon.core.trackers.online import OnlineTracker
 from hsmon.metrics.exporter import MetricsEndpoint
 from hsmon.status.cli import render
 from hsmon.status_doc import online_of
+from trainer.follow_setup import poll_spool
+from trainer.runtime import Dist
+from trainer.window import SpoolSource
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +109,8 @@ def start_trainer_side(out: Path) -> subprocess.Popen:
                                                   "passes": 2, "consume": True, "step": 0}])
     with ev.EventWriter("train", str(spool.train_events_path(out))) as writer:
         writer.emit(ev.START, pid=trainer.pid, arch="eagle3.1")  # as trainer/follow.py's start event
-        writer.emit("step", step=1, loss=1.0, acc=0.1)
+        # its own ETA: an hour of steps left (the extraction's rows-left ETA is far shorter)
+        writer.emit("step", step=1, loss=1.0, acc=0.1, total_steps=1000, eta_s=3600.0)
     return trainer
 
 
@@ -121,6 +132,10 @@ def check_trainer_running_then_dead(monitor: Monitor, trainer: subprocess.Popen)
     assert (online.producer.state, online.consumer.state) == ("paused", "running")
     assert online.bottleneck.startswith("training is the bottleneck: extraction waited for spool room")
     assert online.consumer.pid == trainer.pid and online.trainer_arch == "eagle3.1"
+    # the job ends when its slower side does: its ETA is the trainer's, and both sides are its processes
+    assert online.consumer.eta_s == 3600.0 and job.progress.eta_s == 3600.0, (online, job.progress)
+    assert online.producer.eta_s is None or online.producer.eta_s < 3600.0
+    assert [(p.role, p.pid) for p in job.processes][1:] == [("trainer", trainer.pid)], job.processes
     text = render(monitor.status())  # `hsmon status`'s lines for the job
     assert "trainer at step 1 (eagle3.1)" in text
     assert "online extractor   PAUSED: spool full: " in text and "online trainer     RUNNING: a step" in text
@@ -207,6 +222,12 @@ def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model): 
     assert events_of(events)[-1]["kind"] == "stopped"
     written = SpoolFill(out).poll().rows
     assert 0 < written < 24
+    # the spool's level, one computation for all three: stopped at a full spool, then with its
+    # complete chunks consumed (a partial chunk left waiting)
+    assert three_levels_agree(out, events).waiting_bytes > LIMIT // 2
+    consume_complete_chunks(out, set())
+    level = three_levels_agree(out, events)
+    assert 0 < level.waiting_bytes < LIMIT and level.consumed_bytes > 0 and not level.full
     # a resume may change the limit: one that holds everything never pauses
     again = run_extract(data, out, tiny_model, *OPTS, "--spool-max", "1G", events=events)
     assert again.returncode == 0, again.stderr
@@ -216,10 +237,91 @@ def test_stop_while_full_then_resume_with_a_larger_limit(tmp_path, tiny_model): 
     assert SpoolFill(out).poll().rows == 24
 
 
+def three_levels_agree(out: Path, events: Path) -> SpoolLevel:
+    """The level the extractor's gate reads (SpoolFill), the following trainer's (its spool source
+    and the consumed chunks it admits, as trainer/follow.py does) and the monitor's online section
+    are the same figures. Returns the extractor's."""
+    gate = SpoolFill(out).poll(limit_bytes=LIMIT)
+    source = SpoolSource(out, None, HeldOut(0.0, 0))
+    arrival = poll_spool(Dist(), source, False)
+    consumed = spool.read_ledger(out).consumed_chunks
+    mine = [c for c in arrival.chunks if c.name in consumed]
+    trainer = spool_fill.level(arrival.row_bytes, arrival.rows, sum(c.train_bytes for c in mine),
+                               sum(len(c.train) for c in mine), arrival.spool_limit)
+    assert trainer == gate
+    monitor = monitor_of(out, events)
+    job = job_of(monitor)
+    monitor.stop()
+    online = online_of(job)
+    assert online is not None and online.limit_bytes == LIMIT
+    assert (online.spool_bytes, online.rows_written, online.rows_consumed) == (
+        gate.waiting_bytes, gate.rows, gate.consumed_rows)
+    tracker = OnlineTracker(str(out))  # the monitor's tracker, fed the job's output section
+    tracker.poll(0.0)
+    facts = tracker.facts(0.0, job.output, None)
+    assert facts is not None and facts.spool_bytes == gate.waiting_bytes and facts.spool_full == gate.full
+    return gate
+
+
 def test_bad_or_too_small_spool_max_is_one_line(tmp_path, tiny_model):  # noqa: F811
     data = make_dataset(tmp_path / "d.jsonl", rows=8, seed=9)
     bad = run_extract(data, tmp_path / "a", tiny_model, "--spool-max", "lots")
     assert bad.returncode == 2 and "--spool-max" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     small = run_extract(data, tmp_path / "b", tiny_model, *OPTS, "--spool-max", "10k")
-    assert small.returncode == 2 and "holds less than one chunk" in small.stderr
+    assert small.returncode == 2 and "can fill the spool for ever" in small.stderr
     assert not (tmp_path / "b" / spool.SPOOL_NAME).exists()
+
+
+def test_a_limit_that_can_deadlock_is_refused_naming_the_smallest_that_cannot(tmp_path, tiny_model):  # noqa: F811
+    """The held-out rows never leave the spool: a limit over one chunk (what the check asked
+    before) but under chunk + held-out rows is refused; the limit it names is accepted."""
+    data = make_dataset(tmp_path / "d.jsonl", rows=60, seed=9, min_lines=2, max_lines=3)
+    held = [i for i in range(60) if HeldOut.new().holds(i)]
+    assert len(held) >= 2  # the default rule holds some of these rows out
+    probe = run_extract(data, tmp_path / "a", tiny_model, *OPTS, "--spool-max", "1k")
+    assert probe.returncode == 2, probe.stderr
+    chunk = parse_size(re.search(r"up to ~([\d.]+ [kMG]?B)", probe.stderr).group(1))
+    least = parse_size(re.search(r"at least ([\d.]+ [kMG]?B)", probe.stderr).group(1))
+    assert f"{len(held)} held out for evaluation" in probe.stderr
+    assert least >= chunk + len(held) * 60_000  # each row of this model and data is over 60 kB
+    refused = run_extract(data, tmp_path / "b", tiny_model, *OPTS, "--spool-max", str(2 * chunk))
+    assert refused.returncode == 2 and f"at least {format_bytes(least)}" in refused.stderr
+    assert len([line for line in refused.stderr.splitlines() if "--spool-max" in line]) == 1
+    ok = run_extract(data, tmp_path / "c", tiny_model, *OPTS, "--spool-max", str(least), "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_shards_sharing_a_spool_count_each_others_rows_before_their_manifests_do(tmp_path):
+    """Two shards' gates on one spool: the room one shard claimed for rows it is writing (not yet
+    in its manifest) is not room for the other, which waits until those rows are consumed."""
+    out = tmp_path / "spool"
+    out.mkdir()
+    stop = threading.Event()
+    with ev.EventWriter("b", path=str(tmp_path / "b.jsonl")) as events:
+        first, second = (SpoolGate(out, 1000, events, Progress(), stop, 0.01, RuntimeError,
+                                   layout.manifest_name((i, 2))) for i in (0, 1))
+        first.wait_for_room(300)  # the first shard's row file is being written
+        second.wait_for_room(300)  # 600 claimed in all: room still
+        waiter = threading.Thread(target=second.wait_for_room, args=(800,))
+        waiter.start()  # its batch grows to 800: 300 + 800 > 1000, paused though no manifest has a row
+        wait_until(lambda: second.pause.active)
+        layout.append_jsonl(out / layout.manifest_name((0, 2)), [
+            {"type": "row", "row": 0, "chunk": "rows_0-1", "bytes": 300}])
+        first.recorded()  # the row is in the manifest: still waiting, counted once
+        level = second.fill.poll(claimed=second.claims.others(), manifests=second.claims.writers)
+        assert waiter.is_alive() and level.row_bytes == 300
+        layout.append_jsonl(spool.ledger_path(out), [
+            {"type": "consumed", "ts": time.time(), "chunk": "rows_0-1", "rows": 1, "bytes": 300}])
+        waiter.join(timeout=30)
+        assert not waiter.is_alive() and not second.pause.active
+        first.close()
+        second.close()
+    said = [(e["kind"], e.get("reason")) for e in events_of(tmp_path / "b.jsonl")]
+    assert said == [("pause", "spool"), ("resume", "spool")]
+
+
+def wait_until(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from extract_helpers import extract_env, make_dataset, run_extract, tiny_model  # noqa: F401
-from test_train_follow import PASSES, assert_every_row_exactly_e, trainer_cmd
+from test_train_follow import PASSES, assert_every_row_exactly_e, trainer_cmd, trainer_env
 
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_row_records
@@ -29,7 +29,7 @@ def finished_spool(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -
 
 
 def run_trainer(spool_dir: Path, out: Path, model: Path, *extra: str, kill_at: str | None = None):
-    env = {**extract_env(), **({"HSMON_TRAIN_KILL_AT": kill_at} if kill_at else {})}
+    env = trainer_env(spool_dir, **({"HSMON_TRAIN_KILL_AT": kill_at} if kill_at else {}))
     return subprocess.run(trainer_cmd(spool_dir, out, model, *OPTS, *extra), capture_output=True, text=True,
                           timeout=240, env=env)
 

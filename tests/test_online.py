@@ -25,7 +25,7 @@ def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model)
     proc = subprocess.run(
         online_argv(data, out, tiny_model, "--chunk-size", "8", "--threads", "2", "--spool-max", "1GB",
                     "--train-arg=--batch-tokens=512", "--train-arg=--eval-fraction=0.1",
-                    "--train-arg=--heartbeat=0.3"),
+                    "--train-arg=--heartbeat=0.3", "--progress-every", "0.5"),
         capture_output=True, text=True, timeout=300, env=extract_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -35,13 +35,31 @@ def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model)
     assert ledger.ended == "done" and ledger.passes and set(ledger.passes.values()) == {1}
     assert ledger.consumed_rows == len(ledger.passes) and len(read_manifest(out / "spool").rows) == 24
     assert (out / "drafter" / "checkpoints").is_dir()
-    # the end says what the drafter is worth: the estimate, then the advice when it is near 1
+    # while it runs: a line per side at the interval (not a terminal: plain lines)
     lines = proc.stdout.strip().splitlines()
-    verdict = next(x for x in lines if x.startswith("hsmon online: estimated acceptance length "))
+    assert any(x.startswith("hsmon online: [") and "] extraction: " in x and " rows" in x for x in lines)
+    assert any(x.startswith("hsmon online: [") and "] training: step " in x for x in lines)
+    # the end says what the drafter is worth (the last loss, the estimate, the advice when it is
+    # near 1) and what to run next
+    verdict = next(x for x in lines if x.startswith("hsmon online: last loss "))
+    assert "estimated acceptance length " in verdict, verdict
     if float(verdict.rsplit(" ", 1)[1]) < 1.1:
-        assert lines[-1].startswith("no speed-up yet: ") and "more --passes" in lines[-1], lines[-2:]
-    else:
-        assert lines[-1] == verdict
+        assert lines[-2].startswith("no speed-up yet: ") and "more --passes" in lines[-2], lines[-3:]
+    assert lines[-1].startswith(f"next: hsmon export-drafter {out / 'drafter'} --out ")
+    assert f"hsmon eval-drafter --drafter {out / 'drafter-sglang'} --target-model {tiny_model}" in lines[-1]
+
+
+def test_a_failed_side_s_one_line_error_is_repeated(tmp_path, tiny_model):  # noqa: F811
+    """A spool limit the extractor refuses: `hsmon online` says the extractor's own fix, not only
+    where its log is."""
+    data = make_dataset(tmp_path / "data.jsonl", 16, min_lines=1, max_lines=2)
+    out = tmp_path / "online"
+    proc = subprocess.run(online_argv(data, out, tiny_model, "--chunk-size", "8", "--spool-max", "20k"),
+                          capture_output=True, text=True, timeout=300, env=extract_env())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said.startswith("hsmon online: the extraction failed (status 2): "), said
+    assert "give --spool-max of at least " in said and f"(see {out / 'extract.log'})" in said, said
 
 
 def test_spool_max_goes_to_the_extractor_only_when_it_lists_it():
@@ -135,7 +153,9 @@ def test_a_trainer_ending_at_max_steps_while_the_spool_is_full_ends_online(tmp_p
                            "extraction waits for spool room"), proc.stdout
     assert "--resume" in last
     ledger = spool.read_ledger(out / "spool")
-    assert ledger.ended == "stopped" and ledger.ended_reason == "max_steps"
+    # a limit the user set is a normal end: the ledger says done (as the trainer's events), with why
+    assert ledger.ended == "done" and ledger.ended_reason == "max_steps"
+    assert [e["kind"] for e in events_of(spool.train_events_path(out / "spool"))][-1] == "done"
     kinds = [e["kind"] for e in events_of(out / "extract-events.jsonl")]
     assert kinds[-1] == "stopped" and "pause" in kinds  # the extraction stopped, not finished
     assert len(read_manifest(out / "spool").rows) < 80
@@ -172,3 +192,34 @@ def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(
     (page,) = critical_hints(job)
     assert f"the trainer (PID {trainer.pid}) ended (training ended by --max-steps at step 2)" in page, page
     assert f"`hsmon train {spool_dir} --follow --resume`" in page and "will never come" in page
+
+
+def test_on_a_terminal_one_line_for_both_sides_is_redrawn(tmp_path):
+    """A real pseudo-terminal: the line starts with a carriage return (redrawn in place), names
+    both sides and what each waits for, and ends with a newline before any other line."""
+    import os
+    import pty
+    import select
+
+    from hsmon.contracts import events as ev
+    from hsmon.online_progress import Progress
+
+    (tmp_path / "spool").mkdir()
+    with ev.EventWriter("x", str(tmp_path / "extract-events.jsonl")) as writer:
+        writer.emit(ev.START, rows_total=100, tokens_total=1000)
+        writer.emit(ev.ROWS, rows=10, tokens=100, rows_done=10, tokens_done=100)
+        writer.emit(ev.PAUSE, reason="spool")
+    main, side = pty.openpty()
+    with os.fdopen(side, "w") as stream:
+        progress = Progress(tmp_path, 30.0, stream)
+        assert progress.terminal
+        progress.tick(time.monotonic() + 2)  # a terminal redraws every second, not every 30 s
+        progress.end_line()
+        said = ""
+        while not said.endswith("\r\n"):  # a pseudo-terminal may hand the line over in pieces
+            ready, _, _ = select.select([main], [], [], 10)
+            assert ready, f"no more from the terminal after {said!r}"
+            said += os.read(main, 4096).decode()
+    os.close(main)
+    assert said.startswith("\rextraction: 10 / 100 rows (10 %), paused: the spool is full"), said
+    assert "| training: starting" in said and said.endswith("\r\n"), said

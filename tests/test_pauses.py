@@ -1,4 +1,4 @@
-"""One pause protocol for disk, shm and server (extractor/pauses.py): each reason begins and ends
+"""One pause protocol for disk, shm and server (hsmon/contracts/pauses.py): each reason begins and ends
 once, and one reason's resume never clears another's pause."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 import threading
 from pathlib import Path
 
-from extractor.pauses import Pause
 from extractor.writer import ChunkBook, Progress, RowWriter
 from hsmon.contracts import events as ev
+from hsmon.contracts.pauses import Pause
 
 
 def kinds(path: Path) -> list[dict]:

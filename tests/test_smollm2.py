@@ -197,7 +197,8 @@ def test_kill_9_then_resume_is_tensor_equal(work, dataset, extracted):
 
 
 def train_args(data: Path, out: Path, *extra: str) -> list[str]:
-    return ["train", str(data), "--target-model", "smollm2", "--out", str(out),
+    """No --target-model: the trainer reads the model from the extraction's manifest."""
+    return ["train", str(data), "--out", str(out),
             "--max-steps", str(TRAIN_STEPS), "--draft-vocab-size", str(DRAFT_VOCAB),
             "--batch-tokens", "1024", "--lr", "1e-3", "--checkpoint-every", "2",
             "--threads", "1", "--heartbeat", "0.5", *extra]  # fmt: skip
@@ -237,6 +238,8 @@ def test_train_resumes_exactly_after_sigterm(work, extracted, trained):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    start = next(e for e in iter_events(events) if e["kind"] == "start")
+    assert start["target_model"].endswith("smollm2-135m-instruct"), start  # the manifest's model
     stopped = [e for e in iter_events(events) if e["kind"] == "stopped"]
     assert stopped and stopped[0]["step"] < TRAIN_STEPS
     hsmon(*train_args(extracted, cut, "--events", str(events), "--resume"))
@@ -290,6 +293,25 @@ def test_eval_drafter_equals_plain_greedy(work, exported, gguf_reference):  # no
         assert set(lengths) == {"1", "2"} and all(1.0 <= v <= 3.0 for v in lengths.values()), lengths
 
 
+def test_eval_drafter_finds_the_target_its_training_names(work, trained):
+    """No --target-model: eval-drafter reads the target from the training's checkpoint (the
+    smollm2 directory the manifest gave the trainer); a wrong one is refused in one line."""
+    prompts = work / "one-prompt.jsonl"
+    prompts.write_text(json.dumps({"messages": REFERENCE_PROMPTS[0]}) + "\n")
+    proc = hsmon("eval-drafter", "--drafter", str(trained), "--prompts", str(prompts), "--depth", "1",
+                 "--max-new-tokens", "4", "--threads", "1", "--json")  # fmt: skip
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["outputs_match_greedy"] is True
+    wrong = subprocess.run(
+        [sys.executable, "-m", "hsmon", "eval-drafter", "--drafter", str(trained), "--target-model",
+         "embedded", "--prompts", str(prompts), "--depth", "1", "--max-new-tokens", "4", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    error = wrong.stderr.strip().splitlines()[-1]
+    assert "trained for a target with vocabulary 49152 and hidden size 576" in error, wrong.stderr[-2000:]
+    assert "Traceback" not in wrong.stderr and "--target-model" in error
+
+
 # -- SGLang serves the converted model ------------------------------------------------------------
 
 
@@ -341,6 +363,52 @@ def test_sglang_serves_the_converted_model_with_transformers_greedy_answers(sgla
         params = {"max_new_tokens": len(want["greedy"]), "temperature": 0}
         got = sglang_smollm2.generate({"input_ids": want["ids"], "sampling_params": params})
         assert got["output_ids"] == want["greedy"], (got["text"], want["text"])
+
+
+@pytest.fixture(scope="module")
+def eagle3_export(work, smollm2_dir) -> Path:  # noqa: F811
+    """An EAGLE 3 drafter with SmolLM2's shapes and random weights (a draft vocabulary of the first
+    DRAFT_VOCAB ids), exported: the module's trained drafter is EAGLE 3.1, hsmon train's default."""
+    import torch
+
+    from trainer.export import export_checkpoint
+    from trainer.model import DrafterConfig, Eagle3Drafter
+
+    target = json.loads((smollm2_dir / "config.json").read_text())
+    cfg = DrafterConfig.from_target_config(target, DRAFT_VOCAB, 3)
+    cfg.set_arch("eagle3")
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(cfg)
+    t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    t2d[:DRAFT_VOCAB] = True
+    drafter.set_vocab(torch.zeros(DRAFT_VOCAB, dtype=torch.long), t2d)
+    state = {k: v for k, v in drafter.state_dict().items() if not k.startswith("embed_tokens.")}
+    ckpt = {"model": state, "drafter_config": cfg.to_dict(), "aux_layer_ids": [1, 14, 26]}
+    torch.save(ckpt, work / "e3.pt")
+    return export_checkpoint(work / "e3.pt", work / "e3-export", "float32")
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("arch", ["eagle3.1", "eagle3"])
+def test_speculative_decoding_on_smollm2_equals_plain_greedy(arch, work, exported, eagle3_export,
+                                                            smollm2_dir, gguf_reference):  # noqa: F811
+    """`hsmon sglang-serve --draft` of each architecture's export on the real SmolLM2: greedy output
+    token for token the model's own (the GGUF-loaded model's, which the plain SGLang server equals:
+    test_sglang_serves_the_converted_model_with_transformers_greedy_answers)."""
+    from spec_servers import spec_server
+
+    drafter = exported if arch == "eagle3.1" else eagle3_export
+    assert json.loads((drafter / "config.json").read_text())["fc_norm"] is (arch == "eagle3.1")
+    server = spec_server(work, drafter, model=smollm2_dir).start()
+    try:
+        assert server.server_info()["speculative_draft_model_path"] == str(drafter.resolve())
+        for want in gguf_reference:
+            params = {"max_new_tokens": len(want["greedy"]), "temperature": 0}
+            got = server.generate({"input_ids": want["ids"], "sampling_params": params}, timeout=600)
+            assert got["output_ids"] == want["greedy"], (arch, got["text"], want["text"])
+            assert got["meta_info"]["spec_verify_ct"] >= 1
+    finally:
+        server.stop()
 
 
 @pytest.mark.sglang

@@ -3,7 +3,7 @@ checkpoint."""
 
 from __future__ import annotations
 
-from hsmon.contracts import layout, spool
+from hsmon.contracts import layout, spool, spool_fill
 
 
 def _append(out, *records):
@@ -27,7 +27,7 @@ def test_ledger_totals_and_voided_passes_after_a_lost_checkpoint(tmp_path):
     assert ledger.ended is None
     _append(tmp_path, {"type": "done", "ts": 5.0, "step": 30})
     assert reader.poll().ended == "done"
-    assert spool.waiting_bytes(1000, ledger) == 700
+    assert spool_fill.ledger_level(1000, 10, ledger, None).waiting_bytes == 700
 
 
 def test_monitor_reader_keeps_no_row_counts_and_a_spool_reads_its_limit(tmp_path):

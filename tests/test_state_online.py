@@ -162,7 +162,14 @@ def test_both_sides_stopped_on_request_is_stopped_never_done():
 def test_both_sides_waiting_on_each_other_for_stall_after_is_the_pipeline_stopped():
     tr = trainer(paused_reason="rows", waiting_since_ts=NOW - 2 * STALL)
     d = decide(snap(facts(tr, producer_paused_since_ts=NOW - 3 * STALL)))
-    assert d.state == "stalled" and "pipeline-stopped" in ids(d)
+    assert d.state == "stalled" and "pipeline-stopped" in ids(d) and "raise --spool-max" in d.reason
+    # complete chunks the trainer finished but left unconsumed (a kill between its checkpoint and
+    # its consumed records): the limit is not the cause, the advice is the trainer's --resume
+    d = decide(snap(facts(tr, producer_paused_since_ts=NOW - 3 * STALL, chunks_complete=9,
+                          chunks_consumed=7)))
+    assert d.state == "stalled" and "--resume" in d.reason and "raise --spool-max" not in d.reason
+    d = decide(snap(facts(tr, producer_paused_since_ts=NOW - 3 * STALL, consume=False)))
+    assert "--consume" in d.reason and "raise --spool-max" not in d.reason
     young = trainer(paused_reason="rows", waiting_since_ts=NOW - STALL + 5)
     assert decide(snap(facts(young, producer_paused_since_ts=NOW - 3 * STALL))).state == "running"
 

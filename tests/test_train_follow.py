@@ -26,6 +26,7 @@ from extract_helpers import (  # noqa: F401
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest, read_row_records
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
+from trainer.fed_rows import FED_ROWS_ENV, read_fed_rows
 from trainer.model import DEFAULT_ARCH
 from trainer.window import HeldOut
 
@@ -40,10 +41,19 @@ def trainer_cmd(spool_dir: Path, out: Path, model: Path, *extra: str) -> list[st
             "--eval-fraction", "0.1", *extra]
 
 
+def fed_log(spool_dir: Path) -> Path:
+    """Where the trainers of a spool's test log the rows each taken step fed (trainer/fed_rows.py)."""
+    return spool_dir.parent / "fed-rows"
+
+
+def trainer_env(spool_dir: Path, **more: str) -> dict[str, str]:
+    return {**extract_env(), FED_ROWS_ENV: str(fed_log(spool_dir)), **more}
+
+
 def start_trainer(spool_dir: Path, out: Path, model: Path, *extra: str,
                   env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(trainer_cmd(spool_dir, out, model, *extra), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**extract_env(), **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env=trainer_env(spool_dir, **(env or {})))
 
 
 def wait_until(predicate, what: str, proc: subprocess.Popen[str] | None = None, timeout: float = 120) -> None:
@@ -77,7 +87,8 @@ def held_rule(spool_dir: Path) -> HeldOut:
 
 
 def assert_every_row_exactly_e(spool_dir: Path) -> None:
-    """Per the ledger: every training row of the manifest E passes, no other row any; training rows'
+    """Per the batches the model was fed (the surviving taken steps' rows, trainer/fed_rows.py) and
+    per the ledger: every training row of the manifest E passes, no other row any; training rows'
     files gone (every chunk consumed), held-out rows' files kept."""
     ledger = spool.read_ledger(spool_dir)
     records = read_row_records(spool_dir)
@@ -85,6 +96,7 @@ def assert_every_row_exactly_e(spool_dir: Path) -> None:
     training = {r for r in records if not rule.holds(r)}
     held = set(records) - training
     assert held and training
+    assert dict(read_fed_rows(fed_log(spool_dir))) == dict.fromkeys(training, PASSES)
     assert {r: n for r, n in ledger.passes.items() if n} == dict.fromkeys(training, PASSES)
     assert ledger.ended == "done"
     assert ledger.consumed_chunks == set(read_manifest(spool_dir).chunks)
@@ -241,7 +253,7 @@ def test_two_extraction_shards_and_two_ddp_ranks_share_one_spool(tmp_path, tiny_
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 "-m", "hsmon", *trainer_cmd(spool_dir, out, tiny_model)[3:]]
     trainer = subprocess.Popen(torchrun, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env=extract_env())
+                               env=trainer_env(spool_dir))
     shards = [start_extract(data, spool_dir, tiny_model, *CHUNK, "--shard", f"{i}/2",
                             events=tmp_path / f"extract-{i}.jsonl") for i in range(2)]
     try:

@@ -149,3 +149,28 @@ def _clean() -> Path:
     from extractor.embedded_target import ensure_embedded_target
 
     return ensure_embedded_target()
+
+
+def test_a_following_trainer_credits_no_pass_for_a_skipped_step(nan_target, tmp_path):
+    """Every batch of this spool holds a row whose loss is NaN under the corrupted target: every
+    step is skipped. No pass is credited for a step that did not update the weights (the ledger
+    says each skip), so no row reaches E and nothing leaves the spool; the run stops after
+    --max-skipped-steps in a row. (Crediting skipped steps ended this run `done`, every row at E
+    in the ledger, on a drafter never trained.)"""
+    from test_train_follow import fed_log, trainer_cmd, trainer_env
+
+    from hsmon.contracts import spool
+    from trainer.fed_rows import read_fed_rows
+
+    dataset = token_rows(tmp_path / "rows.jsonl", 16, {5, 11})
+    spool_dir = tmp_path / "spool"
+    proc = run_extract(dataset, spool_dir, _clean(), "--chunk-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    cmd = trainer_cmd(spool_dir, tmp_path / "run", nan_target, "--eval-fraction", "0",
+                      "--max-skipped-steps", "3", "--checkpoint-every", "1")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=trainer_env(spool_dir))
+    assert run.returncode != 0 and "not finite in 3 steps in a row" in run.stderr, run.stderr[-2000:]
+    ledger = spool.read_ledger(spool_dir)
+    assert ledger.skipped_steps == 3 and not any(ledger.passes.values()) and not ledger.consumed_chunks
+    assert not read_fed_rows(fed_log(spool_dir))  # no batch trained the model
+    assert len(list(spool_dir.glob("rows_*/data_*.ckpt"))) == 16  # nothing deleted

@@ -115,3 +115,63 @@ async def test_the_training_form_offers_follow_for_an_online_extraction_only() -
             assert (values["follow"], values["consume"]) == (("yes", "yes") if shown_follow else ("no", "no"))
             text = "\n".join(screen_lines(app.export_screenshot()))
             assert ("writes a spool: follow = yes trains on its chunks" in text) is shown_follow
+
+
+def streaming() -> list[dict[str, Any]]:
+    """A streaming online job as the daemon shows it: the extractor paused on a full spool, the
+    trainer (the bottleneck) running with 40 minutes of steps left, so the job's ETA is the
+    trainer's; both sides among its processes; more events than the events panel holds."""
+    docs = documents(False)
+    for doc in docs:
+        job = doc["jobs"][0]
+        job["online"]["producer"]["eta_s"] = 4.0
+        job["online"]["consumer"]["eta_s"] = 2400.0
+        job["progress"]["eta_s"] = 2400.0
+        extractor = job["processes"][0]
+        job["processes"] = [extractor, dict(extractor, role="trainer", pid=5151, cpu_percent=98.5,
+                                            rss_bytes=2_100_000_000)]
+        ts = job["recent_events"][-1]["ts"]
+        job["recent_events"] = job["recent_events"] + [
+            {"v": 1, "ts": ts + 0.1 * i, "job": "extract", "kind": "heartbeat", "rows_done": 181,
+             "rows_total": 300} for i in range(30)]
+    return docs
+
+
+def panel_rows(lines: list[str], title: str) -> list[str]:
+    """The rows of the panel whose top border carries ``title`` (borders excluded)."""
+    top = next(i for i, line in enumerate(lines) if f"─ {title}" in line)
+    bottom = next(i for i in range(top + 1, len(lines)) if lines[i].lstrip().startswith("╰"))
+    return lines[top + 1:bottom]
+
+
+SCROLL_GLYPHS = set("▁▂▃▄▅▆▇")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
+async def test_a_streaming_online_job_at_each_size(size: tuple[int, int]) -> None:
+    """The header's ETA is the slower side's and says so; the processes panel lists both sides;
+    the online panel's lines are whole where the terminal has room (the whole width from 120
+    columns); the events panel draws no half-cell scrollbar glyph at its edge."""
+    app = run_app(False, streaming())
+    async with app.run_test(size=size) as pilot:
+        await shown(pilot)
+        lines = screen_lines(app.export_screenshot())
+        text = "\n".join(lines)
+        assert "RUNNING  extract (extract + train)  elapsed 7s  ETA 40m (training)" in text
+        online = "\n".join(panel_rows(lines, "online: the spool and both sides"))
+        assert "19.4 MB of 20.0 MB (97 %), 84 rows waiting" in online, online
+        assert "spool full: waiting for the trainer to consume rows" in online
+        assert "ETA 40m, PID 5151" in online and "ETA 4s" in online
+        if size[0] >= 120:
+            assert "…" not in online, online
+        if size[1] >= 40:  # at 80x24 the page scrolls: the panels below are out of sight
+            procs = [r.split()[1] for r in panel_rows(lines, "processes") if r.split()[1:2]]
+            assert procs[1:] == ["extractor", "trainer"], procs
+            events = panel_rows(lines, "events")
+            assert len(events) >= 5 and not SCROLL_GLYPHS & set("".join(r[-3:] for r in events)), events
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
+def test_snapshot_of_a_streaming_online_job(snap_compare, size: tuple[int, int]) -> None:
+    assert snap_compare(run_app(False, streaming()), terminal_size=size, run_before=shown)

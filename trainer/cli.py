@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from hsmon.contracts import train_defaults as defaults
+from hsmon.contracts.heldout import DEFAULT_EVAL_FRACTION
 
 
 def _positive_int(text: str) -> int:
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target-model",
         metavar="DIR",
         default=None,
-        help="the target's Hugging Face directory (default: the embedded target)",
+        help="the target's Hugging Face directory (default: the model the data was extracted from, as its "
+        "manifest records it, else the embedded target)",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="where checkpoints and the data index go")
     parser.add_argument("--epochs", type=_positive_int, default=None,
@@ -72,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=_positive_int, default=2048, help="truncate rows to N tokens")
     parser.add_argument("--warmup-ratio", type=float, default=0.03, help="share of steps spent warming up")
     parser.add_argument("--grad-clip", type=float, default=0.5, help="gradient-norm clipping")
-    parser.add_argument("--eval-fraction", type=float, default=0.05, help="share of rows held out")
+    parser.add_argument("--eval-fraction", type=float, default=DEFAULT_EVAL_FRACTION,
+                        help="share of rows held out")
     parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (and at the end)")
     parser.add_argument("--checkpoint-every", type=int, default=1000, help="checkpoint every N steps")
     parser.add_argument("--keep-checkpoints", type=_positive_int, default=2, help="checkpoints kept")
@@ -134,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.data import DataError
     from trainer.nonfinite import NonFiniteError
     from trainer.settings import TrainSettings
-    from trainer.target import TargetError, resolve_target
+    from trainer.target import TargetError, extracted_from, resolve_target
     from trainer.train import train
 
     if not args.follow and (args.consume or args.passes != 1):
@@ -148,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        target = resolve_target(args.target_model)
+        target = resolve_target(args.target_model or extracted_from(Path(args.data_dir)))
         settings = TrainSettings(
             data_dir=Path(args.data_dir),
             target=target,

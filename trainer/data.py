@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from hsmon.contracts.heldout import is_held_out
 from hsmon.contracts.layout import (
     MANIFEST_GLOB,
     manifest_chunk_error,
@@ -87,11 +88,6 @@ def load_row(path: str | Path) -> dict[str, torch.Tensor]:
     if missing:
         raise DataError(f"{path}: row file lacks {', '.join(missing)}; it is not EAGLE-3 training data")
     return data
-
-
-def is_held_out(row: int, eval_fraction: float) -> bool:
-    """Deterministic split by row number (a resumed or re-run training sees the same split)."""
-    return ((row * 2654435761) % 2**32) / 2**32 < eval_fraction
 
 
 @dataclass

@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target-model",
         metavar="DIR",
         default=None,
-        help="the target's Hugging Face directory (default: the embedded target)",
+        help="the target's Hugging Face directory (default: the one a training --out's checkpoint names, "
+        "else the embedded target)",
     )
     parser.add_argument(
         "--prompts",
@@ -64,6 +65,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`hsmon daemon --events FILE` and the TUI follow the measurement as a job",
     )
     parser.add_argument("--job", default="eval-drafter", help="job id in the events (default eval-drafter)")
+    parser.add_argument("--engine", choices=("hsmon", "sglang"), default="hsmon",
+                        help="hsmon: this evaluator alone (depths 1..DEPTH); sglang: the acceptance that "
+                        "SGLang reports while it serves the drafter (spec_accept_length per prompt) beside "
+                        "this evaluator and n-gram at the server's depth (docs/serve-drafter.md)")
+    parser.add_argument("--server", metavar="URL", default=None,
+                        help="with --engine sglang: a running speculative server (hsmon sglang-serve "
+                        "--draft); default: start one for --drafter with --depth drafted tokens per verify, "
+                        "then stop it")
+    parser.add_argument("--tolerance", type=float, default=0.15,
+                        help="with --engine sglang: the relative engine/evaluator difference reported as a "
+                        "finding (default 0.15)")
 
 
 class PromptError(ValueError):
@@ -143,7 +155,7 @@ def _load_export(path: Path, target: Path):
     from safetensors.torch import load_file
 
     from trainer.model import DrafterConfig, Eagle3Drafter
-    from trainer.target import load_embed_and_head
+    from trainer.target import TargetError, load_embed_and_head
 
     config = json.loads((path / "config.json").read_text())
     cfg = DrafterConfig(
@@ -167,6 +179,12 @@ def _load_export(path: Path, target: Path):
         k: v.float() if v.is_floating_point() else v for k, v in load_file(path / "model.safetensors").items()
     }
     embed, _ = load_embed_and_head(target)
+    if tuple(embed.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise TargetError(
+            f"{path}: this drafter was trained for a target with vocabulary {cfg.vocab_size} and hidden size "
+            f"{cfg.hidden_size}; {target} has {embed.shape[0]} and {embed.shape[1]}: pass the --target-model "
+            "it was trained on"
+        )
     state["embed_tokens.weight"] = embed
     drafter.load_state_dict(state, strict=True)
     recorded = (config.get("hsmon_capture") or {}).get("capture_points")
@@ -282,7 +300,7 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from trainer.target import TargetError, resolve_target
+    from trainer.target import TargetError, resolve_target, trained_for
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -290,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         print("hsmon eval-drafter: --depth must be at least 1", file=sys.stderr)
         return 2
     try:
-        target_dir = resolve_target(args.target_model)
+        target_dir = resolve_target(args.target_model or trained_for(Path(args.drafter)))
         tokenize = chat = None
         try:
             from transformers import AutoTokenizer
@@ -315,6 +333,10 @@ def run(args: argparse.Namespace) -> int:
             raise PromptError(
                 f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
             )
+        if args.engine == "sglang":
+            from trainer.engine_eval import run_engine
+
+            return run_engine(args, sets, drafter_dir, target_dir, evaluate)
         events = _Progress(args, drafter_dir, target_dir, sum(len(p) for p in sets.values()))
         results = {
             name: evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max,

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 from hsmon.contracts import events as ev
+from hsmon.contracts import spool_fill
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.spool_ledger import LedgerWriter
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import Batch, DataError, DataIndex, collate
@@ -33,19 +35,19 @@ from trainer.follow_budget import StepBudget
 from trainer.follow_setup import (
     Arrival,
     LedgerState,
-    RowsPause,
     checkpoint_saves,
     delete_rows,
     expected_training_rows,
     first_index,
     open_ledger,
     poll_spool,
+    rows_pause,
     setup_sample,
     share,
     step_budget,
 )
 from trainer.loop import Cursor, Interval, Training
-from trainer.nonfinite import LossGuard
+from trainer.nonfinite import LossGuard, NonFiniteError
 from trainer.runtime import Dist, Heartbeat, exit_status, stopped_fields
 from trainer.settings import TrainSettings
 from trainer.window import ChunkRows, SpoolSource, Window
@@ -89,7 +91,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     state = share(world, state)
     assert state is not None
     source = SpoolSource(settings.data_dir, settings.max_length, state.heldout) if world.main else None
-    pause = RowsPause(writer)
+    pause = rows_pause(writer)
     arrived: list[ChunkRows] = []
     first: ChunkRows | None = None
     plan_rows = None
@@ -111,7 +113,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                 if arrival.ended:
                     raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
                 pause.begin("no complete chunk in the spool yet (or, with --spool-max, rows for half of it)",
-                            waiting_for="first chunk")
+                            "the extraction's first chunk", settings.follow_poll_s, waiting_for="first chunk")
                 time.sleep(settings.follow_poll_s)
     finally:
         heartbeat.close()
@@ -187,7 +189,7 @@ class FollowRun:
 
     def __init__(self, settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                  training: Training, window: Window, source: SpoolSource | None,
-                 ledger: LedgerWriter | None, pause: RowsPause, consumed: set[str]) -> None:
+                 ledger: LedgerWriter | None, pause: Pause, consumed: set[str]) -> None:
         self.settings, self.world, self.writer = settings, world, writer
         self.training, self.window, self.source = training, window, source
         self.ledger, self.pause = ledger, pause
@@ -196,17 +198,19 @@ class FollowRun:
         self.training.held_rows = window.held
         self.starved = False
         self.deleted_rows = 0
-        self.consumed_bytes = 0
+        self.consumed_bytes = self.consumed_rows = 0  # what the ledger's consumed records hold
         self.waited_s = 0.0  # --time-limit counts seconds of steps: the waits for rows move it on
         self.budget: StepBudget | None = None
         self.kill_counts: dict[str, int] = {}
         self.saves = 0  # trained records this training wrote (the checkpoint keeps the count)
+        self.skipped_steps = 0  # steps skipped for non-finite values (no pass credited)
 
     def admit(self, chunk: ChunkRows) -> None:
         consumed = chunk.name in self.consumed_before
         self.window.add(chunk, consumed=consumed)
         if consumed:
             self.consumed_bytes += chunk.train_bytes
+            self.consumed_rows += len(chunk.train)
         if consumed and self.world.main:  # a kill between the consumed record and the deletion
             delete_rows([r for r in chunk.train if os.path.exists(r.path)])
 
@@ -232,7 +236,8 @@ class FollowRun:
             heartbeat.close()
         self.save(force=True)
         if self.ledger is not None:
-            self.ledger.ended("done" if ended == "done" else "stopped", cursor.step, reason=ended)
+            # a limit the user set (--max-steps, --time-limit) is a normal end, as its done event says
+            self.ledger.ended("stopped" if ended == "stopped" else "done", cursor.step, reason=ended)
         if ended == "stopped":
             if self.writer:
                 fields = stopped_fields(self.training.stop_requested, cursor.step, None, FOLLOW_RESUME)
@@ -262,7 +267,8 @@ class FollowRun:
         if self._thin(arrival):
             self._wait(arrival, "the replay window is thin", soft=True)
             return None
-        self.pause.end(rows_on_hand=len(self.window.active))
+        on_hand = len(self.window.active)
+        self.pause.end(f"{on_hand} rows on hand", rows_on_hand=on_hand)
         if self._spool_filling(arrival):
             self.save()
         return self._step(guard, counters, interval, deadline, arrival.ended)
@@ -273,8 +279,9 @@ class FollowRun:
         extractor has to pause."""
         if not (self.settings.follow_consume and arrival.spool_limit):
             return False
-        waiting = arrival.row_bytes - self.consumed_bytes
-        return waiting * 2 >= arrival.spool_limit and bool(self.window.finished_chunks())
+        level = spool_fill.level(arrival.row_bytes, arrival.rows, self.consumed_bytes, self.consumed_rows,
+                                 arrival.spool_limit)
+        return level.half_full and bool(self.window.finished_chunks())
 
     def _thin(self, arrival: Arrival) -> bool:
         """Wait (while rows keep coming) rather than draw from fewer rows than a window half full:
@@ -290,7 +297,7 @@ class FollowRun:
         if self.settings.follow_consume and self.window.finished_chunks():
             self.save()
         if not soft:
-            self.pause.begin(f"{why}; waiting for the extraction's next chunk",
+            self.pause.begin(why, "the extraction's next chunk", self.settings.follow_poll_s,
                              rows_seen=self.window.rows_seen)
         self.starved = not arrival.chunks or soft
         slept = time.monotonic()
@@ -304,12 +311,17 @@ class FollowRun:
         drawn = [r.row for batch in batches for r in batch]
         mine = batches[world.rank]
         batch = collate(mine) if mine else _masked(collate([next(r for b in batches for r in b)]))
-        stop = training._step(batch, guard, counters, interval)
-        self.window.credit(drawn)  # a skipped (non-finite) step's rows had their batch too
+        try:
+            stop = training._step(batch, guard, counters, interval)
+        except NonFiniteError:  # one skip too many in a row: this one is in the ledger too
+            self._skipped(len(drawn))
+            raise
+        if stop is None:  # skipped (non-finite): the weights did not move, no pass is credited
+            self._skipped(len(drawn))
+            return None
+        self.window.credit(drawn)
         if stop:
             return "stopped"
-        if stop is None:
-            return None
         step = training.cursor.step
         if self.budget is not None:
             budget = self.budget.update(step, len(drawn), self.window, ended)
@@ -324,6 +336,11 @@ class FollowRun:
             training.evaluate_and_emit()
         return None
 
+    def _skipped(self, rows: int) -> None:
+        self.skipped_steps += 1
+        if self.ledger is not None:
+            self.ledger.skipped(self.training.cursor.step, rows)
+
     def save(self, force: bool = False) -> None:
         """The ledger's ``trained`` record, then the checkpoint, then (--consume) the finished chunks."""
         cursor = self.training.cursor
@@ -331,10 +348,8 @@ class FollowRun:
             if self.settings.follow_consume:
                 self._consume()  # chunks the saved step finished (none new to checkpoint)
             return
-        pending = self.window.take_pending()
-        # at the end, passes of steps skipped since the last checkpoint (non-finite) are written
-        # too, with that checkpoint written again at the same step so that the two agree
-        if cursor.step != self.saved_step or (force and pending):
+        pending = self.window.take_pending()  # passes of taken steps only: they moved the step
+        if cursor.step != self.saved_step:
             self.saves += 1
             if self.ledger is not None:
                 self.ledger.trained(cursor.step, pending, save=self.saves)
@@ -345,9 +360,6 @@ class FollowRun:
             self.training.checkpoint()
             _kill_point("checkpoint", self.kill_counts)
             self.saved_step = cursor.step
-        elif pending:  # passes of skipped steps only: nothing new to checkpoint, keep them
-            for row, n in pending.items():
-                self.window.pending[row] = self.window.pending.get(row, 0) + n
         if self.settings.follow_consume:
             self._consume()
 
@@ -357,6 +369,7 @@ class FollowRun:
                 continue
             state.consumed = True
             self.consumed_bytes += state.rows.train_bytes
+            self.consumed_rows += len(state.rows.train)
             if self.ledger is not None:
                 chunk = state.rows
                 self.ledger.consumed(chunk.name, len(chunk.train), chunk.train_bytes)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ import torch.distributed as dist
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import spool
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.spool_ledger import LedgerWriter, first_start
 from hsmon.contracts.token_counts import read_token_counts
 from trainer.data import VOCAB_SAMPLE_ROWS, DataError, DataIndex, RowRef, load_row, plan_epoch
@@ -118,42 +117,26 @@ class Arrival:
     stop: bool
     spool_limit: int | None = None  # `hsmon extract --spool-max`, when the spool has one
     row_bytes: int = 0  # bytes of the rows the manifests count
+    rows: int = 0  # the rows the manifests count
 
 
 def poll_spool(world: Dist, source: SpoolSource | None, stop: bool) -> Arrival:
     if world.main:
         assert source is not None
         chunks = source.poll()
+        written = source.written
         local = Arrival(chunks, source.ended(), source.plan_rows(), stop,
-                        spool.read_spool_limit(source.data_dir), source.row_bytes)
+                        spool.read_spool_limit(source.data_dir), written.bytes, len(written.rows))
     else:
         local = Arrival([], False, None, stop)
     arrival: Arrival = share(world, local)
     return arrival
 
 
-class RowsPause:
-    """The trainer's ``pause``/``resume`` events with reason "rows" (rank 0), and its stderr lines."""
-
-    def __init__(self, writer: ev.EventWriter | None) -> None:
-        self.writer = writer
-        self.since: float | None = None
-
-    def begin(self, why: str, **fields: Any) -> None:
-        if self.since is not None:
-            return
-        self.since = time.monotonic()
-        if self.writer:
-            self.writer.emit(ev.PAUSE, reason=spool.PAUSE_ROWS, **fields)
-            print(f"hsmon train: paused (rows): {why}", file=sys.stderr, flush=True)
-
-    def end(self, **fields: Any) -> None:
-        if self.since is None:
-            return
-        waited, self.since = time.monotonic() - self.since, None
-        if self.writer:
-            self.writer.emit(ev.RESUME, reason=spool.PAUSE_ROWS, paused_seconds=round(waited, 3), **fields)
-            print(f"hsmon train: resumed (rows) after {waited:.1f}s", file=sys.stderr, flush=True)
+def rows_pause(writer: ev.EventWriter | None) -> Pause:
+    """The trainer's ``pause``/``resume`` events with reason "rows" and its stderr lines (the one
+    pause protocol, hsmon.contracts.pauses; rank 0 speaks, the other ranks are given no writer)."""
+    return Pause(spool.PAUSE_ROWS, writer, prefix="hsmon train: ")
 
 
 def setup_sample(arrived: list[ChunkRows], arrival: Arrival) -> ChunkRows | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.contracts import train_defaults as defaults
+from hsmon.contracts.heldout import DEFAULT_EVAL_FRACTION
 from trainer.nonfinite import DEFAULT_MAX_BAD_FRACTION, DEFAULT_MAX_SKIPS_IN_A_ROW
 
 
@@ -32,7 +33,7 @@ class TrainSettings:
     weight_decay: float = 0.0
     grad_clip: float = 0.5
     max_length: int | None = 2048
-    eval_fraction: float = 0.05
+    eval_fraction: float = DEFAULT_EVAL_FRACTION
     eval_every: int = 0
     eval_batches: int = 50
     checkpoint_every: int = 1000

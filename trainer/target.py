@@ -34,6 +34,41 @@ def resolve_target(path: str | None) -> Path:
         raise TargetError(str(exc)) from None
 
 
+def extracted_from(data_dir: Path) -> str | None:
+    """The model an `hsmon extract` output says it came from (its manifest's first record), when
+    that model is a directory here; None otherwise (another layout, or a server's remote path)."""
+    from hsmon.contracts.layout import MANIFEST_NAME
+
+    try:
+        with open(data_dir / MANIFEST_NAME, "rb") as manifest:
+            first = json.loads(manifest.readline() or b"{}")
+    except (OSError, ValueError):
+        return None
+    settings = first.get("settings") if isinstance(first, dict) else None
+    model = settings.get("model") if isinstance(settings, dict) else None
+    if isinstance(model, str) and (Path(model) / "config.json").is_file():
+        return model
+    return None
+
+
+def trained_for(drafter: Path) -> str | None:
+    """The target a training output's newest checkpoint names (the --target-model it trained
+    with), when that directory is here; None for an export or anything else."""
+    if (drafter / "model.safetensors").is_file():
+        return None
+    from trainer.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(drafter) if drafter.is_dir() else drafter if drafter.is_file() else None
+    if checkpoint is None:
+        return None
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError):
+        return None
+    model = state.get("target_model") if isinstance(state, dict) else None
+    return model if isinstance(model, str) and (Path(model) / "config.json").is_file() else None
+
+
 def load_target_config(target: Path) -> dict[str, Any]:
     config = json.loads((target / "config.json").read_text())
     if "text_config" in config and "hidden_size" not in config:

@@ -17,7 +17,6 @@ chunks finish (and with --consume leave the spool) in order.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 from collections import deque
@@ -26,37 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from hsmon.contracts import layout
+from hsmon.contracts.heldout import HeldOut
 from hsmon.contracts.manifest_reader import JsonlTail
-from trainer.data import RowRef, check_chunk_name, is_held_out, load_row
+from hsmon.contracts.spool_fill import RowBytes
+from trainer.data import RowRef, check_chunk_name, load_row
 from trainer.nonfinite import row_stats_nonfinite, tensors_finite
-
-# the held-out rule's default cap: evaluation rows are never consumed, so they stay in the spool
-DEFAULT_HELDOUT_ROWS = 256
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """The rule that chooses evaluation rows, fixed at the first start (the ledger's ``heldout``):
-    row i is held out when i < below_row and hash(i) falls under ``fraction`` (trainer.data.is_held_out,
-    the offline trainer's hash)."""
-
-    fraction: float
-    below_row: int
-
-    @classmethod
-    def new(cls, fraction: float, max_rows: int = DEFAULT_HELDOUT_ROWS) -> HeldOut:
-        below = math.ceil(max_rows / fraction) if fraction > 0 else 0
-        return cls(fraction, below)
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> HeldOut:
-        return cls(float(record.get("fraction", 0.0)), int(record.get("below_row", 0)))
-
-    def to_record(self) -> dict[str, Any]:
-        return {"rule": "hash", "fraction": self.fraction, "below_row": self.below_row}
-
-    def holds(self, row: int) -> bool:
-        return self.fraction > 0 and row < self.below_row and is_held_out(row, self.fraction)
 
 
 @dataclass
@@ -80,7 +53,7 @@ class SpoolSource:
         self._open: dict[str, dict[int, dict[str, Any]]] = {}
         self._seen: set[str] = set()
         self._new: list[ChunkRows] = []
-        self.row_bytes = 0  # bytes of every row the manifests count (open chunks too)
+        self.written = RowBytes()  # every row the manifests count (open chunks too), for the spool's level
 
     def poll(self) -> list[ChunkRows]:
         """Chunks completed since the last poll (every manifest read to its end)."""
@@ -118,7 +91,7 @@ class SpoolSource:
             rows = self._open.setdefault(chunk, {})
             if record["row"] not in rows:
                 rows[record["row"]] = record
-                self.row_bytes += int(record.get("bytes") or 0)
+            self.written.add(record)
         elif kind == "chunk":
             self._seen.add(chunk)
             self._new.append(self._complete(chunk, self._open.pop(chunk, {})))
@@ -233,7 +206,8 @@ class Window:
         return batches
 
     def credit(self, rows: list[int]) -> None:
-        """Each row of a taken (or skipped) step gives up one ticket; rows at E leave the window."""
+        """Each row of a taken step (one that updated the weights) gives up one ticket; rows at E leave
+        the window. A step skipped for non-finite values credits nothing: its rows are drawn again."""
         finished: set[int] = set()
         for row in rows:
             self.passes[row] = self.passes.get(row, 0) + 1

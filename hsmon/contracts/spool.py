@@ -20,19 +20,27 @@ Ledger records (one JSON object per line, ``type`` says which):
                                         passes given to rows since the previous ``trained`` record
                                         (row index as a string -> passes added), made durable
                                         before the checkpoint of step ``s``
+    {"type": "skipped", "ts": ts, "step": s, "rows": k}
+                                        a step skipped for non-finite values: its k rows were
+                                        credited no pass (only a step that updated the weights
+                                        counts) and are drawn again
     {"type": "consumed", "ts": ts, "chunk": "rows_a-b", "rows": k, "bytes": b}
                                         every training row of the chunk has had its E passes;
                                         ``bytes`` are the bytes of the rows that leave the spool
                                         (their files deleted with --consume; held-out rows stay)
-    {"type": "done" | "stopped", "ts": ts, "step": s}
-                                        the trainer ended (every row had its passes / on request)
+    {"type": "done" | "stopped", "ts": ts, "step": s, "reason": r}
+                                        the trainer ended: ``done`` when it ended by itself (r:
+                                        ``done``, every row had its passes; ``max_steps``,
+                                        ``out_of_time``: a limit the user set), ``stopped`` on
+                                        request (a signal; r ``stopped``)
 
 A ``start`` record voids every ``trained`` record before it whose ``step`` is greater than its
 own (a checkpoint lost to a crash: those passes are given again). Trained records are written
 before their checkpoint, so the ledger never counts fewer passes than the checkpoint holds.
 
 The bytes waiting in the spool are the bytes of the rows the manifests record minus the bytes of
-consumed records: what `hsmon extract --spool-max` holds below its limit and the monitor shows.
+consumed records: what `hsmon extract --spool-max` holds below its limit and the monitor shows
+(computed once, by hsmon.contracts.spool_fill, for the extractor, the trainer and the monitor).
 
 No heavy imports here: the monitor imports this module.
 """
@@ -101,6 +109,7 @@ class Ledger:
     consumed_chunks: set[str] = field(default_factory=set)
     consumed_rows: int = 0
     consumed_bytes: int = 0
+    skipped_steps: int = 0  # steps skipped for non-finite values (no pass credited)
     ended: str | None = None  # "done" or "stopped" after the last start
     ended_reason: str | None = None  # its reason: done, max_steps, out_of_time, stopped
     last_ts: float | None = None
@@ -136,6 +145,8 @@ class Ledger:
                 self.consumed_chunks.add(chunk)
                 self.consumed_rows += _int(record.get("rows")) or 0
                 self.consumed_bytes += _int(record.get("bytes")) or 0
+        elif kind == "skipped":
+            self.skipped_steps += 1
         elif kind in ("done", "stopped"):
             self.ended = str(kind)
             reason = record.get("reason")
@@ -188,8 +199,3 @@ class LedgerReader:
 def read_ledger(out_dir: str | os.PathLike[str]) -> Ledger:
     """The whole ledger's totals (an empty Ledger when there is none)."""
     return LedgerReader(out_dir).poll()
-
-
-def waiting_bytes(row_bytes: int, ledger: Ledger) -> int:
-    """Bytes of rows in the spool not yet consumed: the manifests' row bytes minus the consumed bytes."""
-    return max(0, row_bytes - ledger.consumed_bytes)

@@ -46,6 +46,11 @@ class LedgerWriter:
         extra = {} if save is None else {"save": save}
         return self.append("trained", step=step, rows={str(r): n for r, n in sorted(rows.items())}, **extra)
 
+    def skipped(self, step: int, rows: int) -> dict[str, Any]:
+        """A step skipped for non-finite values: its ``rows`` rows had no pass (the weights did not
+        move); they are drawn again."""
+        return self.append("skipped", step=step, rows=rows)
+
     def consumed(self, chunk: str, rows: int, nbytes: int) -> dict[str, Any]:
         """Written before the chunk's files are deleted (a kill between the two leaves files that
         the next start deletes: the record, not the files, says what is consumed)."""

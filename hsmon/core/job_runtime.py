@@ -20,6 +20,7 @@ from hsmon.core.job_activity import ActivityClocks
 from hsmon.core.job_document import JobState, Sections, job_status, not_measured, with_live
 from hsmon.core.job_ending import EndingWatch, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
+from hsmon.core.online_job import both_sides, slower_eta
 from hsmon.core.state import decide
 from hsmon.core.state_blind import blind_decision, blind_entries, stale_status
 from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot, StopFacts
@@ -204,11 +205,11 @@ class JobRuntime:
             progress.bytes_per_s = self.disk.out_bytes_rate.rate() if self.disk else None
         previous = self.machine.move_to(self.decision, now, self.cfg.name)
         parts = Sections(
-            progress=progress,
+            progress=slower_eta(progress, self.decision.online),
             dump=dump,
             output=out,
             disk=disks,
-            processes=procs,
+            processes=both_sides(procs, sec.get("online")),
             events=prog.events if prog else None,
             recent_events=prog.recent_events if prog else [],
             training=prog.training if prog else None,

@@ -161,6 +161,8 @@ class OnlineJob(JobTracker):
             facts.spool_full = False  # its events say whether it waits for room: no guess from the level
         if facts is not None and facts.limit_bytes is not None:
             tick.spool_room = max(0, facts.limit_bytes - facts.spool_bytes)
+        if facts is not None and tick.progress is not None:
+            facts.producer_eta_s = tick.progress.eta_s
         return facts
 
     @classmethod

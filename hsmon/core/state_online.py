@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from hsmon.contracts.units import format_bytes
 from hsmon.core.state_facts import Decision, Hint, age, fmt_seconds
+from hsmon.status_doc.job import ProcessEntry
 from hsmon.status_doc.online import OnlineSection, OnlineSide
 
 # a side that waited at least this share of the window is named the bottleneck
@@ -79,6 +80,11 @@ class OnlineFacts:
     # the extractor waits for room (with its events watched, its pause event says so instead)
     spool_full: bool = False
     trainer: TrainerFacts = field(default_factory=TrainerFacts)
+    chunks_complete: int | None = None  # complete chunks the manifests record (None: not known)
+    producer_eta_s: float | None = None  # the extraction's ETA (rows left at its rate)
+    trainer_eta_s: float | None = None  # the trainer's ETA (steps left at the step rate of its phase)
+    trainer_process: ProcessEntry | None = None  # the trainer's process, as the job's processes list it
+    chunks_consumed: int = 0  # chunks the ledger's consumed records name
 
 
 def _window(seconds: float) -> str:
@@ -123,7 +129,7 @@ def producer_side(f: OnlineFacts, base: Decision, paused_reason: str | None) -> 
         reason = (f"spool full: {format_bytes(f.spool_bytes)} of rows waiting for the trainer{limit}; "
                   "seen from the spool (no pause event watched)")
     return OnlineSide(role="extractor", state=state, reason=reason, rows_per_s=f.producer_rows_per_s,
-                      wait_frac=f.spool_wait_frac)
+                      wait_frac=f.spool_wait_frac, eta_s=_eta(state, f.producer_eta_s))
 
 
 def consumer_side(f: OnlineFacts, now: float, stall_after: float) -> OnlineSide:
@@ -131,7 +137,14 @@ def consumer_side(f: OnlineFacts, now: float, stall_after: float) -> OnlineSide:
     t = f.trainer
     state, reason = _consumer_state(t, now, stall_after, f.path)
     return OnlineSide(role="trainer", state=state, reason=reason, rows_per_s=f.consumer_rows_per_s,
-                      pid=t.pid, wait_frac=f.rows_wait_frac)
+                      pid=t.pid, wait_frac=f.rows_wait_frac, eta_s=_eta(state, f.trainer_eta_s))
+
+
+def _eta(state: str, eta: float | None) -> float | None:
+    """A side's ETA: none once it ended (0 when done), its own while it runs."""
+    if state == "done":
+        return 0.0
+    return None if state in ("stopped", "dead") else (round(eta, 1) if eta is not None else None)
 
 
 def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tuple[str, str]:
@@ -140,7 +153,7 @@ def _consumer_state(t: TrainerFacts, now: float, stall: float, path: str) -> tup
         return "starting", f"no trainer follows {path} yet (start `hsmon train {path} --follow --passes E`)"
     at = f" at step {t.step}" if t.step is not None else ""
     early = {"max_steps": "--max-steps", "out_of_time": "--time-limit"}.get(t.ended_reason or "")
-    if t.ended is not None and early:  # its ledger says stopped, its events done: the ledger's words
+    if t.ended is not None and early:  # a limit the user set: a normal end, said as which
         return "done", f"training ended by {early}{at}"
     if t.ended == "done":
         return "done", "training finished"
@@ -209,9 +222,7 @@ def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer
         since = max(stamps) if None not in stamps else None  # type: ignore[type-var]
         if since is not None and now - since > stall:
             why = (f"the pipeline stopped: the spool is full ({format_bytes(f.spool_bytes)}) and the trainer "
-                   f"waits for rows, both for {fmt_seconds(now - since)}: the spool holds no complete chunk "
-                   "the trainer can take; raise --spool-max or lower --chunk-size, then resume the "
-                   "extraction")
+                   f"waits for rows, both for {fmt_seconds(now - since)}: {_why_stopped(f)}")
             hints.append(Hint("pipeline-stopped", "critical", why))
             return Decision("stalled", why, hints)
     ended = _trainer_ended(f, producer, consumer, full)
@@ -285,3 +296,17 @@ def _stopped_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, cons
     moving = "the trainer" if producer.state == "stopped" else "the extraction"
     hints.append(Hint("side-stopped", "info", f"{said}; {trained}; {moving} goes on. To go on: {resume}"))
     return Decision("running", f"{said}; {trained}", hints)
+
+
+def _why_stopped(f: OnlineFacts) -> str:
+    """Why a full spool and a waiting trainer wait on each other, and what to do."""
+    left = (f.chunks_complete or 0) - f.chunks_consumed
+    if not f.consume:
+        return ("the trainer does not consume (no --consume), so no row ever leaves the spool; restart it "
+                "with --consume (`hsmon train SPOOL --follow --consume --resume`)")
+    if left > 0:
+        return (f"{left} complete chunk(s) the trainer has not consumed are in the spool, so the limit "
+                "is not the cause; restart the trainer with --resume (it consumes the chunks its "
+                "checkpoint finished before it waits for rows)")
+    return ("the spool holds no complete chunk the trainer can take; raise --spool-max or lower "
+            "--chunk-size, then resume the extraction")

@@ -28,6 +28,7 @@ class OnlineSide(Section):
     rows_per_s: Num | None  # extractor: rows written per second; trainer: rows consumed per second
     pid: int | None = None
     wait_frac: Num | None = None  # share of the window it waited (extractor: spool room; trainer: rows)
+    eta_s: Num | None = None  # its own ETA (extractor: rows left; trainer: steps left at its step rate)
 
 
 class OnlineSection(Section):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from extractor.backends.sglang.pool import Stopped
-from extractor.pauses import Pause
+from hsmon.contracts.pauses import Pause
 from hsmon.contracts.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"

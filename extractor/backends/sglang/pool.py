@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from extractor.backends.base import BackendStopped
-from extractor.pauses import Pause
 from hsmon.contracts import events as ev
+from hsmon.contracts.pauses import Pause
 
 
 class GiveUp(RuntimeError):

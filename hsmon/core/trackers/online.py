@@ -7,7 +7,8 @@ trainer's ledger (hsmon.contracts.spool.LedgerReader without per-row counts: its
 grow with the rows), the trainer's contract-1 events (SPOOL/hsmon-train-events.jsonl, read by the
 same ProgressTracker as any job's events) and the trainer's process (the PID its events or ledger
 name). The spool's rows and bytes are the output tracker's figures of the same tick (no second
-read of the manifests). Its ``section`` is the facts (hsmon.core.state_online.OnlineFacts); the
+read of the manifests); its level is hsmon.contracts.spool_fill's, as the extractor's and the
+trainer's. Its ``section`` is the facts (hsmon.core.state_online.OnlineFacts); the
 verdict and the typed section (hsmon/status_doc/online.py) come from `decide`. Cost per tick:
 an idle poll is a ``stat`` of the ledger and of the events file, and one of the trainer's process.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from hsmon.contracts import spool
+from hsmon.contracts import spool, spool_fill
 from hsmon.core.config import ProcessSpec
 from hsmon.core.state_online import WINDOW_S, OnlineFacts, TrainerFacts
 from hsmon.core.trackers.processes import ProcessTracker
@@ -121,6 +122,7 @@ class OnlineTracker:
         ledger = self.ledger.ledger
         rows = (out.rows if out is not None else None) or 0
         row_bytes = (out.bytes if out is not None else None) or 0
+        level = spool_fill.ledger_level(row_bytes, rows, ledger, self.limit)
         self.producer_rate.add(now, rows)
         self.consumer_rate.add(now, ledger.consumed_rows)
         trainer_waits = self.train.paused_reason == spool.PAUSE_ROWS and self.train.terminal_kind is None
@@ -129,16 +131,24 @@ class OnlineTracker:
         spool_frac, span = self.spool_wait.share(now)
         rows_frac, _ = self.rows_wait.share(now)
         return OnlineFacts(
-            path=self.out_dir, limit_bytes=self.limit, spool_bytes=spool.waiting_bytes(row_bytes, ledger),
+            path=self.out_dir, limit_bytes=self.limit, spool_bytes=level.waiting_bytes,
             rows_written=rows, rows_consumed=ledger.consumed_rows, passes=ledger.passes_target,
             consume=ledger.consume, trainer_step=_step(self.train.training) or ledger.step or None,
             trainer_arch=self.train.arch,
             producer_rows_per_s=self.producer_rate.rate(), consumer_rows_per_s=self.consumer_rate.rate(),
             spool_wait_frac=spool_frac, rows_wait_frac=rows_frac if self.train.exists else None,
             window_s=span, producer_paused_since_ts=self.spool_wait.since,
-            spool_full=self.limit is not None and rows > 0
-            and self.limit - spool.waiting_bytes(row_bytes, ledger) < row_bytes / rows,
-            trainer=self._trainer(ledger))
+            spool_full=self.limit is not None and level.full,
+            trainer=self._trainer(ledger),
+            chunks_complete=out.chunks_complete if out is not None else None,
+            chunks_consumed=len(ledger.consumed_chunks),
+            trainer_eta_s=None if self.train.terminal_kind else (self.train.training or {}).get("eta_s"),
+            trainer_process=self.proc.entry() if self.proc is not None and self._trainer_here() else None)
+
+    def _trainer_here(self) -> bool:
+        """Whether the PID the trainer's events or ledger name is the trainer on this host (seen
+        alive here with a trainer's command line), so that the job lists it among its processes."""
+        return self.proc is not None and self._trainer_seen_pid == self.proc.spec.pid
 
     def _trainer(self, ledger: spool.Ledger) -> TrainerFacts:
         tr, proc = self.train, self.proc

@@ -28,7 +28,7 @@ from textual.strip import Strip
 
 from hsmon.status_doc import JobStatus
 from hsmon.tui.event_text import EVENT_FILTERS, event_age, event_summary, filtered_events
-from hsmon.tui.widgets.quiet import QuietStatic
+from hsmon.tui.widgets.quiet import QuietStatic, WholeCellScrollBar
 
 KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "state": "bold cyan",
                "pause": "bold magenta", "done": "bold green", "stopped": "bold blue", "chunk": "green",
@@ -215,6 +215,8 @@ class EventLog(Vertical):
 
     def on_mount(self) -> None:
         self.query_one(FilterBar).show(self.which)
+        # whole cells: the default thumb ends in half-block glyphs (a stray '▃▃' at the panel's edge)
+        self.query_one(EventLines).vertical_scrollbar.renderer = WholeCellScrollBar
 
     def cycle_filter(self) -> None:
         """Next filter (all → errors → rejects → +heartbeats → all)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from hsmon.status_doc import JobStatus
+from hsmon.status_doc import JobStatus, online_of
 from hsmon.tui.numbers import coarse_clocks
 from hsmon.tui.view import job_elapsed_eta
 from hsmon.tui.widgets.quiet import QuietStatic
@@ -30,6 +30,16 @@ def badge(state: str | None) -> Text:
     return Text(f" {state.upper()} ", style=BADGE_STYLES.get(state, "bold white on grey37"))
 
 
+def slower_side(job: JobStatus) -> str:
+    """`` (training)`` when an online job's ETA is its trainer's (the slower side), else ``""``."""
+    online = online_of(job)
+    eta = job.progress.eta_s if job.progress is not None else None
+    if online is None or eta is None or online.consumer.eta_s is None or eta != online.consumer.eta_s:
+        return ""
+    producer = online.producer.eta_s
+    return " (training)" if producer is None or producer < eta else ""
+
+
 class JobHeader(QuietStatic):
     """State badge, job name and kind, elapsed, ETA and the state's reason."""
 
@@ -40,8 +50,8 @@ class JobHeader(QuietStatic):
         elapsed, eta = job_elapsed_eta(job)
         text = Text.assemble(
             badge(job.state), " ",
-            (job.job, "bold"), f" ({job.kind})",
-            "  elapsed ", (elapsed, "bold"), "  ETA ", (eta, "bold"),
+            (job.job, "bold"), f" ({job.kind}{' + train' if online_of(job) is not None else ''})",
+            "  elapsed ", (elapsed, "bold"), "  ETA ", (eta, "bold"), slower_side(job),
         )
         if job.reason:
             text.append(f"\n{coarse_clocks(job.reason)}", style="italic")

@@ -35,13 +35,14 @@ class JobOverview(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield JobHeader(classes="job-header")
         yield AlertsPanel(classes="alerts")
+        # an online job's two sides: the whole width (their reasons are long), above the others
+        online = OnlinePanel(classes="panel")
+        online.border_title = "online: the spool and both sides"
+        yield online
         with Grid(classes="panels"):
             progress = ProgressPanel(classes="panel")
             progress.border_title = "progress"
             yield progress
-            online = OnlinePanel(classes="panel")
-            online.border_title = "online: the spool and both sides"
-            yield online
             rates = RatesPanel(classes="panel")
             rates.border_title = "rates"
             yield rates

@@ -8,12 +8,14 @@ from rich.text import Text
 
 from hsmon.status.text import spool_fill
 from hsmon.status_doc import JobStatus, OnlineSection, OnlineSide, online_of
+from hsmon.tui.numbers import fmt_clock
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
 STATE_STYLES = {"running": "green", "paused": "yellow", "waiting": "yellow", "stalled": "bold red",
                 "dead": "bold red", "done": "cyan", "starting": "dim",
                 "stopped": "khaki1"}
 LABEL = 11
+ENDED = ("done", "stopped", "dead")
 BAR = 20
 
 
@@ -31,17 +33,23 @@ def _side(text: Text, label: str, side: OnlineSide) -> None:
     verb = "written" if side.role == "extractor" else "consumed"
     rate = f"{side.rows_per_s:.2f} rows/s {verb}" if side.rows_per_s is not None else f"- rows/s {verb}"
     waited = f", waited {100 * side.wait_frac:.0f} %" if side.wait_frac is not None else ""
+    eta = f", ETA {fmt_clock(side.eta_s)}" if side.eta_s is not None and side.state not in ENDED else ""
     pid = f", PID {side.pid}" if side.pid else ""
-    text.append(f"{rate}{waited}{pid}\n{'':<{LABEL}}")
-    text.append(side.reason, style="dim")
+    text.append(f"{rate}{waited}{eta}{pid}\n{'':<{LABEL}}")
+    reason = side.reason
+    if reason.startswith("spool full: "):  # its figures are the spool's line above
+        reason = "spool full: waiting for the trainer to consume rows"
+    text.append(reason, style="dim")
 
 
-def online_text(online: OnlineSection) -> Text:
-    """The panel's lines."""
+def online_text(online: OnlineSection, width: int | None = None) -> Text:
+    """The panel's lines; the fill bar shrinks so that the spool's line fits ``width`` cells."""
     text = Text()
+    fill = f"{spool_fill(online)}, {online.rows_waiting} rows waiting"
+    bar = BAR if width is None else max(5, min(BAR, width - LABEL - 1 - len(fill)))
     text.append(f"{'spool':<{LABEL}}", style="bold")
-    text.append(f"{fill_bar(online)} ", style="yellow" if online.producer.state == "paused" else "green")
-    text.append(f"{spool_fill(online)}, {online.rows_waiting} rows waiting\n")
+    text.append(f"{fill_bar(online, bar)} ", style="yellow" if online.producer.state == "paused" else "green")
+    text.append(fill + "\n")
     passes = f"{online.passes} passes a row" if online.passes else "passes unknown"
     step = f", trainer step {online.trainer_step}" if online.trainer_step is not None else ""
     consumed = f"{online.rows_consumed} of {online.rows_written} rows consumed"
@@ -79,4 +87,6 @@ class OnlinePanel(QuietStatic):
         if online is None:
             return
         self.set_class(online_alarm(online), "-alarm")
-        self.show_text(online_text(online))
+        width = self.content_size.width
+        text = online_text(online, width if width > 0 else None)
+        self.show_text(text)
