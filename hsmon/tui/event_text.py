@@ -13,7 +13,7 @@ from typing import Any
 
 from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
-from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.status_doc.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
