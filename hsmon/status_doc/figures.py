@@ -4,8 +4,8 @@ same figure reads the same everywhere.
 
 A loss or accuracy may be a list (one value per unroll step of the drafter): it is written as the
 first step's value and the mean over the steps (``3.841 (step 0), mean 3.903``); a loss or a
-gradient norm at 3 decimals, an accuracy or a share as a percentage with 3 significant digits, a
-learning rate in one scientific notation (``3e-4``).
+gradient norm with at most 4 significant digits and 3 decimals, an accuracy or a share as a
+percentage with 3 significant digits, a learning rate in one scientific notation (``3e-4``).
 """
 
 from __future__ import annotations
@@ -53,13 +53,16 @@ def fmt_unrolled(value: Any, fmt: Callable[[float], str]) -> str | None:
     return None if number is None else fmt(number)
 
 
-def fmt_fixed(value: float) -> str:
-    """A loss or a norm at 3 decimals (14.882, 0.095); a smaller one in scientific notation."""
-    return f"{value:.3f}" if value == 0 or abs(value) >= 1e-3 else fmt_num(value)
+def fmt_measure(value: float | None) -> str:
+    """A loss or a norm: 4 significant digits from 1 up (3.841, 14.88, 1,235), 3 decimals below
+    (0.095), scientific notation under a thousandth (1.2e-04); '-' unknown."""
+    if value is None or value == 0 or abs(value) >= 1 or abs(value) < 1e-3:
+        return fmt_num(value)
+    return f"{value:.3f}"
 
 
 def fmt_loss(value: Any) -> str | None:
-    return fmt_unrolled(value, fmt_fixed)
+    return fmt_unrolled(value, fmt_measure)
 
 
 def fmt_acc(value: Any) -> str | None:
@@ -88,7 +91,7 @@ def figure_texts(training: TrainingSection | None) -> list[str]:
         ("loss", fmt_loss(training.loss)),
         ("acc", fmt_acc(training.acc)),
         ("lr", fmt_lr(training.lr) if _number(training.lr) is not None else None),
-        ("grad norm", fmt_fixed(training.grad_norm) if _number(training.grad_norm) is not None else None),
+        ("grad norm", fmt_measure(training.grad_norm) if _number(training.grad_norm) is not None else None),
         ("data wait", fmt_pct_of(training.data_wait_frac)
          if _number(training.data_wait_frac) is not None else None),
     )

@@ -25,7 +25,7 @@ from hsmon.status_doc import (
     TrainingSection,
     online_of,
 )
-from hsmon.status_doc.figures import fmt_loss, fmt_lr
+from hsmon.status_doc.figures import fmt_loss, fmt_lr, fmt_measure
 from hsmon.status_doc.numbers import (  # noqa: F401
     fmt_clock,
     fmt_count,
@@ -264,10 +264,10 @@ def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
     if isinstance(accs, list) and accs:
         lines.append("  acc  " + "".join(f"{fmt_pct_of(a):>6}" for a in accs))
     if isinstance(losses, list) and losses:
-        lines.append("  loss " + "".join(f"{fmt_num(v):>6}" for v in losses))
+        lines.append("  loss " + "".join(f"{fmt_measure(v):>6}" for v in losses))
     extras = []
     if isinstance(evaluation.get("loss"), (int, float)):
-        extras.append(f"weighted loss {fmt_num(evaluation['loss'])}")
+        extras.append(f"weighted loss {fmt_measure(evaluation['loss'])}")
     if isinstance(evaluation.get("accept_len_est"), (int, float)):
         extras.append(f"est. acceptance length {fmt_num(evaluation['accept_len_est'])}")
     if extras:
