@@ -81,11 +81,14 @@ def test_a_finished_training_shows_steps_not_extraction_counters(finished):
 
 
 @pytest.mark.asyncio
-async def test_the_training_tab_shows_the_same_strings(finished):
+async def test_the_dashboard_shows_steps_and_the_same_strings(finished):
     daemon, body = finished
     app = HsmonApp([HttpStatusSource(daemon.url, interval=0.3)])
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: app.training_job() is not None, 20)
+        await wait_for(pilot, lambda: "2 / 2 (100.0%)" in screen_text(app), 20)
+        overview = screen_text(app)  # the training's progress panel counts steps, not rows or chunks
+        assert re.search(r"steps\s+━+ 2 / 2 \(100\.0%\)", overview), overview
+        assert not re.search(r"\b(rows|chunks|tokens)\s+[━─]", overview), overview
         await pilot.press("t")
         await wait_for(pilot, lambda: body["training"][1] in screen_text(app), 10)
         text = screen_text(app)
