@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from hsmon.contracts.units import format_bytes
 from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress
+from hsmon.status_doc.figures import figure_texts
 
 WONT_FIT = "WILL NOT FIT"
 FILLS_FIRST = "fills before done"
@@ -54,6 +55,7 @@ def online_rows(online: OnlineSection) -> list[tuple[str, str]]:
                   f"{online.rows_consumed} of {online.rows_written} consumed{passes}{step}"),
         ("extractor", side_text(online.producer)),
         ("trainer", side_text(online.consumer) + (f" (PID {pid})" if (pid := online.consumer.pid) else "")),
+        *([("trainer's figures", "; ".join(texts))] if (texts := figure_texts(online.training)) else []),
         ("bottleneck", online.bottleneck),
     ]
 

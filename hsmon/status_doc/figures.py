@@ -16,8 +16,8 @@ from typing import Any
 
 from msgspec import UNSET
 
-from hsmon.status_doc.job import TrainingSection
 from hsmon.status_doc.numbers import fmt_count, fmt_num, fmt_pct_of, fmt_rate
+from hsmon.status_doc.training import TrainingSection
 
 
 def _number(value: Any) -> float | None:

@@ -104,8 +104,8 @@ def online_trainer_text(job: JobStatus) -> Text:
     if side.rows_per_s is not None:
         parts.append(f"{side.rows_per_s:.2f} rows/s consumed")  # as the overview's online panel
     text.append("\n" + ", ".join(parts))
-    if figures.is_training(job.training):
-        text.append("\n" + "; ".join(figures.figure_texts(job.training)))
+    for line in figures.figure_texts(online.training):  # as for any training
+        text.append("\n" + line)
     passes = f", {online.passes} passes per row" if online.passes else ""
     text.append(f"\nspool: {fmt_count(online.rows_consumed)} of {fmt_count(online.rows_written)} rows "
                 f"consumed, {fmt_count(online.rows_waiting)} waiting{passes}")
