@@ -25,6 +25,8 @@ usage: python bench/drafter_acceptance.py [--target embedded|smollm2] [--target-
 Last line: RESULT target=... {arch}_{set}_d{1,5,7}=... ngram_{set}_d{1,5,7}=... long_d5_ratio=...
            (eagle3.1 / eagle3 on long-context at depth 5; goal >= 1) train_tok_s_ratio=... (goal >= 0.95)
            {arch}_train_tok_s=... gen_tok_s=... extract_tok_s=...
+           {arch}_engine_held_out_d3=... (SGLang's own spec_accept_length serving the export at 4 draft
+           tokens, `hsmon eval-drafter --engine sglang`; with .sglang-venv) {arch}_engine_evaluator_d3=...
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reuse", action="store_true",
                         help="with --work: reuse the rows, extraction and trained drafters a run with the "
                              "same settings left there (e.g. after an interrupted evaluation)")
+    parser.add_argument("--engine-depth", type=int, default=3,
+                        help="drafted tokens per verify of the SGLang check (default 3: 4 draft tokens); "
+                        "0 = no SGLang check")
     parser.add_argument("--work", default=None, help="keep everything here (default: a temporary directory)")
     args = parser.parse_args()
     defaults = {"prompt_tokens": 64, "long_prompts": 4, "time_limit": 570, **PROFILES[args.target]}
@@ -189,7 +194,23 @@ def evaluate_drafter(args: argparse.Namespace, arch: str, target: Path, work: Pa
             if len(steps) > 1 else 0.0)  # fmt: skip
     assert result["arch"] == arch, result["arch"]
     return {"sets": result["sets"], "train_s": train_s, "steps": done["step"], "tokens": done["tokens"],
-            "train_tok_s": rate, "eval_s": time.perf_counter() - started}
+            "train_tok_s": rate, "eval_s": time.perf_counter() - started,
+            "engine": engine_figures(args, arch, target, work, sets["held-out"])}
+
+
+def engine_figures(args: argparse.Namespace, arch: str, target: Path, work: Path,
+                   prompts: Path) -> dict | None:
+    """SGLang's own acceptance serving the export (a CPU server started by `hsmon eval-drafter
+    --engine sglang`) on the held-out set, beside the evaluator's at the same depth; None without
+    .sglang-venv or with --engine-depth 0."""
+    if not args.engine_depth or not (ROOT / ".sglang-venv" / "bin" / "python").exists():
+        print(f"{arch}: no SGLang check (--engine-depth 0 or no .sglang-venv: make sglang-env)", flush=True)
+        return None
+    proc = hsmon("eval-drafter", "--engine", "sglang", "--drafter", str(work / f"drafter-{arch}"),
+                 "--target-model", str(target), "--prompts", str(prompts), "--depth", str(args.engine_depth),
+                 "--max-new-tokens", str(args.eval_new_tokens), "--threads", str(args.eval_threads), "--json",
+                 threads=args.eval_threads)  # fmt: skip
+    return json.loads(proc.stdout.strip().splitlines()[-1])["sets"]["held-out"]
 
 
 def alternating_step_ratio(target: Path, args: argparse.Namespace, rounds: int = 6) -> float:
@@ -318,6 +339,16 @@ def report(args: argparse.Namespace, target: Path, archs: list[str], runs: dict,
         e3_rate = max(runs["eagle3"]["train_tok_s"], 1e-9)
         fields["train_tok_s_ratio"] = runs["eagle3.1"]["train_tok_s"] / e3_rate
     fields["alternating_step_ratio"] = step_ratio
+    for a in archs:
+        engine = runs[a].get("engine")
+        if engine:
+            key = ARCH_KEYS.get(a, a)
+            print(f"{a}: SGLang serving it at depth {engine['depth']}: spec_accept_length "
+                  f"{engine['spec_accept_length']:.3f} (hsmon's evaluator {engine['evaluator']:.3f} counted "
+                  f"without the prefill's token, the engine so counted {engine['engine_per_verify']:.3f})"
+                  + (f"; {engine['finding']}" if engine["finding"] else ""))  # fmt: skip
+            fields[f"{key}_engine_held_out_d{engine['depth']}"] = engine["spec_accept_length"]
+            fields[f"{key}_engine_evaluator_d{engine['depth']}"] = engine["evaluator"]
     for a in archs:
         fields[f"{ARCH_KEYS.get(a, a)}_train_tok_s"] = runs[a]["train_tok_s"]
         fields[f"{ARCH_KEYS.get(a, a)}_steps"] = runs[a]["steps"]

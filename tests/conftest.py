@@ -31,6 +31,7 @@ HEAVY_MODULES = {
     "test_gpu_check.py": "heavy-sglang",  # scripts/gpu-check.sh starts an SGLang server of its own
     "test_smollm2.py": "heavy-smollm2",
     "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
+    "test_spec_decoding.py": "heavy-sglang",  # speculative servers (embedded target), two at once
 }
 
 

@@ -29,6 +29,9 @@ def test_load_from_a_real_sglang_capture():
         "prompt_tokens_total": 3912.0,
         "scheduler_tokens_total": 7455.0,
         "requests_total": 21.0,
+        # SGLang exports its speculative gauges at 0 on a server that does not draft
+        "spec_accept_length": 0.0,
+        "spec_accept_rate": 0.0,
     }
 
 

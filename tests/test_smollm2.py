@@ -365,6 +365,52 @@ def test_sglang_serves_the_converted_model_with_transformers_greedy_answers(sgla
         assert got["output_ids"] == want["greedy"], (got["text"], want["text"])
 
 
+@pytest.fixture(scope="module")
+def eagle3_export(work, smollm2_dir) -> Path:  # noqa: F811
+    """An EAGLE 3 drafter with SmolLM2's shapes and random weights (a draft vocabulary of the first
+    DRAFT_VOCAB ids), exported: the module's trained drafter is EAGLE 3.1, hsmon train's default."""
+    import torch
+
+    from trainer.export import export_checkpoint
+    from trainer.model import DrafterConfig, Eagle3Drafter
+
+    target = json.loads((smollm2_dir / "config.json").read_text())
+    cfg = DrafterConfig.from_target_config(target, DRAFT_VOCAB, 3)
+    cfg.set_arch("eagle3")
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(cfg)
+    t2d = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    t2d[:DRAFT_VOCAB] = True
+    drafter.set_vocab(torch.zeros(DRAFT_VOCAB, dtype=torch.long), t2d)
+    state = {k: v for k, v in drafter.state_dict().items() if not k.startswith("embed_tokens.")}
+    ckpt = {"model": state, "drafter_config": cfg.to_dict(), "aux_layer_ids": [1, 14, 26]}
+    torch.save(ckpt, work / "e3.pt")
+    return export_checkpoint(work / "e3.pt", work / "e3-export", "float32")
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("arch", ["eagle3.1", "eagle3"])
+def test_speculative_decoding_on_smollm2_equals_plain_greedy(arch, work, exported, eagle3_export,
+                                                            smollm2_dir, gguf_reference):  # noqa: F811
+    """`hsmon sglang-serve --draft` of each architecture's export on the real SmolLM2: greedy output
+    token for token the model's own (the GGUF-loaded model's, which the plain SGLang server equals:
+    test_sglang_serves_the_converted_model_with_transformers_greedy_answers)."""
+    from spec_servers import spec_server
+
+    drafter = exported if arch == "eagle3.1" else eagle3_export
+    assert json.loads((drafter / "config.json").read_text())["fc_norm"] is (arch == "eagle3.1")
+    server = spec_server(work, drafter, model=smollm2_dir).start()
+    try:
+        assert server.server_info()["speculative_draft_model_path"] == str(drafter.resolve())
+        for want in gguf_reference:
+            params = {"max_new_tokens": len(want["greedy"]), "temperature": 0}
+            got = server.generate({"input_ids": want["ids"], "sampling_params": params}, timeout=600)
+            assert got["output_ids"] == want["greedy"], (arch, got["text"], want["text"])
+            assert got["meta_info"]["spec_verify_ct"] >= 1
+    finally:
+        server.stop()
+
+
 @pytest.mark.sglang
 def test_extract_through_sglang_equals_transformers(work, dataset, extracted, sglang_smollm2):
     """The 40 ChatML conversations through the server's dump (shm transport): the same token ids and

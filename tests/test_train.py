@@ -441,6 +441,13 @@ def test_export_layout(trained):
         n.startswith("midlayer.")
         for n in names - {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"}
     )
+    # the training's own held-out estimate, recorded for the daemon to hold the served acceptance against
+    done = [e for e in iter_events(export.parent / "trained.jsonl") if e["kind"] == "done"][-1]
+    estimate = config["hsmon_estimate"]
+    assert estimate["eval_accs"] == pytest.approx(done["eval_accs"]) and estimate["step"] == done["step"]
+    assert estimate["accept_length"]["7"] == pytest.approx(done["accept_len_est"], abs=1e-3)
+    lengths = estimate["accept_length"]
+    assert 1.0 <= lengths["1"] <= lengths["3"] <= lengths["7"]
 
 
 @pytest.mark.slow

@@ -143,3 +143,20 @@ async def test_engine_panel_resized_before_its_first_document() -> None:
         panel.on_resize()
         assert panel.render().plain == ""
         await pilot.pause()
+
+
+def test_a_speculative_server_gets_a_drafter_line_red_below_half_its_estimate():
+    history = JobHistory()
+    doc = engine_documents(1)[0]
+    good, bad = doc["jobs"][0]["servers"]
+    bad["state"] = "up"
+    good["speculative"] = {"algorithm": "EAGLE3", "depth": 3, "accept_length": 1.82, "accept_rate": 0.27,
+                           "estimate": 2.63}
+    bad["speculative"] = {"algorithm": "EAGLE3", "depth": 3, "accept_length": 1.04, "estimate": 2.63}
+    lines = server_lines(typed(doc).jobs[0], history, 100)
+    drafter = [t for t in lines if t.plain.startswith("   drafter")]
+    assert [t.plain for t in drafter] == [
+        "   drafter EAGLE3 depth 3: 1.82 tokens per verify (rate 0.27), the drafter's estimate 2.63",
+        "   drafter EAGLE3 depth 3: 1.04 tokens per verify, the drafter's estimate 2.63 (below 50% of it)",
+    ]
+    assert str(drafter[0].style) == "grey70" and str(drafter[1].style) == "bold red"

@@ -106,6 +106,24 @@ def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | Non
     return config
 
 
+def training_estimate(checkpoint: Path) -> dict[str, Any] | None:
+    """The training's own acceptance estimate for the checkpoint (the ``.eval.json`` `hsmon train`
+    writes beside its final checkpoint): held-out accuracy per draft step and, per draft depth d,
+    the acceptance length 1 + sum over k <= d of acc_1 * ... * acc_k. None without one."""
+    try:
+        body = json.loads(checkpoint.with_suffix(".eval.json").read_text())
+        accs = [float(a) for a in body["eval_accs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    lengths, run, total = {}, 1.0, 1.0
+    for depth, acc in enumerate(accs, 1):
+        run *= acc
+        total += run
+        lengths[str(depth)] = round(total, 4)
+    return {"step": body.get("step"), "eval_accs": accs, "accept_length": lengths,
+            "source": "hsmon train's held-out evaluation at its last step"}
+
+
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16",
                       serving_class: str = DEFAULT_SERVING_CLASS) -> Path:
     """Write the SGLang draft-model directory for a checkpoint; returns ``out``."""
@@ -127,6 +145,9 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
             tensors[name] = tensor.to(torch_dtype).contiguous()
     config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"), serving_class)
     config["torch_dtype"] = dtype
+    estimate = training_estimate(resolve_checkpoint(checkpoint))
+    if estimate:
+        config["hsmon_estimate"] = estimate
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".model.safetensors.partial"

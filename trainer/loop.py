@@ -6,6 +6,7 @@ calls `Training.run`; everything a step needs is on the object, so each part rea
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import train_defaults
+from hsmon.contracts.layout import atomic_write
 from trainer.checkpoint import latest_checkpoint, save_checkpoint
 from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
 from trainer.fed_rows import FedRows
@@ -280,6 +282,8 @@ class Training:
         stats = self.evaluate_and_emit()
         in_sync = ranks_in_sync(self.drafter, self.world)
         est = expected_accept_length(stats.accs) if stats else None
+        if stats and self.world.main:
+            write_estimate(latest_checkpoint(self.settings.out), self.cursor.step, stats.accs)
         advice = train_defaults.no_speedup_advice(
             est, self.settings.lr, "--passes" if self.settings.follow else "--epochs")
         if self.writer:
@@ -339,6 +343,16 @@ def done_line(settings: TrainSettings, step: int, stats: StepStats | None, advic
     est = expected_accept_length(stats.accs)
     line += f"; held-out loss {stats.weighted_loss:.4g}, estimated acceptance length {est:.3f}"
     return f"{line}\n{advice}" if advice else line
+
+
+def write_estimate(checkpoint: Path | None, step: int, accs: list[float]) -> None:
+    """Beside the final checkpoint, ``<checkpoint>.eval.json``: the held-out accuracies per draft
+    step and the acceptance length they predict, which `hsmon export-drafter` records in the
+    export (``hsmon_estimate``) for the daemon to hold the served acceptance against."""
+    if checkpoint is None:
+        return
+    body = {"step": step, "eval_accs": [float(a) for a in accs]}
+    atomic_write(checkpoint.with_suffix(".eval.json"), lambda fh: fh.write(json.dumps(body).encode()))
 
 
 def expected_accept_length(accs: list[float]) -> float:

@@ -20,6 +20,7 @@ from pathlib import Path
 from extractor.sglang.cpu_binding import bind_env
 from extractor.sglang.layer_ids import LayerIdsError, serving_ids
 from extractor.sglang.ports import free_stable_port
+from extractor.sglang.speculative import DEFAULT_DRAFT_TOKENS, DraftError, SpecPlan, plan
 from extractor.sglang.supervise import supervise
 from extractor.targets import ModelUnavailable, resolve_model
 from hsmon.contracts.capture_points import parse_capture_points
@@ -82,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start an SGLang release outside the tested set (docs/extract.md's support table); "
         "then check the first dumps with hsmon verify-data",
     )
+    parser.add_argument("--draft", metavar="DIR",
+                        help="serve with EAGLE speculative decoding from this drafter (the directory of "
+                        "hsmon export-drafter): a chain of --draft-tokens tokens per verify, no capture "
+                        "flags; SGLang's own --speculative-* flags after -- are kept (docs/serve-drafter.md)")
+    parser.add_argument("--draft-tokens", type=int, default=DEFAULT_DRAFT_TOKENS, metavar="N",
+                        help=f"with --draft: tokens per verify, the verified one included (default "
+                        f"{DEFAULT_DRAFT_TOKENS}: 3 drafted)")
     parser.add_argument("--no-metrics", action="store_true", help="leave SGLang's /metrics off (by default "
                         "--enable-metrics is passed: the daemon reads the server's load from it)")
     parser.add_argument(
@@ -139,16 +147,23 @@ def build_command(
     nccl_port: int | None = None,
     layer_ids: list[int] | None = None,
     metrics: bool = True,
+    speculative: SpecPlan = SpecPlan(),
 ) -> list[str]:
     """The ``sglang.launch_server`` command line with the extraction flags: SGLang's own aux
     capture for adapter ``aux-return``; for ``layer-capture`` the plugin captures the layers
     (``HSMON_PLUGIN_AUX_LAYER_IDS``, see ``build_env``) and SGLang returns the last layer.
     ``nccl_port``: SGLang's ``--nccl-port`` unless ``extra`` names one (see extractor/sglang/ports.py).
-    ``layer_ids``: the ids for ``capture_points`` by the class's rule (``serving_ids``; default ``p - 1``)."""
+    ``layer_ids``: the ids for ``capture_points`` by the class's rule (``serving_ids``; default ``p - 1``).
+    ``speculative``: a serving server's speculative flags (extractor/sglang/speculative.py), in place
+    of the capture flags."""
     ids = layer_ids if layer_ids is not None else [p - 1 for p in capture_points]
     cmd = [python, "-m", "sglang.launch_server", "--model-path", model_path]
-    cmd += ["--host", host, "--port", str(port), "--enable-return-hidden-states"]
-    if adapter == AUX_RETURN:
+    cmd += ["--host", host, "--port", str(port)]
+    if speculative.active:
+        cmd += list(speculative.args)
+    else:
+        cmd += ["--enable-return-hidden-states"]
+    if adapter == AUX_RETURN and not speculative.active:
         cmd += [
             "--enable-return-aux-hidden-states",
             "--speculative-algorithm",
@@ -251,6 +266,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     cpu = on_cpu(args.device)
+    try:
+        speculative = plan(args.draft, args.draft_tokens, cpu, extra, model_path)
+    except DraftError as exc:
+        print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
+        return 2
     env = build_env(dict(os.environ), os.path.abspath(args.dump_dir), cpu)
     if cpu:
         bind_env(env, extra)  # one core group per rank: SGLang's CPU engine needs it past one NUMA node
@@ -270,10 +290,10 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_untested_sglang:
         env["HSMON_PLUGIN_ALLOW_UNTESTED"] = "1"
     env["HSMON_PLUGIN_CAPTURE_POINTS"] = ",".join(str(p) for p in points)  # the plugin asks the class
-    if adapter == LAYER_CAPTURE:
+    if adapter == LAYER_CAPTURE and not speculative.active:
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
                         nccl_port=None if _given(extra, "--nccl-port") else free_stable_port(args.host),
-                        layer_ids=layer_ids, metrics=not args.no_metrics)
+                        layer_ids=layer_ids, metrics=not args.no_metrics, speculative=speculative)
     print(f"hsmon sglang-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
     return supervise(cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout)

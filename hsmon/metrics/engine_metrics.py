@@ -49,6 +49,7 @@ class EngineCollector(Collector):
     def collect(self) -> Iterator[Any]:
         yield from self._servers()
         yield from self._captures()
+        yield from self._speculative()
         yield from self._gpus()
 
     def _servers(self) -> Iterator[Any]:
@@ -106,6 +107,34 @@ class EngineCollector(Collector):
                 if srv.capture is not None:
                     for key, fam in fams.items():
                         _add(fam, [job.job, srv.url], getattr(srv.capture, key))
+        yield from fams.values()
+
+    def _speculative(self) -> Iterator[Any]:
+        """A speculative server's acceptance (``servers[i].speculative``; none for other servers)."""
+        labels = ("job", "server")
+        fams = {
+            "accept_length": _g("hsmon_server_spec_accept_length", "tokens per verify over SGLang's last "
+                                "decode window (/metrics), else its average since start", labels),
+            "accept_rate": _g("hsmon_server_spec_accept_rate", "accepted / proposed drafts (SGLang)", labels),
+            "verify_calls_total": _c("hsmon_server_spec_verify_calls", "SGLang's speculative verify calls "
+                                     "(finished requests)", labels),
+            "generated_tokens_total": _c("hsmon_server_spec_generated_tokens", "tokens the speculative "
+                                         "server generated (finished requests)", labels),
+            "estimate": _g("hsmon_server_spec_accept_length_estimate", "the served drafter's own "
+                           "training-time estimate of tokens per verify at the server's depth", labels),
+            "depth": _g("hsmon_server_spec_depth", "drafted tokens per verify", labels),
+        }
+        for job in self.jobs:
+            for srv in job.servers:
+                spec = srv.speculative
+                if spec is None:
+                    continue
+                label = [job.job, srv.url]
+                length = spec.accept_length if spec.accept_length is not None else spec.avg_accept_length
+                _add(fams["accept_length"], label, length)
+                for key, fam in fams.items():
+                    if key != "accept_length":
+                        _add(fam, label, getattr(spec, key))
         yield from fams.values()
 
     def _gpus(self) -> Iterator[Any]:

@@ -17,7 +17,7 @@ from hsmon import __version__, job_flags
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.core import config as cfgmod
-from hsmon.status.text import disk_verdict, eta_text, online_rows
+from hsmon.status.text import disk_verdict, eta_text, online_rows, spec_text
 from hsmon.status_doc import (
     ENDED_STATES,
     Capture,
@@ -150,6 +150,8 @@ def _server_summary(srv: ServerEntry) -> str:
         parts.append(f"SGLang {capture.sglang_version}, capture adapter {capture.adapter or 'aux-return'}")
     if capture is not None and capture.model_class:  # what the engine really captures
         parts.append(capture_text(capture))
+    if srv.speculative is not None:  # the served drafter's acceptance
+        parts.append(spec_text(srv.speculative))
     if srv.health.sglang_timeout_s is not None:  # SGLang's own /health_generate timeout
         parts.append(f"SGLang's health check gives up at {srv.health.sglang_timeout_s:g} s")
     load = srv.load

@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hsmon.contracts.units import format_bytes
-from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress
+from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress, Speculative
 from hsmon.status_doc.figures import figure_texts
 
 WONT_FIT = "WILL NOT FIT"
+# A served drafter accepting less than this fraction of its own training-time estimate is said in
+# red; dashboards/alerts.yml's HsmonServedAcceptanceLow fires when it stays so for 15 minutes.
+SPEC_LOW_FRACTION = 0.5
 FILLS_FIRST = "fills before done"
 
 
@@ -70,3 +73,37 @@ def eta_text(progress: Progress | None, eta: float | None, fmt: Callable[[float 
         return fmt(eta)
     lo, hi = fmt(low), fmt(high)
     return fmt(eta) if lo == hi else f"{lo}–{hi}"
+
+
+def spec_accept_length(spec: Speculative) -> float | None:
+    """The served acceptance, tokens per verify: over the requests the server finished (its
+    generated tokens / verify calls), else SGLang's recent window, else its average since start."""
+    if spec.verify_calls_total and spec.generated_tokens_total is not None:
+        return spec.generated_tokens_total / spec.verify_calls_total
+    return spec.accept_length if spec.accept_length is not None else spec.avg_accept_length
+
+
+def spec_low(spec: Speculative) -> bool:
+    """Whether the served acceptance is below SPEC_LOW_FRACTION of the drafter's own estimate."""
+    served = spec_accept_length(spec)
+    return served is not None and spec.estimate is not None and served < SPEC_LOW_FRACTION * spec.estimate
+
+
+def spec_text(spec: Speculative) -> str:
+    """'EAGLE3 depth 3: 1.82 tokens per verify (recent 1.75, rate 0.25), the drafter's estimate
+    2.63' (what is known)."""
+    served = spec_accept_length(spec)
+    text = f"{spec.algorithm or 'speculative'} depth {spec.depth if spec.depth is not None else '?'}: "
+    text += "no acceptance yet" if served is None else f"{served:.2f} tokens per verify"
+    parts = []
+    if served is not None and spec.accept_length is not None and served != spec.accept_length:
+        parts.append(f"recent {spec.accept_length:.2f}")  # SGLang's last decode window
+    if served is not None and spec.accept_rate is not None:
+        parts.append(f"rate {spec.accept_rate:.2f}")
+    if parts:
+        text += f" ({', '.join(parts)})"
+    if spec.estimate is not None:
+        text += f", the drafter's estimate {spec.estimate:.2f}"
+        if spec_low(spec):
+            text += f" (below {SPEC_LOW_FRACTION:.0%} of it)"
+    return text

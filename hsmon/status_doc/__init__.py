@@ -31,6 +31,7 @@ from hsmon.status_doc.engine import (
     Load,
     ServerEntry,
     ServerInfo,
+    Speculative,
 )
 from hsmon.status_doc.job import (
     ENDED_STATES,
@@ -62,7 +63,7 @@ __all__ = [
     "DriftEntry", "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
     "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OnlineSection", "OnlineSide",
     "OutputSection", "ProcessEntry",
-    "Progress", "Reading", "ServerEntry", "ServerInfo", "StateEvent", "StatusDocument",
+    "Progress", "Reading", "ServerEntry", "ServerInfo", "Speculative", "StateEvent", "StatusDocument",
     "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "online_of", "schema",
     "to_builtins",
 ]

@@ -81,6 +81,32 @@ class Capture(Section, omit_defaults=True):
     writer: str | None = None
 
 
+class Speculative(Section, omit_defaults=True):
+    """A server that decodes speculatively (EAGLE): its drafter and its acceptance as SGLang
+    reports it, beside the drafter's training-time estimate at the same depth."""
+
+    algorithm: str | None = None
+    draft_model: str | None = None  # the drafter's directory, as the server names it
+    depth: int | None = None  # drafted tokens per verify (--speculative-num-steps at top-k 1)
+    draft_tokens: int | None = None  # tokens per verify, the last verified one included
+    topk: int | None = None
+    # SGLang's /metrics (with --enable-metrics): its gauges over its last decode window (logged
+    # every 40 decode steps by default): tokens per verify (accepted drafts + 1, spec_accept_length)
+    # and accepted / proposed drafts; and its counters of finished requests' verify calls and
+    # generated tokens, whose ratio is tokens per verify over everything served (SGLang's own
+    # per-request spec_accept_length, pooled)
+    accept_length: Num | None = None
+    accept_rate: Num | None = None
+    verify_calls_total: Num | None = None
+    generated_tokens_total: Num | None = None
+    # /server_info's avg_spec_accept_length: since the server started
+    avg_accept_length: Num | None = None
+    # the drafter's own estimate at ``depth`` (its export's hsmon_estimate: hsmon train's held-out
+    # evaluation), read from the drafter's directory when the daemon can read it
+    estimate: Num | None = None
+    estimate_source: str | None = None
+
+
 class ServerEntry(Section):
     """One inference server a job talks to."""
 
@@ -99,6 +125,7 @@ class ServerEntry(Section):
     last_forward_ts: float | None
     capture: Capture | None
     load: Load
+    speculative: Speculative | None = None  # null: the server does not decode speculatively
 
 
 class GpuProcess(Section):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from hsmon.contracts.units import format_bytes
+from hsmon.status.text import spec_low, spec_text
 from hsmon.status_doc import Capture, GpuSection, JobStatus
 from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
 
@@ -60,6 +61,9 @@ def server_lines(job: JobStatus, history: JobHistory, width: int) -> list[Text]:
         capture = capture_line(srv.capture, width)
         if capture is not None:
             lines.append(capture)
+        if srv.speculative is not None:
+            lines.append(Text(f"   drafter {spec_text(srv.speculative)}"[:width],
+                              style="bold red" if spec_low(srv.speculative) else "grey70"))
         half = max(4, (width - 16) // 2)
         queue = list(history.server_queued.get(srv.url, ()))
         rate = list(history.server_tokens_per_s.get(srv.url, ()))

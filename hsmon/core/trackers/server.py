@@ -34,6 +34,7 @@ from hsmon.core.trackers.server_rules import (
     parse_load,
 )
 from hsmon.core.trackers.server_section import entry_of, look_of
+from hsmon.core.trackers.server_spec import drafter_estimate, spec_info
 from hsmon.status_doc import Capture, ServerEntry
 
 __all__ = ["SERVER_STATES", "ServerTracker", "parse_load"]
@@ -69,6 +70,8 @@ class ServerTracker:
         self.model: str | None = None
         self.info: dict[str, Any] | None = None
         self.capture: Capture | None = None  # the capture plugin's counters (None: no plugin)
+        self.drafting: dict[str, Any] | None = None  # speculative decoding, from /server_info (None: none)
+        self.spec_estimate: tuple[float | None, str | None] = (None, None)  # the drafter's own
         self._need_info = False
         self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
@@ -205,6 +208,7 @@ class ServerTracker:
         self.load = {}
         self._counters = None
         self.capture = None  # a restarted server's counters start again
+        self.drafting, self.spec_estimate = None, (None, None)  # and it may serve another drafter
 
     def record_metrics(self, now: float, body: bytes) -> None:
         """A /metrics answer read at ``now`` (what ``look`` does with one; for replays)."""
@@ -287,7 +291,12 @@ class ServerTracker:
         if not isinstance(data, dict):
             return  # unanswered: the last counters stay, their read_ts says how old they are
         capture = parse_capture(data, time.time())
+        spec = spec_info(data)
+        estimate = self.spec_estimate
+        if spec is not None and (self.drafting or {}).get("draft_model") != spec["draft_model"]:
+            estimate = drafter_estimate(spec["draft_model"], spec["depth"])  # once per drafter
         with self._lock:
+            self.drafting, self.spec_estimate = spec, estimate
             self._need_info = False
             self.capture = capture
             self.info = info_of(data)

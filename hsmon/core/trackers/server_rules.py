@@ -19,7 +19,12 @@ LOAD_SERIES: dict[str, tuple[str, ...]] = {
     # counted by the scheduler after each forward batch (a prefill chunk moves it), by mode
     "scheduler_tokens_total": ("realtime_tokens_total",),
     "requests_total": ("num_requests_total", "request_success_total"),
+    # a speculative server's acceptance (server_spec.py): gauges averaged over data-parallel groups
+    "spec_accept_length": ("spec_accept_length",),
+    "spec_accept_rate": ("spec_accept_rate",),
+    "spec_verify_calls_total": ("spec_verify_calls_total",),
 }
+_MEANS = frozenset({"spec_accept_length", "spec_accept_rate"})
 # Counters that move only when forwards complete: (load field, words for a reason), in that order.
 COUNTERS = (
     ("prompt_tokens_total", "prompt tokens"),
@@ -59,7 +64,10 @@ def parse_load(text: str) -> dict[str, float]:
         for name in names:
             if name in values:
                 groups = values[name].values()
-                load[field] = max(groups) if field == "token_usage" else sum(groups)
+                if field == "token_usage":
+                    load[field] = max(groups)
+                else:
+                    load[field] = sum(groups) / (len(groups) if field in _MEANS else 1)
                 break
     return load
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from hsmon.core.state_facts import age
 from hsmon.core.trackers.server_rules import ServerLook
+from hsmon.core.trackers.server_spec import speculative_of
 from hsmon.status_doc import Health, Load, ServerEntry, ServerInfo
 
 # a hsmon.core.trackers.server.ServerTracker (not imported: it imports this module)
@@ -82,4 +83,5 @@ def entry_of(t: ServerTracker, now: float, state: str, detail: str) -> ServerEnt
             gen_tokens_per_s=gauge if gauge else t.gen_rate.rate() if load else None,
             prompt_tokens_per_s=t.prompt_rate.rate() if load else None,
         ),
+        speculative=speculative_of(t.drafting, load, t.spec_estimate),
     )
