@@ -20,6 +20,7 @@ from hsmon.contracts import events as ev
 from hsmon.contracts import spool
 from hsmon.contracts.units import format_duration
 from hsmon.core.trackers.progress import ProgressTracker
+from hsmon.status_doc.figures import fmt_measure
 
 TAIL_BYTES = 64 * 1024
 
@@ -106,7 +107,7 @@ class Progress:
         text = f"step {step if step is not None else 0}" + (f" / {total}" if total else "")
         loss = loss_of(training)
         if loss is not None:
-            text += f", loss {loss:.3f}"
+            text += f", loss {fmt_measure(loss)}"
         text += f", {ledger.consumed_rows} rows consumed"
         if t.terminal_kind:
             return f"{text}, {t.terminal_kind}"
@@ -144,8 +145,8 @@ def summary_lines(out: Path, model: str | None) -> list[str]:
     done = [e for e in events if e.get("kind") == ev.DONE]
     loss = steps[-1].get("loss") if steps else None  # a step event's loss: the weighted sum
     est = done[-1].get("accept_len_est") if done else None
-    figures = [f"last loss {loss:.3f} (step {steps[-1].get('step')})" if isinstance(loss, (int, float))
-               else "no loss logged"]
+    figures = [f"last loss {fmt_measure(loss)} (step {steps[-1].get('step')})"
+               if isinstance(loss, (int, float)) else "no loss logged"]
     figures.append(f"estimated acceptance length {est:.3f}" if isinstance(est, (int, float))
                    else "no estimate of the acceptance length (no held-out rows)")
     lines.append("hsmon online: " + "; ".join(figures))

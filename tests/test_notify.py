@@ -92,3 +92,15 @@ def test_exited_and_done_are_said_once_and_never_repeated():
     finally:
         notifier.close()
         hook.close()
+
+
+def test_a_trainings_body_carries_its_figures_as_status_writes_them():
+    """The recorded document's training (step 21 of 10,000): the JSON body's `training` texts, and
+    the same figures on one line of the Slack text; none for a job that is no training."""
+    trained = status_doc.decode(RECORDED.read_bytes()).jobs[1]
+    body = build_body(msgspec.structs.replace(trained, state="done"), "running", "json")
+    first, second = body["training"][:2]
+    assert first.startswith("step 21 / 10.0k, epoch 0") and second.startswith("loss "), body["training"]
+    slack = build_body(msgspec.structs.replace(trained, state="done"), "running", "slack")["text"]
+    assert "\ntraining: " + "; ".join(body["training"]) in slack
+    assert build_body(doc("done"), "running", "json")["training"] is None

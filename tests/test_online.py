@@ -192,6 +192,9 @@ def test_a_trainer_ended_at_max_steps_beside_a_paused_extractor_pages_in_status(
     (page,) = critical_hints(job)
     assert f"the trainer (PID {trainer.pid}) ended (training ended by --max-steps at step 2)" in page, page
     assert f"`hsmon train {spool_dir} --follow --resume`" in page and "will never come" in page
+    # the trainer's figures travel in the online section, for `hsmon status` and the training tab
+    figures = job["online"]["training"]
+    assert figures["step"] == 2 and len(figures["loss"]) > 1 and figures["eta_s"] is None, figures
 
 
 def test_on_a_terminal_one_line_for_both_sides_is_redrawn(tmp_path):

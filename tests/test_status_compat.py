@@ -87,7 +87,7 @@ def test_hsmon_status_reads_the_v1_document_and_refuses_a_future_one() -> None:
     with _serving(V1.read_bytes()) as url:
         run = _status(url)
     assert run.returncode == 0, run.stderr
-    assert "extract [extract]: RUNNING" in run.stdout and "step 21 epoch 0 loss" in run.stdout
+    assert "extract [extract]: RUNNING" in run.stdout and "step 21 / 10.0k, epoch 0" in run.stdout
     future = json.loads(V1.read_text()) | {"v": 2}
     with _serving(json.dumps(future).encode()) as url:
         run = _status(url)

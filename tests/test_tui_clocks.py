@@ -14,10 +14,10 @@ from tui_documents import documents
 from tui_status_server import StatusServer
 
 from hsmon.status.client import KeptGet
+from hsmon.status_doc.numbers import coarse_clocks, fmt_clock
 from hsmon.tui import sources
 from hsmon.tui.clocks import has_short_clocks, next_minute, quiet_signature
 from hsmon.tui.messages import StatusUpdate
-from hsmon.tui.numbers import coarse_clocks, fmt_clock
 from hsmon.tui.sources import HttpStatusSource, StatusSource
 from hsmon.tui.view import HISTORY_POINTS, JobHistory, job_elapsed_eta
 

@@ -9,9 +9,9 @@ import tui_run_documents as run
 from tui_complete import typed, typed_job
 from tui_screen_text import long_floats
 
+from hsmon.status_doc.numbers import fmt_count, fmt_num, fmt_pct_of, shorten_path
 from hsmon.tui import view
 from hsmon.tui.event_text import event_detail, event_summary
-from hsmon.tui.numbers import fmt_count, fmt_num, fmt_pct_of, shorten_path
 
 
 def ev(kind: str, **fields: object) -> dict[str, object]:

@@ -114,7 +114,8 @@ async def test_the_training_form_offers_follow_for_an_online_extraction_only() -
             values = form.values
             assert (values["follow"], values["consume"]) == (("yes", "yes") if shown_follow else ("no", "no"))
             text = "\n".join(screen_lines(app.export_screenshot()))
-            assert ("writes a spool: follow = yes trains on its chunks" in text) is shown_follow
+            # its trainer already follows it: the form says so rather than invite a second one
+            assert ("a training already follows extraction extract" in text) is shown_follow
 
 
 def streaming() -> list[dict[str, Any]]:
@@ -175,3 +176,28 @@ async def test_a_streaming_online_job_at_each_size(size: tuple[int, int]) -> Non
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 48)])
 def test_snapshot_of_a_streaming_online_job(snap_compare, size: tuple[int, int]) -> None:
     assert snap_compare(run_app(False, streaming()), terminal_size=size, run_before=shown)
+
+
+@pytest.mark.asyncio
+async def test_the_training_tab_shows_the_online_trainer_rather_than_inviting_a_second() -> None:
+    """The trainer of an online job (the consumer side of its spool) is the training the tab shows:
+    its state, step, architecture and rate, and that a training already follows the extraction."""
+    docs = streaming()
+    for doc in docs:  # the trainer's figures, as the online section carries them
+        doc["jobs"][0]["online"]["training"] = {
+            "step": 41, "epoch": 0, "loss": [5.4436, 5.5], "acc": [0.26489, 0.2], "tokens_per_s": 2123.4,
+            "last_checkpoint": None, "eta_s": None, "lr": 0.0001234567}
+    app = run_app(False, docs)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await shown(pilot)
+        await pilot.press("t")
+        await pilot.pause(0.3)
+        text = "\n".join(screen_lines(app.export_screenshot()))
+        assert "no training job yet" not in text
+        assert "RUNNING  trainer following extract  PID 5151  ETA 40m" in text, text
+        assert "a training already follows this extraction" in text
+        assert "step 41, eagle3.1, 18.25 rows/s consumed" in text
+        assert "spool: 96 of 180 rows consumed, 84 waiting, 2 passes per row" in text
+        assert "loss 5.444 (step 0), mean 5.472" in text and "acc 26.5% (step 0), mean 23.2%" in text
+        assert "lr 1.235e-4" in text
+        assert "a training already follows extraction extract" in text  # the form's warning

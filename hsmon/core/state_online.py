@@ -25,10 +25,13 @@ the job is ``stopped`` (nothing will make room).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
 
 from hsmon.contracts.units import format_bytes
 from hsmon.core.state_facts import Decision, Hint, age, fmt_seconds
-from hsmon.status_doc.job import ProcessEntry
+from hsmon.status_doc.job import ProcessEntry, TrainingSection
 from hsmon.status_doc.online import OnlineSection, OnlineSide
 
 # a side that waited at least this share of the window is named the bottleneck
@@ -85,6 +88,7 @@ class OnlineFacts:
     trainer_eta_s: float | None = None  # the trainer's ETA (steps left at the step rate of its phase)
     trainer_process: ProcessEntry | None = None  # the trainer's process, as the job's processes list it
     chunks_consumed: int = 0  # chunks the ledger's consumed records name
+    trainer_training: dict[str, Any] | None = None  # the trainer's figures from its events
 
 
 def _window(seconds: float) -> str:
@@ -193,8 +197,16 @@ def online_decision(f: OnlineFacts, base: Decision, now: float, stall_after: flo
         rows_consumed=f.rows_consumed, rows_waiting=max(0, f.rows_written - f.rows_consumed),
         passes=f.passes, consume=f.consume, trainer_step=f.trainer_step, trainer_arch=f.trainer_arch,
         producer=producer,
-        consumer=consumer, bottleneck=bottleneck(f, producer.state, consumer.state), window_s=f.window_s)
+        consumer=consumer, bottleneck=bottleneck(f, producer.state, consumer.state), window_s=f.window_s,
+        training=_training(f.trainer_training))
     return _job_decision(f, base, producer, consumer, now, stall_after), section
+
+
+def _training(figures: dict[str, Any] | None) -> TrainingSection | None:
+    """The trainer's figures as a training section; its ETA is the consumer side's."""
+    if not figures:
+        return None
+    return msgspec.convert({**figures, "eta_s": None}, TrainingSection)
 
 
 def _job_decision(f: OnlineFacts, base: Decision, producer: OnlineSide, consumer: OnlineSide,

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from hsmon.core.state_facts import ALERT_STATES
-from hsmon.status_doc import JobStatus, to_builtins
+from hsmon.status_doc import JobStatus, figures, to_builtins
 
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
@@ -33,11 +33,14 @@ ONCE_STATES = frozenset({"exited", "done", "stopped"})  # announced on the trans
 def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]:
     """The webhook payload for a job's status (pure)."""
     hints = [h.message for h in doc.hints if h.severity in ("warning", "critical")]
+    training = training_texts(doc)
     if fmt == "slack":
         icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:",
                  "stopped": ":stop_button:"}
         icon = icons.get(doc.state, ":warning:")
         text = f"{icon} hsmon: job *{doc.job}* is *{doc.state}*: {doc.reason}"
+        if training:
+            text += "\ntraining: " + "; ".join(training)
         if hints:
             text += "\n" + "\n".join(f"• {h}" for h in hints[:5])
         return {"text": text}
@@ -52,8 +55,17 @@ def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]
         "since_ts": doc.state_since_ts,
         "hints": to_builtins(doc.hints),
         "progress": to_builtins(doc.progress),
+        "training": training,
         "ts": time.time(),
     }
+
+
+def training_texts(doc: JobStatus) -> list[str] | None:
+    """A training's step and figures as `hsmon status` and the dashboard write them
+    ('step 2 / 2, epoch 0, 13.0k tok/s', 'loss 3.841 (step 0), mean 3.920', ...); None for another job."""
+    if not figures.is_training(doc.training):
+        return None
+    return [figures.step_text(doc.training), *figures.figure_texts(doc.training)]
 
 
 class Notifier:

@@ -29,6 +29,7 @@ from hsmon.status_doc import (
     ServerEntry,
     StatusDocument,
     decode,
+    figures,
     online_of,
 )
 
@@ -186,6 +187,8 @@ def _gpu_lines(gpus: GpuSection) -> list[str]:
 
 def _progress_rows(job: JobStatus) -> list[tuple[str, str]]:
     prog = job.progress
+    if figures.is_training(job.training):
+        return _training_rows(job)  # a training counts steps: its rows and chunks never advance
     if prog is None:
         return []
     total = prog.rows_total
@@ -249,9 +252,20 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
         rows.append(("events", f"{ev.path}: {ev.lines} lines ({ev.bad_lines} bad), last "
                                f"{ev.last_kind or '-'} {last}"))
     rows += [(f"server {srv.url}", _server_summary(srv)) for srv in job.servers]
-    tr = job.training
-    if tr:
-        rows.append(("training", f"step {tr.step} epoch {tr.epoch} loss {tr.loss} acc {tr.acc}"))
+    return rows
+
+
+def _training_rows(job: JobStatus) -> list[tuple[str, str]]:
+    """A training's progress: 'step 2 / 2, epoch 0, 13.0k tok/s', its figures, the time it took."""
+    prog, tr = job.progress, job.training
+    eta = None if job.state in ENDED_STATES else (prog.eta_s if prog is not None else None) or tr.eta_s
+    rows = [("training", figures.step_text(tr) + (f", ETA {eta_text(prog, eta, format_duration)}"
+                                                   if eta is not None else ""))]
+    texts = figures.figure_texts(tr)
+    if texts:
+        rows.append(("figures", "; ".join(texts)))
+    if prog is not None and prog.elapsed_s is not None:
+        rows.append(("took" if job.state == "done" else "elapsed", format_duration(prog.elapsed_s)))
     return rows
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from hsmon.contracts.units import format_bytes
 from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress, Speculative
+from hsmon.status_doc.figures import figure_texts
 
 WONT_FIT = "WILL NOT FIT"
 # A served drafter accepting less than this fraction of its own training-time estimate is said in
@@ -57,6 +58,7 @@ def online_rows(online: OnlineSection) -> list[tuple[str, str]]:
                   f"{online.rows_consumed} of {online.rows_written} consumed{passes}{step}"),
         ("extractor", side_text(online.producer)),
         ("trainer", side_text(online.consumer) + (f" (PID {pid})" if (pid := online.consumer.pid) else "")),
+        *([("trainer's figures", "; ".join(texts))] if (texts := figure_texts(online.training)) else []),
         ("bottleneck", online.bottleneck),
     ]
 

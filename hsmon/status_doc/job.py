@@ -12,6 +12,7 @@ from hsmon.status_doc.base import Num, Section
 from hsmon.status_doc.engine import ServerEntry
 from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
+from hsmon.status_doc.training import TrainingSection
 
 # The job states after which nothing more happens until someone starts the job again: no ETA is
 # given for them (done's ``eta_s`` is 0). ``stopped``: ended on request or by a signal before its
@@ -139,26 +140,6 @@ class EventsSection(Section):
     last_kind: str | None
     log: str | None
     log_lines: int | None
-
-
-class TrainingSection(Section):
-    """A training's figures, from its ``step``/``checkpoint``/``eval`` events. Values are as the
-    trainer wrote them (numbers, or per-unroll-step lists for ``loss``/``acc``); the fields after
-    ``eta_s`` are present only when the trainer sends them."""
-
-    step: Any
-    epoch: Any
-    loss: Any
-    acc: Any
-    tokens_per_s: Num | None
-    last_checkpoint: Any
-    eta_s: Any
-    total_steps: Any | UnsetType = UNSET
-    lr: Any | UnsetType = UNSET
-    grad_norm: Any | UnsetType = UNSET
-    data_wait_frac: Any | UnsetType = UNSET
-    loss_weighted: Any | UnsetType = UNSET
-    eval: dict[str, Any] | UnsetType = UNSET
 
 
 class JobGpu(Section):

@@ -9,6 +9,7 @@ from typing import Any
 from msgspec import UNSET
 
 from hsmon.status_doc.base import Num, Section
+from hsmon.status_doc.training import TrainingSection
 
 # A side's states: the extractor (producer) or the following trainer (consumer).
 #   running   it moves                    paused    the extractor waits for spool room (not stalled)
@@ -50,6 +51,8 @@ class OnlineSection(Section):
     bottleneck: str
     window_s: Num = 0
     trainer_arch: str | None = None  # the following trainer's drafter architecture (eagle3, eagle3.1)
+    # the following trainer's figures (step, loss, acc, lr, ...), as a training job's ``training``
+    training: TrainingSection | None = None
 
 
 def online_of(job: Any) -> OnlineSection | None:

@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.reactive import var
 
 from hsmon import __version__
-from hsmon.status_doc import ENDED_STATES, JobStatus, StatusDocument
+from hsmon.status_doc import ENDED_STATES, JobStatus, StatusDocument, online_of
 from hsmon.tui.backfill import RateSeries, events_rate_history
 from hsmon.tui.clocks import has_short_clocks, next_minute
 from hsmon.tui.messages import SourceDown, StatusUpdate
@@ -235,6 +235,14 @@ class HsmonApp(App[None]):
         found = None
         for key, job, _ in self.jobs():
             if (job.kind == "train" or job.training is not None) and not is_acceptance_job(job):
+                found = (key, job)
+        return found
+
+    def online_job(self) -> tuple[JobKey, JobStatus] | None:
+        """The last online extraction seen (its spool's consumer is a trainer of its own)."""
+        found = None
+        for key, job, _ in self.jobs():
+            if online_of(job) is not None:
                 found = (key, job)
         return found
 

@@ -21,7 +21,7 @@ from msgspec.structs import replace
 
 from hsmon.contracts.units import format_bytes
 from hsmon.status_doc import ENDED_STATES, JobStatus, StatusDocument
-from hsmon.tui.numbers import fmt_clock, has_short_clock
+from hsmon.status_doc.numbers import fmt_clock, has_short_clock
 
 FINISHED = ENDED_STATES
 # Durations of a minute or more in a reason ("68s", "125 s", "4m", "2h05m"): shown at the minute.

@@ -12,8 +12,8 @@ from msgspec import UNSET
 from rich.text import Text
 
 from hsmon.status_doc import DataSection, JobStatus
+from hsmon.status_doc.numbers import fmt_count, fmt_num
 from hsmon.tui.engine_view import SPARKS
-from hsmon.tui.numbers import fmt_count, fmt_num
 
 VERDICT_STYLES = {"agree": "bold green", "disagree": "bold white on red", "error": "bold yellow",
                   "timeout": "bold yellow", "running": "cyan"}

@@ -13,7 +13,8 @@ from typing import Any
 
 from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
-from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.status_doc.figures import fmt_measure
+from hsmon.status_doc.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
@@ -229,7 +230,7 @@ def _step(e: dict[str, Any]) -> str:
     first_acc = accs[0] if isinstance(accs, list) and accs else None
     rate = _n(e, "tokens_s", "tokens_per_s")
     return f"step {_of(_n(e, 'step'), _n(e, 'total_steps'))}: " + _join(
-        f"loss {fmt_num(_n(e, 'loss'))}" if _n(e, "loss") is not None else None,
+        f"loss {fmt_measure(_n(e, 'loss'))}" if _n(e, "loss") is not None else None,
         f"acc {fmt_pct_of(first_acc)} (step 0)" if isinstance(first_acc, (int, float)) else None,
         f"{fmt_num(rate)} tok/s" if rate is not None else None,
     )

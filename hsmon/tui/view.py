@@ -25,6 +25,16 @@ from hsmon.status_doc import (
     TrainingSection,
     online_of,
 )
+from hsmon.status_doc.figures import fmt_loss, fmt_lr, fmt_measure
+from hsmon.status_doc.numbers import (  # noqa: F401
+    fmt_clock,
+    fmt_count,
+    fmt_num,
+    fmt_pct,
+    fmt_pct_of,
+    fmt_rate,
+    shorten_path,
+)
 from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one import)
     EVENT_FILTERS,
     acceptance_summary,
@@ -34,7 +44,6 @@ from hsmon.tui.event_text import (  # noqa: F401 (re-exported: the screens' one 
     filtered_events,
 )
 from hsmon.tui.history import FINISHED_STATES, HISTORY_POINTS, JobHistory  # noqa: F401 (re-exported)
-from hsmon.tui.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct, fmt_pct_of, fmt_rate, shorten_path  # noqa: F401
 
 STATE_STYLES: dict[str, str] = {
     "starting": "state-starting",
@@ -211,7 +220,7 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     """Training form values prefilled from an (extraction) job."""
     defaults = {
         "data_dir": "", "target_model": "", "out_dir": "", "epochs": str(train_defaults.EPOCHS),
-        "lr": f"{train_defaults.LR:g}", "batch_tokens": str(train_defaults.BATCH_TOKENS),
+        "lr": fmt_lr(train_defaults.LR), "batch_tokens": str(train_defaults.BATCH_TOKENS),
         "ttt_length": str(train_defaults.TTT_LENGTH), "arch": "", "draft_vocab_size": "", "gpus": "1",
         "time_limit": "", "threads": "", "follow": "no", "passes": "1", "consume": "no",
     }
@@ -255,10 +264,10 @@ def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
     if isinstance(accs, list) and accs:
         lines.append("  acc  " + "".join(f"{fmt_pct_of(a):>6}" for a in accs))
     if isinstance(losses, list) and losses:
-        lines.append("  loss " + "".join(f"{fmt_num(v):>6}" for v in losses))
+        lines.append("  loss " + "".join(f"{fmt_measure(v):>6}" for v in losses))
     extras = []
     if isinstance(evaluation.get("loss"), (int, float)):
-        extras.append(f"weighted loss {fmt_num(evaluation['loss'])}")
+        extras.append(f"weighted loss {fmt_measure(evaluation['loss'])}")
     if isinstance(evaluation.get("accept_len_est"), (int, float)):
         extras.append(f"est. acceptance length {fmt_num(evaluation['accept_len_est'])}")
     if extras:
@@ -318,9 +327,9 @@ def status_line(job: JobStatus) -> str:
     if progress is not None and progress.tokens_per_s:
         parts.append(fmt_rate(progress.tokens_per_s, " tok/s"))
     if training is not None and training.step is not None:
-        loss = training.loss or []
+        loss = fmt_loss(training.loss)  # as `hsmon status` and the training tab write it
         parts.append(f"step {progress_label(training.step, sent(training.total_steps))}"
-                     + (f" loss {loss[0]:.3f}" if loss else ""))
+                     + (f" loss {loss}" if loss else ""))
     elapsed, eta = job_elapsed_eta(job, format_duration)  # a log line: to the second
     parts.append(f"elapsed {elapsed}" + ("" if job_eta_s(job) is None else f" ETA {eta}"))
     result = acceptance_result(job)

@@ -143,6 +143,7 @@ class OnlineTracker:
             chunks_complete=out.chunks_complete if out is not None else None,
             chunks_consumed=len(ledger.consumed_chunks),
             trainer_eta_s=None if self.train.terminal_kind else (self.train.training or {}).get("eta_s"),
+            trainer_training=self.train.training,
             trainer_process=self.proc.entry() if self.proc is not None and self._trainer_here() else None)
 
     def _trainer_here(self) -> bool:

@@ -95,7 +95,13 @@ class TrainingScreen(Screen[None]):
         following = bool(extraction and online_of(extraction) is not None
                          and extraction.state not in ENDED_STATES)
         form.show_follow(following)
-        if following:
+        training = app.training_job()
+        online = app.online_job() if training is None else None
+        followed = online is not None and online_of(online[1]).consumer.state != "starting"
+        if following and followed and online is not None and online[1] is extraction:
+            form.set_warning(f"▲ a training already follows extraction {extraction.job} (its figures "
+                             "are in the training panel): a second one would share its spool")
+        elif following:
             form.set_warning(f"▲ extraction {extraction.job} writes a spool: follow = yes trains on its "
                              "chunks as they complete (hsmon train --follow), consume = yes makes room")
         elif extraction_unfinished(extraction):
@@ -108,8 +114,8 @@ class TrainingScreen(Screen[None]):
                                  f"only the {chunks if chunks is not None else '?'} complete chunks")
         else:
             form.set_warning(None)
-        training = app.training_job()
-        self.query_one(TrainingStatus).show(training[1] if training else None)
+        self.query_one(TrainingStatus).show(training[1] if training else None,
+                                            online[1] if followed and online is not None else None)
         acceptance = app.acceptance_job()
         self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
         self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from hsmon.status_doc import JobStatus, online_of
-from hsmon.tui.numbers import coarse_clocks
+from hsmon.status_doc.numbers import coarse_clocks
 from hsmon.tui.view import job_elapsed_eta
 from hsmon.tui.widgets.quiet import QuietStatic
 

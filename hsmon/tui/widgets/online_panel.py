@@ -8,7 +8,7 @@ from rich.text import Text
 
 from hsmon.status.text import spool_fill
 from hsmon.status_doc import JobStatus, OnlineSection, OnlineSide, online_of
-from hsmon.tui.numbers import fmt_clock
+from hsmon.status_doc.numbers import fmt_clock
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
 STATE_STYLES = {"running": "green", "paused": "yellow", "waiting": "yellow", "stalled": "bold red",

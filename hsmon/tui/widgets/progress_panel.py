@@ -1,4 +1,4 @@
-"""Progress bars: rows, tokens, chunks (and rejects beside them)."""
+"""Progress bars: rows, tokens, chunks (and rejects beside them); a training's steps."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from hsmon.contracts.rejects import short_summary
-from hsmon.status_doc import JobStatus
-from hsmon.tui.view import NO_PROGRESS, is_acceptance_job
+from hsmon.status_doc import JobStatus, figures
+from hsmon.tui.view import NO_PROGRESS, is_acceptance_job, sent
 from hsmon.tui.widgets.meter import Meter
 from hsmon.tui.widgets.quiet import set_border_subtitle
 
 
 class ProgressPanel(Vertical):
-    """Rows, tokens and chunks done against their totals."""
+    """Rows, tokens and chunks done against their totals; a training's steps against its total."""
 
     DEFAULT_CSS = "ProgressPanel { height: auto; }"
 
@@ -25,11 +25,21 @@ class ProgressPanel(Vertical):
     def show(self, job: JobStatus) -> None:
         progress = job.progress or NO_PROGRESS
         rows = self.query_one("#meter-rows", Meter)
-        label = "decodes" if is_acceptance_job(job) else "rows"  # eval-drafter counts decodes
+        acceptance = is_acceptance_job(job)
+        training = job.training if figures.is_training(job.training) and not acceptance else None
+        # eval-drafter counts decodes; a training counts steps (its rows and chunks never advance)
+        label = "decodes" if acceptance else "steps" if training is not None else "rows"
         if rows.label != label:
             rows.label = label
             rows.refresh()
-        rows.set_value(progress.rows_done, progress.rows_total)
+        if training is not None:
+            rows.set_value(training.step, sent(training.total_steps))
+        else:
+            rows.set_value(progress.rows_done, progress.rows_total)
+        for name in ("tokens", "chunks"):
+            meter = self.query_one(f"#meter-{name}", Meter)
+            if meter.display != (training is None):
+                meter.display = training is None
         self.query_one("#meter-tokens", Meter).set_value(progress.tokens_done, progress.tokens_total)
         self.query_one("#meter-chunks", Meter).set_value(progress.chunks_done, progress.chunks_total)
         rejects = progress.rejects

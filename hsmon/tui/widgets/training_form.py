@@ -11,6 +11,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, Static
 
 from hsmon.contracts import train_defaults as defaults
+from hsmon.status_doc.figures import fmt_lr
 
 # (field, label, placeholder). Field names are the keys of hsmon.launch.training.validate_training_request
 # and of the daemon's POST /api/v1/train body.
@@ -19,7 +20,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("target_model", "target model", "empty: the embedded target"),
     ("out_dir", "output directory", "where checkpoints and the export go"),
     ("epochs", "epochs", str(defaults.EPOCHS)),
-    ("lr", "learning rate", f"{defaults.LR:g}"),
+    ("lr", "learning rate", fmt_lr(defaults.LR)),
     ("batch_tokens", "batch (tokens)", str(defaults.BATCH_TOKENS)),
     ("ttt_length", "unroll length", str(defaults.TTT_LENGTH)),
     ("arch", "architecture", "eagle3.1 (default) or eagle3"),

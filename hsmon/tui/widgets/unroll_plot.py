@@ -13,7 +13,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from hsmon.status_doc import TrainingSection
-from hsmon.tui.view import fmt_num, fmt_pct_of, unroll_series
+from hsmon.status_doc.figures import fmt_measure
+from hsmon.tui.view import fmt_pct_of, unroll_series
 
 BARS = "▁▂▃▄▅▆▇█"
 MAX_ROWS_PER_STEP = 6
@@ -85,7 +86,7 @@ class UnrollPlot(Widget):
                 last = row == per_step - 1
                 text.append("\n" + (f"step {i:<2}" if last else " " * 7))
                 text.append(f"{loss_rows[row]:<{spark_width}}", style="red")
-                text.append(f" {fmt_num(loss[-1]) if loss and last else '':>6} ")
+                text.append(f" {fmt_measure(loss[-1]) if loss and last else '':>6} ")
                 text.append(f"{acc_rows[row]:<{spark_width}}", style="green")
                 text.append(f" {fmt_pct_of(acc[-1]) if acc and last else '':>6}")
         return text
