@@ -224,3 +224,31 @@ def assert_same_output(got: Path, want: Path, exact: bool = True) -> None:
     chunks_a = {k: v["sha256"] for k, v in read_manifest(got).chunks.items()}
     chunks_b = {k: v["sha256"] for k, v in read_manifest(want).chunks.items()}
     assert chunks_a == chunks_b if exact else chunks_a.keys() == chunks_b.keys()
+
+
+def sglang_equals_in_process(
+    server_url: str, dump_root: str, data: Path, want: dict[int, Any], work: Path, model: Path, *extra: str,
+    rows: list[list[int]] | None = None,
+) -> dict[str, float]:
+    """Extract ``data`` from the server over both transports (float32) and check each output's rows
+    equal ``want`` (the in-process rows) within 1e-4, with no dump file left behind; ``rows``: also
+    check each row has one position per token. Returns the max abs difference per transport."""
+    import torch
+
+    worst: dict[str, float] = {}
+    for transport in ("json", "shm"):
+        out, dump = work / transport, Path(dump_root) / f"job-{transport}"
+        proc = run_extract(data, out, model, *extra, "--backend", "sglang", "--url", server_url,
+                           "--transport", transport, "--dump-dir", str(dump), "--dtype", "float32")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = load_output(out)
+        assert sorted(got) == sorted(want)
+        worst[transport] = 0.0
+        for row in want:
+            if rows is not None:
+                assert got[row]["aux_hidden_state"].shape[-2] == len(rows[row])  # rows == tokens
+            for key in ("aux_hidden_state", "hidden_state"):
+                torch.testing.assert_close(got[row][key], want[row][key], rtol=1e-4, atol=1e-4)
+                worst[transport] = max(worst[transport], (got[row][key] - want[row][key]).abs().max().item())
+        assert not dump.exists() or not any(dump.iterdir())  # no dump file left
+    return worst

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -265,29 +265,11 @@ def compare(
 def run_engine(args, sets: dict[str, list[list[int]]], drafter: Path, target: Path, evaluate_fn) -> int:
     """``--engine sglang``: measure on ``--server`` or on a server started for the drafter."""
     try:
-        if args.server:
+        server = nullcontext(args.server) if args.server else started_server(drafter, target, args.depth)
+        with server as url:
             results = compare(
-                args.server,
-                sets,
-                args.max_new_tokens,
-                evaluate_fn,
-                drafter,
-                target,
-                args.tolerance,
-                args.ngram_max,
+                url, sets, args.max_new_tokens, evaluate_fn, drafter, target, args.tolerance, args.ngram_max
             )
-        else:
-            with started_server(drafter, target, args.depth) as url:
-                results = compare(
-                    url,
-                    sets,
-                    args.max_new_tokens,
-                    evaluate_fn,
-                    drafter,
-                    target,
-                    args.tolerance,
-                    args.ngram_max,
-                )
     except EngineError as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
         return 2

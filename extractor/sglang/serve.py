@@ -320,6 +320,9 @@ def run(args: argparse.Namespace) -> int:
               "prefill before any hook: serve it with chunked prefill off, `hsmon sglang-serve ... -- "
               "--chunked-prefill-size -1`, or use SGLang 0.5.18 or later", file=sys.stderr)
         return 2
+    if adapter == WHOLE_PREFILL and "SGLANG_GRPC_PORT" not in env and args.port + 10000 > 65535:
+        # 0.5.14 puts its (unused, off) gRPC port at --port + 10000 and refuses to start past 65535
+        env["SGLANG_GRPC_PORT"] = str(args.port - 10000)
     if adapter in (LAYER_CAPTURE, WHOLE_PREFILL) and not speculative.active:
         env["HSMON_PLUGIN_AUX_LAYER_IDS"] = ",".join(str(i) for i in layer_ids)
     cmd = build_command(python, str(model_path), points, args.host, args.port, cpu, extra, adapter,
