@@ -23,7 +23,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -70,11 +69,9 @@ def start_sglang_serve(model: Path, dump_root: Path, log: Path, layers: tuple[in
 
 def stop_sglang_serve(server: subprocess.Popen) -> None:
     """Stop a server started by :func:`start_sglang_serve` (its whole process group)."""
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
+    from extractor.sglang.supervise import stop_session
+
+    stop_session(server)
 
 
 def run_extract(data: Path, out: Path, model: Path, url: str, transport: str, dump: Path) -> dict[str, float]:

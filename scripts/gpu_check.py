@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.plugin_hook import batch  # noqa: E402
 from bench.sglang_transport import free_port  # noqa: E402
+from extractor.sglang.supervise import stop_session  # noqa: E402
 
 HSMON = [sys.executable, "-m", "hsmon"]
 
@@ -56,16 +56,6 @@ def wait_for_text(proc: subprocess.Popen, log: Path, text: str, timeout: float) 
             tail = log.read_text(errors="replace")[-3000:]
             raise SystemExit(f"gpu-check: {log.name}: no {text!r}:\n{tail}")
         time.sleep(0.5)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def run(cmd: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess[str]:
@@ -138,9 +128,9 @@ def main() -> int:
         dump_s, _ = batch(url, "dump", args.tps_tokens, args.tps_requests, job, "gpu", args.concurrency)
         gpus, pids_seen = gpu_pids(daemon_port, server.pid)
     finally:
-        stop(server)
+        stop_session(server)
         if daemon is not None:
-            stop(daemon)
+            stop_session(daemon)
     tokens = args.tps_requests * args.tps_tokens
     ratio = none_s / dump_s
     print(f"gpu-check on {args.device}: {model.name} {dtype}; extract {args.rows} chat rows at concurrency "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from extractor.sglang.supervise import stop_session
 
 DEFAULT_TOLERANCE = 0.15  # relative difference between engine and evaluator that is a finding
 CHECKS = (
@@ -186,13 +187,7 @@ def started_server(drafter: Path, target: Path, depth: int, ready_timeout: float
             )
         yield f"http://127.0.0.1:{port}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_session(proc, grace=60)
 
 
 def report(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,6 +77,21 @@ class ServerChild:
         except subprocess.TimeoutExpired:
             self.kill_all()
             self.proc.wait()
+
+
+def stop_session(proc: subprocess.Popen, grace: float = 30) -> None:
+    """Stop a child started in a session of its own (`hsmon sglang-serve` with SGLang under it, a
+    daemon): SIGTERM to its whole process group, SIGKILL to the group after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
