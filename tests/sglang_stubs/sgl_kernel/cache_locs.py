@@ -8,11 +8,27 @@ new table.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 
 def _row_slice(req_to_token: torch.Tensor, req: int, start: int, length: int, pool_len: int) -> torch.Tensor:
     return req_to_token.view(-1)[req * pool_len + start : req * pool_len + start + length]
+
+
+def _spans(
+    req_pool_indices: torch.Tensor, req_to_token: torch.Tensor, start_offset: torch.Tensor,
+    end_offset: torch.Tensor, pool_len: int,
+) -> Iterator[tuple[torch.Tensor, slice]]:
+    """Per request in order: its table's positions ``[start, end)`` and where they sit in the
+    concatenated ``out_cache_loc``."""
+    at = 0
+    for req, start, end in zip(
+        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
+    ):
+        yield _row_slice(req_to_token, req, start, end - start, pool_len), slice(at, at + end - start)
+        at += end - start
 
 
 def assign_draft_cache_locs_contiguous_cpu(
@@ -43,12 +59,8 @@ def assign_req_to_token_pool_cpu(
 ) -> None:
     """The inverse of ``assign_extend_cache_locs_cpu``: positions ``[start, end)`` of each request's
     table get the next ``end - start`` slots of ``out_cache_loc`` (consumed in request order)."""
-    at = 0
-    for req, start, end in zip(
-        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
-    ):
-        _row_slice(req_to_token, req, start, end - start, pool_len)[:] = out_cache_loc[at : at + end - start]
-        at += end - start
+    for row, packed in _spans(req_pool_indices, req_to_token, start_offset, end_offset, pool_len):
+        row[:] = out_cache_loc[packed]
 
 
 def assign_extend_cache_locs_cpu(
@@ -60,12 +72,8 @@ def assign_extend_cache_locs_cpu(
     pool_len: int,
 ) -> None:
     """``out_cache_loc``: the slots of positions ``[start, end)`` of each request, concatenated."""
-    at = 0
-    for req, start, end in zip(
-        req_pool_indices.tolist(), start_offset.tolist(), end_offset.tolist(), strict=True
-    ):
-        out_cache_loc[at : at + end - start] = _row_slice(req_to_token, req, start, end - start, pool_len)
-        at += end - start
+    for row, packed in _spans(req_pool_indices, req_to_token, start_offset, end_offset, pool_len):
+        out_cache_loc[packed] = row
 
 
 def fill_accept_out_cache_loc_cpu(
