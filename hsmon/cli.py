@@ -20,6 +20,7 @@ from hsmon import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
     "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
+    "vllm-serve": ("extractor.vllm.serve", "start vLLM capturing hidden states (or serving a drafter)"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
     "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
     "status": ("hsmon.status.cli", "one-shot status of a job, from a daemon or straight from paths"),

@@ -197,13 +197,17 @@ class SGLangBackend(Backend):
             return "refuses"
         except RetryableError:
             return "down"
-        if self.transport == "shm":  # the control's dump file is not a row's: remove it
+        self._discard_control(body, url)
+        return "serves"
+
+    def _discard_control(self, body: bytes, url: str) -> None:
+        """The control request's dump file is not a row's: remove it."""
+        if self.transport == "shm":
             with contextlib.suppress(ValueError, KeyError, TypeError, OSError, RuntimeError):
                 ticket = transports.dump_path(json.loads(body), url, -1)
                 with contextlib.suppress(RuntimeError):
                     transports.wait_for_file(ticket, 10.0)
                 os.unlink(ticket.path)
-        return "serves"
 
     def _post(self, url: str, rid: str, ids: list[int], timeout: float | None = None) -> bytes:
         """One /generate call; RetryableError for what another attempt may fix (timeouts,
@@ -241,8 +245,8 @@ class SGLangBackend(Backend):
         self._executor.shutdown(wait=True, cancel_futures=True)
         st = self.stats
         if st["requests"]:
-            log(f"sglang: {st['requests']} requests ({st['orphans_reused']} dump files reused), request time "
-                f"{st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
+            log(f"{self.name}: {st['requests']} requests ({st['orphans_reused']} dump files reused), request "
+                f"time {st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
                 f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time); "
                 f"per server: {', '.join(f'{u} {n}' for u, n in self.pool.served().items())}")
         if self.dump is not None:
