@@ -221,6 +221,12 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    check_out_events_model(args)
+    return data, shard, min_free
+
+
+def check_out_events_model(args: argparse.Namespace) -> None:
+    """--out, --events and --model, checked before anything is read or loaded (UsageError)."""
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
     events_dir = Path(args.events).absolute().parent if args.events else None
@@ -231,7 +237,6 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         check_model_arg(args.model, "--model")
     except ModelUnavailable as exc:
         raise UsageError(str(exc)) from None
-    return data, shard, min_free
 
 
 def _job_name(out: Path, shard: Shard) -> str:
