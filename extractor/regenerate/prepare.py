@@ -13,17 +13,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
 from extractor.conversations import RowError
-from extractor.errors import UsageError, log
+from extractor.errors import UsageError
 from extractor.prepare import binding_settings, check_out_events_model, model_fingerprint, resolve_model
 from extractor.regenerate import turns
 from extractor.regenerate.engines import Sampling
+from extractor.scan_cache import ScanLog
 from hsmon.contracts import regen_layout, writer_lock
 from hsmon.contracts.regen_layout import RegenTotals
 from hsmon.contracts.units import format_bytes, parse_size
@@ -173,9 +173,10 @@ def scan_dataset(data: Path, tokenizer: Any, max_new_tokens: int) -> Scan:
     hasher = hashlib.sha256()
     scan = Scan()
     pending: list[str] = []
-    started = last = time.monotonic()
+    said, read = ScanLog(data), 0
     for index, line_no, raw in ds.iter_lines(data, hasher):
         scan.lines = index + 1
+        read += len(raw)
         try:
             source = turns.parse_source(raw, index)
         except RowError as exc:
@@ -186,9 +187,7 @@ def scan_dataset(data: Path, tokenizer: Any, max_new_tokens: int) -> Scan:
         if len(pending) >= SCAN_BATCH:
             scan.source_tokens += _count(tokenizer, pending, max_new_tokens)
             pending.clear()
-            if time.monotonic() - last > 5.0:
-                last = time.monotonic()
-                log(f"scanning {data}: {scan.lines} rows in {last - started:.0f} s")
+            said(scan.lines, read)
     scan.source_tokens += _count(tokenizer, pending, max_new_tokens)
     scan.sha256 = hasher.hexdigest()
     return scan
