@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def hsmon(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hsmon", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "hsmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_the_engines_name_the_same_points_by_other_ids():
@@ -46,14 +51,20 @@ def test_capture_flags_name_the_points_the_last_layer_and_the_connector():
     assert cpu_kv["kv_connector_extra_config"]["shared_storage_path"] == "/dev/shm/x"
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--layers", "5,2,4"], "vLLM captures layers in ascending order"),
-    (["--layers", "2,4,9"], "capture points must be distinct and lie in 1..7"),
-    (["--python", "/nonexistent/python"], "--python /nonexistent/python does not exist (make vllm-env"),
-    (["--", "--port", "9"], "--port after -- conflicts with what vllm-serve sets"),
-    (["--", "--enable-prefix-caching"], "--enable-prefix-caching after --: a capture server computes every"),
-    (["--draft", "/nonexistent-drafter"], "--draft /nonexistent-drafter: cannot read config.json"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--layers", "5,2,4"], "vLLM captures layers in ascending order"),
+        (["--layers", "2,4,9"], "capture points must be distinct and lie in 1..7"),
+        (["--python", "/nonexistent/python"], "--python /nonexistent/python does not exist (make vllm-env"),
+        (["--", "--port", "9"], "--port after -- conflicts with what vllm-serve sets"),
+        (
+            ["--", "--enable-prefix-caching"],
+            "--enable-prefix-caching after --: a capture server computes every",
+        ),
+        (["--draft", "/nonexistent-drafter"], "--draft /nonexistent-drafter: cannot read config.json"),
+    ],
+)
 def test_vllm_serve_refuses_bad_input_in_one_line(args, expected, tmp_path):
     done = hsmon("vllm-serve", "--model-path", "embedded", "--dump-dir", str(tmp_path / "d"), *args)
     assert done.returncode == 2, done.stderr
@@ -62,12 +73,20 @@ def test_vllm_serve_refuses_bad_input_in_one_line(args, expected, tmp_path):
     assert not (tmp_path / "d").exists()  # refused before anything was written or started
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--backend", "vllm"], "--backend vllm needs --url http://HOST:PORT"),
-    (["--backend", "vllm", "--url", "http://127.0.0.1:9", "--transport", "json"],
-     "--transport belongs to --backend sglang (SGLang servers) but this run uses --backend vllm"),
-    (["--url", "http://127.0.0.1:9"], "--url belongs to --backend sglang (SGLang servers) or --backend vllm"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--backend", "vllm"], "--backend vllm needs --url http://HOST:PORT"),
+        (
+            ["--backend", "vllm", "--url", "http://127.0.0.1:9", "--transport", "json"],
+            "--transport belongs to --backend sglang (SGLang servers) but this run uses --backend vllm",
+        ),
+        (
+            ["--url", "http://127.0.0.1:9"],
+            "--url belongs to --backend sglang (SGLang servers) or --backend vllm",
+        ),
+    ],
+)
 def test_extract_backend_vllm_refuses_bad_options_in_one_line(args, expected, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": "hello"}\n')

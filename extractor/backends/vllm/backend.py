@@ -21,14 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import requests
 import torch
 
 from extractor.backends.base import ModelInfo, RowStates, RunContext
-from extractor.backends.sglang.backend import RETRYABLE_STATUS, RefusedError, SGLangBackend
-from extractor.backends.sglang.pool import RetryableError, ServerPool
+from extractor.backends.sglang.attempts import post_generate
+from extractor.backends.sglang.backend import SGLangBackend
+from extractor.backends.sglang.pool import ServerPool
 from extractor.backends.sglang.preflight import default_concurrency
-from extractor.backends.sglang.transports import server_message
 from extractor.backends.vllm import dumps, preflight
 from extractor.backends.vllm.final_norm import load_final_norm
 from extractor.backends.vllm.options import VLLMOptions
@@ -128,20 +127,8 @@ class VLLMBackend(SGLangBackend):
         may fix (timeouts, connections, 5xx, 408, 429), RefusedError for any other refusal (4xx)."""
         body = {"model": self._facts[url].model, "prompt": list(ids), "max_tokens": 1, "temperature": 0}
         headers = {"X-Request-Id": dumps.request_id(self.options.tag, rid)}
-        try:
-            resp = self._session().post(
-                url + "/v1/completions",
-                json=body,
-                headers=headers,
-                timeout=timeout or self.options.request_timeout,
-            )
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
-            raise RetryableError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        if resp.status_code != 200:
-            raise RefusedError(resp.status_code, server_message(resp.status_code, resp.text))
-        return resp.content
+        return post_generate(self._session(), url, body, timeout or self.options.request_timeout,
+                             path="/v1/completions", headers=headers)
 
     @staticmethod
     def _file_of(body: bytes, url: str) -> Path:
