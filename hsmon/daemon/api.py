@@ -131,6 +131,15 @@ class Handler(PooledHandler):
         return body
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except Exception as exc:  # an answer, always: a bug is a 500 in one line, never a dropped connection
+            log.exception("error answering POST %s", self.path.split("?", 1)[0])
+            self.close_connection = True
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self._json(500, {"error": f"the daemon failed to answer ({why}); see its log"})
+
+    def _post(self) -> None:
         path = self.path.split("?", 1)[0]
         stop = re.fullmatch(r"/api/v1/jobs/([A-Za-z0-9_.:-]{1,64})/stop", path)
         if path != "/api/v1/train" and not stop:
