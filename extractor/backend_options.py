@@ -29,6 +29,17 @@ EXTRACT_OPTIONS: Mapping[str, str] = {
     "skip_first_chunk_check": SGLANG,
     "device": HF,  # the SGLang server runs where it was started
 }
+REGENERATE_OPTIONS: Mapping[str, str] = {
+    "url": SGLANG,
+    "concurrency": SGLANG,
+    "request_timeout": SGLANG,
+    "give_up_after": SGLANG,
+    "row_attempts": SGLANG,
+    "wait_for_server": SGLANG,
+    "device": HF,
+    "dtype": HF,  # the servers compute in their own --dtype
+    "threads": HF,
+}
 VERIFY_OPTIONS: Mapping[str, str] = {
     "against": SGLANG,
     "transport": SGLANG,

@@ -112,14 +112,7 @@ class Rendered:
 
 def render_line(raw: bytes, tokenizer: Tokenizer, limits: Limits) -> Rendered | tuple[list[int], list[int]]:
     """A raw line's text to tokenize, or the (ids, mask) of a pre-tokenized row; raises RowError."""
-    try:
-        obj = json.loads(raw)
-    except UnicodeDecodeError:
-        raise RowError("invalid JSON: not UTF-8") from None
-    except ValueError as exc:
-        raise RowError(f"invalid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise RowError(f"row must be a JSON object, got {type(obj).__name__}")
+    obj = json_object(raw)
     if "input_ids" in obj:
         return _pretokenized(obj, limits)
     for key in ("conversations", "messages"):
@@ -137,6 +130,19 @@ def render_line(raw: bytes, tokenizer: Tokenizer, limits: Limits) -> Rendered | 
             raise RowError("empty text")
         return Rendered(text, None, True)
     raise RowError("missing field: a row needs 'text', 'conversations' or 'input_ids'")
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A raw line's JSON object; RowError says why it is not one."""
+    try:
+        obj = json.loads(raw)
+    except UnicodeDecodeError:
+        raise RowError("invalid JSON: not UTF-8") from None
+    except ValueError as exc:
+        raise RowError(f"invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RowError(f"row must be a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def tokenize_rendered(item: Rendered, tokenizer: Tokenizer) -> tuple[list[int], list[int]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
-from extractor.scan_cache import cached_scan
+from extractor.scan_cache import ScanLog, cached_scan
 from extractor.spool_gate import spool_max_of
 from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
@@ -32,7 +31,6 @@ from hsmon.contracts.writer_lock import WriterLock
 
 DEFAULT_MIN_FREE = "1G"
 DEFAULT_BATCH_TOKENS = 8192
-# Settings that change what is written: a resume must match them exactly.
 # What a row holds, and where: a resume that changes one of these is refused. The batch budget,
 # threads, concurrency, heartbeat and disk reserve are not here: they change how rows are computed
 # (rows batched with others or alone: equal to float rounding), not what they are.
@@ -222,6 +220,12 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         raise UsageError(str(exc)) from None
     if args.chunk_size < 1 or args.batch_tokens < 1:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
+    check_out_events_model(args)
+    return data, shard, min_free
+
+
+def check_out_events_model(args: argparse.Namespace) -> None:
+    """--out, --events and --model, checked before anything is loaded (UsageError); regenerate's too."""
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out}: exists and is not a directory (give a directory)")
     events_dir = Path(args.events).absolute().parent if args.events else None
@@ -232,12 +236,10 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         check_model_arg(args.model, "--model")
     except ModelUnavailable as exc:
         raise UsageError(str(exc)) from None
-    return data, shard, min_free
 
 
 def _job_name(out: Path, shard: Shard) -> str:
-    """extract-<output dir name>[-shardIofN]; an output directory named extract… keeps its name
-    (not extract-extract…)."""
+    """extract-<output dir name>[-shardIofN]; a directory named extract… keeps its name."""
     name = out.resolve().name
     base = name if name.startswith("extract") else f"extract-{name}"
     return base + (f"-shard{shard.index}of{shard.count}" if shard.count > 1 else "")
@@ -254,22 +256,6 @@ def _read_done(out: Path, manifest_path: Path, scan: ds.ScanResult,
         book.done_bytes = sum(int(r.get("bytes", 0)) for r in read_row_records(
             out, book.done, manifest_path.name).values())
     return manifest, book
-
-
-class ScanLog:
-    """Says how far the dataset scan is, every ``every`` seconds (a large dataset takes minutes)."""
-
-    def __init__(self, data: Path, every: float = 5.0) -> None:
-        self.data, self.every = data, every
-        self.size = max(1, data.stat().st_size)
-        self.started = self.last = time.monotonic()
-
-    def __call__(self, rows: int, read: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            log(f"scanning {self.data}: {rows} rows, {100 * read / self.size:.0f} % of "
-                f"{format_bytes(self.size)} in {now - self.started:.0f} s")
 
 
 @dataclass

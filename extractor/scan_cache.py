@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from array import array
 from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
+from extractor.errors import log
 from hsmon.contracts import layout
+from hsmon.contracts.units import format_bytes
 
 SCAN_VERSION = 1  # bump when the scan's result for the same inputs changes
 KEEP_ENTRIES = 32  # the most recent scans kept (each ~16 bytes a row)
@@ -101,3 +104,19 @@ def _load(entry: Path, sha256: str) -> ds.ScanResult | None:
         return None
     return ds.ScanResult(lines=int(header["lines"]), rows=rows, lengths=lengths,  # type: ignore[arg-type]
                          rejects=rejects, truncated=int(header["truncated"]), sha256=sha256)
+
+
+class ScanLog:
+    """Says how far the dataset scan is, every ``every`` seconds (a large dataset takes minutes)."""
+
+    def __init__(self, data: Path, every: float = 5.0) -> None:
+        self.data, self.every = data, every
+        self.size = max(1, data.stat().st_size)
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, rows: int, read: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            log(f"scanning {self.data}: {rows} rows, {100 * read / self.size:.0f} % of "
+                f"{format_bytes(self.size)} in {now - self.started:.0f} s")

@@ -15,11 +15,9 @@ found, rows, chunks, and the ``done``/``stopped`` ending.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,16 +27,12 @@ from typing import Any
 
 import torch
 
+from extractor.disk_room import WRITE_MARGIN_BYTES, Abandoned, DiskRoom
 from extractor.errors import log
 from extractor.row_stats import finish_stats, row_stats
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout
-from hsmon.contracts.pauses import Pause
 from hsmon.contracts.rejects import classify
-from hsmon.contracts.units import format_bytes
-
-# Room kept for manifest growth and filesystem rounding on top of a file's own size.
-WRITE_MARGIN_BYTES = 64 * 1024
 
 
 @dataclass
@@ -165,10 +159,6 @@ class Progress:
                     "paused": self.paused, "rejects_by_reason": dict(self.rejects_by_reason)}
 
 
-class Abandoned(Exception):
-    """A stop was requested while the writer waited for disk space (or spool room)."""
-
-
 _STOP = object()
 
 
@@ -190,7 +180,7 @@ class RowWriter(threading.Thread):
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_batches)
         self.error: BaseException | None = None
         self.abandoned = False
-        self._disk_pause = Pause("disk", events, progress)
+        self.room = DiskRoom(out_dir, min_free, poll_seconds, events, progress, stop_event)
         # --spool-max: ``wait_for_room(n)`` waits (paused, reason spool) until n bytes fit and claims
         # them; ``recorded()`` once they are in the manifest (extractor/spool_gate.py)
         self.spool_room = spool_room
@@ -255,7 +245,7 @@ class RowWriter(threading.Thread):
             path = layout.row_path(self.out_dir, item.row, self.book.chunk_size)
             if self.spool_room is not None:  # this batch's rows so far are not in the manifest yet
                 self.spool_room.wait_for_room(sum(r["bytes"] for r in records) + len(data))
-            self._retrying_on_full(len(data), lambda p=path, d=data: write_file(p, d))
+            self.room.write(len(data), lambda p=path, d=data: write_file(p, d))
             records.append({"type": "row", "row": item.row, "chunk": path.parent.name,
                             "tokens": len(item.input_ids), "bytes": len(data),
                             "sha256": hashlib.sha256(data).hexdigest(),
@@ -351,33 +341,4 @@ class RowWriter(threading.Thread):
         """Append records to the manifest (or ``path``), fsynced; waits (paused) while the disk is full."""
         if records:
             target = self.manifest if path is None else path
-            self._retrying_on_full(WRITE_MARGIN_BYTES, lambda: layout.append_jsonl(target, records))
-
-    def _retrying_on_full(self, size: int, write: Callable[[], Any]) -> None:
-        """Wait for room (reserve included), write; on ENOSPC anyway, wait for more room and retry."""
-        need = size + WRITE_MARGIN_BYTES
-        while True:
-            self._wait_for_space(need)
-            try:
-                write()
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                need += max(size, 1 << 20)  # the estimate was short: ask for more before retrying
-
-    def _wait_for_space(self, need: int) -> None:
-        while True:
-            free = shutil.disk_usage(self.out_dir).free
-            if free - need >= self.min_free:
-                self._disk_pause.end(f"{format_bytes(free)} free on {self.out_dir}", free_bytes=free)
-                return
-            self._disk_pause.begin(
-                f"{format_bytes(free)} free on {self.out_dir}, the next write needs {format_bytes(need)} "
-                f"above the --min-free reserve of {format_bytes(self.min_free)}",
-                f"{format_bytes(need + self.min_free - free)} more free space (stop with SIGTERM)",
-                self.poll_seconds, free_bytes=free, need_bytes=need, min_free_bytes=self.min_free,
-                path=str(self.out_dir))
-            if self.stop_event.is_set():
-                raise Abandoned
-            time.sleep(self.poll_seconds)
+            self.room.write(WRITE_MARGIN_BYTES, lambda: layout.append_jsonl(target, records))

@@ -18,6 +18,7 @@ from hsmon import __version__
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "regenerate": ("extractor.regenerate.cli", "the target answers a dataset's prompts again, in order"),
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
     "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),

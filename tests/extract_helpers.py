@@ -36,6 +36,24 @@ def tiny_chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_llama(tmp_path_factory.mktemp("tinychat") / "model", chat_template=CHAT_TEMPLATE)
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 4 MiB tmpfs of the test's own (a disk that really fills); needs root and mount."""
+    import contextlib
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
 def text_lines() -> list[str]:
     from extractor.tiny_model import stdlib_text
 

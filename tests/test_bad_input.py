@@ -12,7 +12,8 @@ import pytest
 
 from extractor import cli as extract_cli
 from extractor import verify
-from extractor.backend_options import EXTRACT_OPTIONS, SGLANG, VERIFY_OPTIONS
+from extractor.backend_options import EXTRACT_OPTIONS, REGENERATE_OPTIONS, SGLANG, VERIFY_OPTIONS
+from extractor.regenerate import cli as regenerate_cli
 from hsmon import cli
 from hsmon.core.trackers.progress import ProgressTracker
 
@@ -45,6 +46,19 @@ def test_sglang_option_without_sglang_backend_is_refused(capsys, dataset, tmp_pa
     assert not (tmp_path / "o").exists()  # nothing planned, nothing written
 
 
+def test_regenerate_refuses_another_backends_options_and_rows_it_cannot_answer(capsys, dataset, tmp_path):
+    out = str(tmp_path / "o")
+    line = refused(capsys, "regenerate", str(dataset), "--out", out, "--url", "http://127.0.0.1:1")
+    assert "--url belongs to --backend sglang" in line and "add --backend sglang" in line
+    line = refused(capsys, "regenerate", str(dataset), "--out", out, "--backend", "sglang", "--threads", "2")
+    assert "--threads belongs to --backend hf" in line
+    line = refused(capsys, "regenerate", str(dataset), "--out", out, "--max-new-tokens", "0")
+    assert "--max-new-tokens 0: give at least 1" in line
+    line = refused(capsys, "regenerate", str(dataset), "--out", out, "--dry-run")  # a text row: no turns
+    assert f"no row of {dataset} can be regenerated" in line and "no user turn: a text row" in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_device_is_checked_and_belongs_to_hf(capsys, dataset, tmp_path):
     out = str(tmp_path / "o")
     assert "--device 'gpu' is not a device" in refused(capsys, "extract", str(dataset), "--out", out,
@@ -63,6 +77,7 @@ def test_verify_data_refuses_sglang_options_on_hf(capsys, tmp_path):
 @pytest.mark.parametrize(("add_arguments", "table", "group"), [
     (extract_cli.add_arguments, EXTRACT_OPTIONS, "backend sglang"),
     (verify.add_arguments, VERIFY_OPTIONS, None),
+    (regenerate_cli.add_arguments, REGENERATE_OPTIONS, "backend sglang"),
 ])
 def test_backend_tables_match_the_parsers(add_arguments, table, group):
     parser = argparse.ArgumentParser()

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from daemon_helpers import Daemon, Procs, WebhookReceiver, wait_until
-from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
+from extract_helpers import (  # noqa: F401 (tiny_model and small_disk are fixtures)
     TIMEOUT,
     assert_same_output,
     critical_hints,
@@ -31,6 +30,7 @@ from extract_helpers import (  # noqa: F401 (tiny_model is a fixture)
     load_output,
     make_dataset,
     run_extract,
+    small_disk,
     start_extract,
     tiny_model,
     wait_for_event,
@@ -533,20 +533,6 @@ def wait_until_line(path: Path, prefix: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"no line starting {prefix!r} in {path}: {path.read_text()[-2000:]}")
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a tmpfs")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 def test_full_disk_pauses_then_resumes_by_itself(tmp_path, small_disk, tiny_model):  # noqa: F811
     from transformers import AutoTokenizer
 
@@ -610,7 +596,7 @@ def test_without_model_the_embedded_target_is_used(workdir, dataset):
     assert str(Path(ensure_embedded_target())) in proc.stdout
 
 
-def test_manifest_append_on_a_full_disk_leaves_no_partial_line(small_disk):
+def test_manifest_append_on_a_full_disk_leaves_no_partial_line(small_disk):  # noqa: F811
     import errno
 
     manifest = small_disk / layout.MANIFEST_NAME

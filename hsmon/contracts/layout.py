@@ -183,12 +183,19 @@ def atomic_write(final: str | os.PathLike[str], write: Callable[[IO[bytes]], Non
 def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]], fsync: bool = True) -> None:
     """Append records as JSON lines in one write, then fsync (the manifest's durability point)."""
     payload = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
-    if not payload:
-        return
+    if payload:
+        append_bytes(path, payload.encode("utf-8"), fsync)
+
+
+def append_bytes(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> int:
+    """Append ``data`` in one write, then fsync; returns the file's size after it. On a failure
+    (ENOSPC after a partial write) the file is cut back to its size before, so that a retry does not
+    glue a good line onto half of one. No link followed (hsmon/contracts/nofollow.py)."""
     fd = nofollow.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         size_before = os.fstat(fd).st_size
-        data = payload.encode("utf-8")
+        if not data:
+            return size_before
         written = 0
         try:
             while written < len(data):
@@ -196,10 +203,9 @@ def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]
             if fsync:
                 os.fsync(fd)
         except OSError:
-            # e.g. ENOSPC after a partial write: take the partial line back so that a retry
-            # does not glue a good record onto half a line
             os.ftruncate(fd, size_before)
             raise
+        return size_before + written
     finally:
         os.close(fd)
 

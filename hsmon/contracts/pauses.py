@@ -21,11 +21,12 @@ from typing import Any, TextIO
 from hsmon.contracts import events as ev
 from hsmon.contracts.units import format_duration
 
-PREFIX = "hsmon extract: "
+PREFIX = "hsmon extract: "  # the program's: `hsmon regenerate` sets its own once (extractor.errors)
 
 
-def _write(line: str, stream: TextIO | None, prefix: str = PREFIX) -> str:
+def _write(line: str, stream: TextIO | None, prefix: str | None = None) -> str:
     stream = sys.stderr if stream is None else stream
+    prefix = PREFIX if prefix is None else prefix
     # on a terminal the progress line (no newline, redrawn with \r) may be on screen: start afresh
     lead = "\n" if getattr(stream, "isatty", lambda: False)() else ""
     stream.write(f"{lead}{prefix}{line}\n")
@@ -35,7 +36,7 @@ def _write(line: str, stream: TextIO | None, prefix: str = PREFIX) -> str:
 
 def pause_line(
     reason: str, why: str, waits_for: str, every_s: float | str, stream: TextIO | None = None,
-    prefix: str = PREFIX,
+    prefix: str | None = None,
 ) -> str:
     """Print ``paused (REASON): WHY; waiting for WAITS_FOR, checking every Ns``; returns the line.
 
@@ -47,7 +48,7 @@ def pause_line(
 
 
 def resume_line(reason: str, paused_s: float, detail: str = "", stream: TextIO | None = None,
-                prefix: str = PREFIX) -> str:
+                prefix: str | None = None) -> str:
     """Print ``resumed (REASON) after 1m05s: DETAIL``; returns the line."""
     tail = f": {detail}" if detail else ""
     return _write(f"resumed ({reason}) after {format_duration(paused_s)}{tail}", stream, prefix)
@@ -58,7 +59,7 @@ class Pause:
     ``lock`` and ``paused`` (the extractor's progress line), or None."""
 
     def __init__(self, reason: str, events: Any | None, progress: Any | None = None,
-                 prefix: str = PREFIX) -> None:
+                 prefix: str | None = None) -> None:
         self.reason, self.events, self.progress, self.prefix = reason, events, progress, prefix
         self._since: float | None = None
         self._lock = threading.Lock()

@@ -17,17 +17,20 @@ REASON_TEXT = {
     "server_failing": "failed on the server again and again while other rows succeeded",
     "out_of_memory": "out of memory even alone",
     "backend_error": "on which the model failed even alone",
+    "truncated": "whose regenerated answer was cut at --max-new-tokens (--truncated reject)",
 }
 # the same, in a few words (a dashboard's subtitle)
 REASON_SHORT = {
     "too_long": "too long", "out_of_vocabulary": "vocabulary", "invalid_row": "invalid",
     "server_too_long": "server: too long", "server_refused": "server refused",
     "server_failing": "server failing", "out_of_memory": "out of memory", "backend_error": "model error",
+    "truncated": "cut answer",
 }
 # prefixes the extractor writes before the server's or the model's own message
 SERVER_REFUSED = "refused by the server"
 SERVER_FAILING = "failed on the server"
 BACKEND_FAILED = "the model failed on this row alone"
+TRUNCATED = "answer cut at --max-new-tokens"  # hsmon regenerate --truncated reject
 _TOO_LONG_WORDS = ("context length", "maximum allowed length", "longer than", "too long", "exceeds")
 
 
@@ -40,6 +43,8 @@ def classify(reason: str) -> str:
         return "server_failing"
     if text.startswith(BACKEND_FAILED):
         return "out_of_memory" if "out of memory" in text else "backend_error"
+    if text.startswith(TRUNCATED):
+        return "truncated"
     if text.startswith("too long"):
         return "too_long"
     if "outside the vocabulary" in text:

@@ -18,21 +18,10 @@ import torch
 
 from extractor.backends.base import Backend, ModelInfo, RowRejected, RowStates, RunContext
 from extractor.backends.sglang import preflight, transports
+from extractor.backends.sglang.attempts import AttemptAgain, judge, post_generate, probe_ids, request_row
 from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.options import SGLangOptions
-from extractor.backends.sglang.pool import RetryableError, ServerPool, Stopped, backoff_delay
-from hsmon.contracts.rejects import SERVER_FAILING, SERVER_REFUSED
-
-PROBE_TOKENS = 8  # the control request: this many first tokens of the failing row
-RETRYABLE_STATUS = (408, 429)  # and every 5xx
-
-
-class RefusedError(Exception):
-    """An HTTP 4xx for one request: the server's own words in ``message``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status, self.message = status, message
+from extractor.backends.sglang.pool import ServerPool
 
 
 class SGLangBackend(Backend):
@@ -101,7 +90,7 @@ class SGLangBackend(Backend):
             self._attempts += 1
             return f"r{row}-{self._nonce}-{self._attempts}"
 
-    def _one(self, row: int, ids: list[int]) -> RowStates:
+    def _one(self, row: int, ids: list[int]) -> RowStates | RowRejected:
         hidden, captures = self.info.hidden_size, len(self.capture_points)
         if self.dump is not None:
             orphan = self.dump.take_orphan(row)
@@ -114,111 +103,62 @@ class SGLangBackend(Backend):
                     return states
                 except (ValueError, OSError, RuntimeError):
                     pass  # incomplete or from other settings: removed by take_dump, computed again
-        attempt = strikes = 0
-        while True:
-            if self.pool.stop_event.is_set():
-                raise Stopped
-            if self.dump is not None:
-                self.dump.wait_for_room()
-            url = self.pool.acquire(len(ids))
-            started = time.perf_counter()
-            try:
-                body = self._post(url, self._rid(row), ids)
-            except RetryableError as exc:
-                self.pool.release(url)
-                if self._evidence(url, ids) != "serves":
-                    self.pool.failed(url, str(exc))  # the server's failure, not the row's: pause rules
-                else:  # a poison row: it fails where other requests go through
-                    strikes += 1
-                    if strikes >= self.options.row_attempts:
-                        return RowRejected(f"{SERVER_FAILING} {strikes} times while it answered other "
-                                           f"requests (last: {url}: {exc})")
-                    self.pool.row_failed(url, row, str(exc), strikes)
-                self.pool.wait(backoff_delay(attempt))
-                attempt += 1
-                continue
-            except RefusedError as exc:
-                self.pool.release(url)
-                verdict = self._evidence(url, ids)
-                if verdict == "serves":
-                    return RowRejected(f"{SERVER_REFUSED} (HTTP {exc.status} from {url}): {exc.message}")
-                if verdict == "refuses":
-                    raise RuntimeError(f"row {row}: {url}/generate answered HTTP {exc.status}: "
-                                       f"{exc.message}; a short control request is refused too, so the "
-                                       "server refuses every request: fix it, then run the same command"
-                                       ) from None
-                self.pool.failed(url, str(exc))
-                self.pool.wait(backoff_delay(attempt))
-                attempt += 1
-                continue
-            self.pool.release(url)
-            answered = time.perf_counter()
-            self.pool.succeeded(url)
-            try:
-                states = self._decode(body, url, row, len(ids), hidden, captures)
-            except transports.DumpError as exc:
-                if exc.errno_name not in ("ENOSPC", "EDQUOT"):
-                    raise
-                # /dev/shm filled between the room check and the write: wait for room, try again
-                self.pool.wait(backoff_delay(attempt))
-                attempt += 1
-                continue
-            except transports.DumpLate as exc:
-                # the response came, the file never did: a server killed with the write queued
-                # reads "down" (pause, then the row again); one that serves (restarted meanwhile,
-                # or writing where we cannot read) gets the row again, a bounded number of times
-                if self._evidence(url, ids) != "serves":
-                    self.pool.failed(url, str(exc))
-                else:
-                    strikes += 1
-                    if strikes >= self.options.row_attempts:
-                        raise RuntimeError(f"row {row}: {exc}") from None
-                self.pool.wait(backoff_delay(attempt))
-                attempt += 1
-                continue
+        clock: dict[str, float] = {}
+
+        def post(url: str) -> bytes:
+            clock["started"] = time.perf_counter()
+            body = self._post(url, self._rid(row), ids)
+            clock["answered"] = time.perf_counter()
+            return body
+
+        def finish(body: bytes, url: str) -> RowStates:
+            states = self._read_answer(body, url, row, len(ids))
             with self._lock:
                 self.stats["requests"] += 1
-                self.stats["request_seconds"] += answered - started
-                self.stats["client_seconds"] += time.perf_counter() - answered
+                self.stats["request_seconds"] += clock["answered"] - clock["started"]
+                self.stats["client_seconds"] += time.perf_counter() - clock["answered"]
             return states
+
+        return request_row(self.pool, row, len(ids), post, finish, lambda url: self._evidence(url, ids),
+                           self.options.row_attempts, before=self.dump.wait_for_room if self.dump else None)
+
+    def _read_answer(self, body: bytes, url: str, row: int, want: int) -> RowStates:
+        """The row's hidden states from the answer; AttemptAgain when they must be asked for again."""
+        try:
+            return self._decode(body, url, row, want, self.info.hidden_size, len(self.capture_points))
+        except transports.DumpError as exc:
+            if exc.errno_name not in ("ENOSPC", "EDQUOT"):
+                raise
+            # /dev/shm filled between the room check and the write: wait for room, try again
+            raise AttemptAgain(str(exc), judge=False) from None
+        except transports.DumpLate as exc:
+            # the response came, the file never did: a server killed with the write queued
+            # reads "down" (pause, then the row again); one that serves (restarted meanwhile,
+            # or writing where we cannot read) gets the row again, a bounded number of times
+            raise AttemptAgain(str(exc), judge=True) from None
 
     def _evidence(self, url: str, ids: list[int]) -> str:
         """After a row's request failed on ``url``: does the server answer OTHER requests now? A
-        control request (the row's first few tokens, under a rid of its own) says: "serves",
-        "refuses" (an HTTP 4xx to that too: the server refuses everything) or "down". A row is
-        rejected only on "serves"; on the others the failure is the server's (pause, give up)."""
+        control request (the row's first few tokens, under a rid of its own) says (attempts.judge);
+        a control's dump file is not a row's: removed."""
         with self._lock:
             self._probes += 1
             rid = f"{PROBE_PREFIX}{self._nonce}-{self._probes}"
-        try:
-            body = self._post(url, rid, ids[: max(1, min(PROBE_TOKENS, len(ids) // 2))],
-                              timeout=min(self.options.request_timeout, 60.0))
-        except RefusedError:
-            return "refuses"
-        except RetryableError:
-            return "down"
-        if self.transport == "shm":  # the control's dump file is not a row's: remove it
+        bodies: list[bytes] = []
+        verdict = judge(lambda: bodies.append(self._post(url, rid, probe_ids(ids),
+                                                         timeout=min(self.options.request_timeout, 60.0))))
+        if verdict == "serves" and self.transport == "shm":
             with contextlib.suppress(ValueError, KeyError, TypeError, OSError, RuntimeError):
-                ticket = transports.dump_path(json.loads(body), url, -1)
+                ticket = transports.dump_path(json.loads(bodies[0]), url, -1)
                 with contextlib.suppress(RuntimeError):
                     transports.wait_for_file(ticket, 10.0)
                 os.unlink(ticket.path)
-        return "serves"
+        return verdict
 
     def _post(self, url: str, rid: str, ids: list[int], timeout: float | None = None) -> bytes:
-        """One /generate call; RetryableError for what another attempt may fix (timeouts,
-        connections, 5xx, 408, 429), RefusedError for any other refusal (4xx)."""
+        """One /generate call of a row (attempts.post_generate: what is retried, what is refused)."""
         body = transports.request_body(rid, ids, self.transport, self.options.dump_dir)
-        try:
-            resp = self._session().post(url + "/generate", json=body,
-                                        timeout=timeout or self.options.request_timeout)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-        if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:
-            raise RetryableError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        if resp.status_code != 200:
-            raise RefusedError(resp.status_code, transports.server_message(resp.status_code, resp.text))
-        return resp.content  # parsed by _decode: the client's own time, not the request's
+        return post_generate(self._session(), url, body, timeout or self.options.request_timeout)
 
     def _decode(self, body: bytes, url: str, row: int, want: int, hidden: int, captures: int) -> RowStates:
         try:

@@ -17,22 +17,32 @@ DEFAULT_DUMP_MIN_FREE = "1G"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`hsmon extract`'s backend sglang options: the servers', then the capture's own."""
     group = parser.add_argument_group("backend sglang (docs/extract.md, section SGLang)")
-    group.add_argument("--url", action="append", default=[], metavar="URL",
-                       help="SGLang server (repeat for data-parallel servers; the least loaded gets "
-                       "the next request)")
+    add_server_arguments(group, "the next request")
     group.add_argument("--transport", choices=["json", "shm"], default="shm",
                        help="hidden states in the HTTP response (json) or as files in --dump-dir "
                        "(shm, default)")
     group.add_argument("--dump-dir", metavar="DIR", help=f"where the server dumps files for --transport shm "
                        f"(default {DEFAULT_DUMP_ROOT}/<job>)")
-    group.add_argument("--concurrency", type=int, default=0, metavar="N",
-                       help="requests in flight over all servers (default: chosen from the servers' info)")
     group.add_argument("--max-dump-bytes", default=DEFAULT_MAX_DUMP, metavar="SIZE",
                        help=f"no new request while the dump dir holds more (default {DEFAULT_MAX_DUMP})")
     group.add_argument("--dump-min-free", default=DEFAULT_DUMP_MIN_FREE, metavar="SIZE",
                        help=f"no new request while the dump dir's filesystem has less free (default "
                        f"{DEFAULT_DUMP_MIN_FREE})")
+    group.add_argument("--skip-first-chunk-check", action="store_true",
+                       help="a server on an untested SGLang release (sglang-serve --allow-untested-sglang): "
+                       "do not check the first chunk against transformers (hsmon verify-data, on by "
+                       "default for such a server)")
+
+
+def add_server_arguments(group: Any, unit: str) -> None:
+    """The options of the servers behind ``--url`` (the pool: extractor/backends/sglang/pool.py), the
+    same for every client of SGLang's /generate; ``unit``: what the least loaded server gets."""
+    group.add_argument("--url", action="append", default=[], metavar="URL",
+                       help=f"SGLang server (repeat for data-parallel servers; the least loaded gets {unit})")
+    group.add_argument("--concurrency", type=int, default=0, metavar="N",
+                       help="requests in flight over all servers (default: chosen from the servers' info)")
     group.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
                        help="one request's time limit; a timeout is retried (default 600)")
     group.add_argument("--give-up-after", type=float, default=600.0, metavar="SECONDS",
@@ -41,10 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="before the first row, wait up to this long for a server that does not "
                        "answer yet (one still loading its model; a line every 30 s); default 0: refuse "
                        "at once")
-    group.add_argument("--skip-first-chunk-check", action="store_true",
-                       help="a server on an untested SGLang release (sglang-serve --allow-untested-sglang): "
-                       "do not check the first chunk against transformers (hsmon verify-data, on by "
-                       "default for such a server)")
     group.add_argument("--row-attempts", type=int, default=3, metavar="N",
                        help="reject a row after N failures (5xx, timeouts) while its server answers a "
                        "control request (default 3)")
@@ -119,21 +125,22 @@ def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions
     from hsmon.contracts.units import parse_size
 
     urls = check_urls(args.url)
+    transport = getattr(args, "transport", "shm")  # `hsmon regenerate` has no capture options
     try:
-        max_dump = parse_size(args.max_dump_bytes)
-        min_free = parse_size(args.dump_min_free)
+        max_dump = parse_size(getattr(args, "max_dump_bytes", DEFAULT_MAX_DUMP))
+        min_free = parse_size(getattr(args, "dump_min_free", DEFAULT_DUMP_MIN_FREE))
     except ValueError as exc:
         raise _usage(str(exc)) from None
     if args.concurrency < 0 or args.request_timeout <= 0 or args.give_up_after <= 0 or args.row_attempts < 1:
         raise _usage("--concurrency must be >= 0, --request-timeout and --give-up-after > 0, "
                      "--row-attempts >= 1")
     dump_dir = None
-    if args.transport == "shm":
+    if transport == "shm" and hasattr(args, "dump_dir"):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job)
         dump_dir = args.dump_dir or f"{DEFAULT_DUMP_ROOT}/{safe}"
         if not dump_dir.startswith("/"):
             raise _usage(f"--dump-dir {dump_dir}: give an absolute path (the server resolves it on its side)")
-    return SGLangOptions(urls=urls, transport=args.transport, dump_dir=dump_dir,
+    return SGLangOptions(urls=urls, transport=transport, dump_dir=dump_dir,
                          concurrency=args.concurrency, max_dump_bytes=max_dump, dump_min_free=min_free,
                          request_timeout=args.request_timeout, give_up_after=args.give_up_after,
                          longest_row=longest_row, row_attempts=args.row_attempts,

@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from extractor.errors import UsageError
+from extractor.errors import UsageError, log
 from hsmon.contracts.capture_points import capture_points_of, sglang_layer_ids
 
 PLUGIN_VERSION = "1"
@@ -295,7 +295,6 @@ def check_servers(urls: list[str], capture_points: list[int], transport: str, dt
 
 def wait_for_info(url: str, timeout: float, wait_s: float, poll_s: float = 2.0) -> dict[str, Any]:
     """``fetch_info`` again until it answers or ``wait_s`` has passed (then its refusal)."""
-    import sys
     import time
 
     start = next_line = time.monotonic()
@@ -311,8 +310,7 @@ def wait_for_info(url: str, timeout: float, wait_s: float, poll_s: float = 2.0) 
                 raise
             if time.monotonic() >= next_line:
                 why = str(exc).split(": ", 1)[-1].split(";")[0]
-                print(f"hsmon extract: waiting for --url {url} to answer ({why}): {waited:.0f}s of "
-                      f"{wait_s:.0f}s", file=sys.stderr, flush=True)
+                log(f"waiting for --url {url} to answer ({why}): {waited:.0f}s of {wait_s:.0f}s")
                 next_line = time.monotonic() + 30.0
             time.sleep(poll_s)
 

@@ -1,0 +1,196 @@
+"""`hsmon regenerate` in-process (transformers) on the embedded target, greedy, 24 new tokens, as real
+subprocesses: every answer equals transformers' own greedy generation; a run killed with -9 half-way
+and resumed equals an uninterrupted one, each row once, in source order; rows that cannot be answered
+are rejects with a reason; one writer per output; a stop by signal; a full disk pauses the run; the
+terminal shows a progress line."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+
+import pytest
+from extract_helpers import events_of, small_disk, wait_for_event  # noqa: F401 (small_disk: a fixture)
+from regen_helpers import (
+    BAD_ROWS,
+    answers_of,
+    chat_rows,
+    dataset_rows,
+    manifest,
+    regen_cmd,
+    run_regenerate,
+    start_regenerate,
+    transformers_answers,
+    write_rows,
+)
+
+from hsmon.contracts import layout, regen_layout
+
+ROWS = 8
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("regenerate")
+
+
+@pytest.fixture(scope="module")
+def data(workdir):
+    """Eight conversations of every shape, with four rows that cannot be answered among them."""
+    rows = chat_rows(ROWS)
+    return write_rows(workdir / "chat.jsonl", rows, BAD_ROWS, bad_every=2), rows
+
+
+@pytest.fixture(scope="module")
+def reference(workdir, data):
+    """The uninterrupted run."""
+    out, events = workdir / "reference", workdir / "reference.jsonl"
+    proc = run_regenerate(data[0], out, events=events)
+    assert proc.returncode == 0, proc.stderr
+    return out, events, proc.stderr
+
+
+def test_each_answer_equals_transformers_greedy_generation(data, reference):
+    _, rows = data
+    out, events, stderr = reference
+    got = dataset_rows(out)
+    assert [r["id"] for r in got] == [r["id"] for r in rows]  # the valid rows, in source order
+    assert [answers_of(r) for r in got] == transformers_answers(rows)
+    # the turns around the answers are kept (system turns, the user turns in OpenAI names)
+    assert got[2]["conversations"][0] == {"role": "system", "content": "Answer with code only."}
+    assert [m["role"] for m in got[1]["conversations"]] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in got[3]["conversations"]] == ["user", "assistant"]  # an answer appended
+    records = manifest(out)
+    run = records[0]
+    assert run["type"] == "run" and run["provenance"]["engine"] == "transformers"
+    assert run["provenance"]["sampling"]["temperature"] == 0 and run["provenance"]["seed_rule"]
+    turns = {r["row"]: r["turns"] for r in records if r["type"] == "row"}
+    for turn_list in turns.values():
+        assert all(t["finish"] in ("stop", "length") and 0 < t["tokens"] <= 24 for t in turn_list)
+    by_row = {r["row"]: r for r in records if r["type"] == "row"}
+    first = min(by_row)
+    assert by_row[first]["turns"][0]["source_tokens"] > 0
+    appended = [r for r in by_row.values() if r["turns"][-1]["source_tokens"] is None]
+    assert len(appended) == ROWS // 4  # the rows that ended with a user turn
+    # rows that cannot be answered: rejects with their reasons, in the rejects file and the manifest
+    reasons = {r["row"]: r["reason"] for r in layout.iter_jsonl(out / "rejects.jsonl")}
+    assert sorted(reasons.values(), key=str) == sorted(reasons.values(), key=str) and len(reasons) == 4
+    said = " | ".join(reasons.values())
+    assert "starts with an assistant turn" in said and "no user turn: nothing to answer" in said
+    assert "no user turn: a text row" in said and "invalid JSON" in said
+    done = records[-1]
+    assert done["type"] == "done" and done["rows"] == ROWS and done["rejects"] == 4
+    assert "done: 8 rows" in stderr and "mean answer" in stderr
+    kinds = [e["kind"] for e in events_of(events)]
+    assert kinds[0] == "start" and kinds[-1] == "done" and "rows" in kinds
+    start = events_of(events)[0]
+    assert start["task"] == "regenerate" and start["rows_total"] == ROWS
+
+
+def test_kill_9_half_way_then_resume_equals_an_uninterrupted_run(workdir, data, reference):
+    path, _ = data
+    out, events = workdir / "killed", workdir / "killed.jsonl"
+    # each decoding step slowed (deterministic): the kill lands with rows left whatever the machine
+    proc = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.05")
+    try:
+        wait_for_event(events, lambda e: e["kind"] == "rows" and e["rows_done"] >= 3, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = [r for r in manifest(out) if r["type"] == "row"]
+    assert 3 <= len(before) < ROWS and not any(r["type"] == "done" for r in manifest(out))
+    again = run_regenerate(path, out, events=events)
+    assert again.returncode == 0, again.stderr
+    assert "committed by an earlier run" in again.stderr
+    assert (out / regen_layout.DATA_NAME).read_bytes() == (reference[0] / regen_layout.DATA_NAME).read_bytes()
+    committed = [r["row"] for r in manifest(out) if r["type"] in ("row", "reject")]
+    assert committed == sorted(set(committed)) and len(committed) == ROWS + len(BAD_ROWS)  # each once
+
+
+def test_one_writer_per_output_and_a_resume_with_other_settings_is_refused(workdir, data):
+    path, _ = data
+    out, events = workdir / "locked", workdir / "locked.jsonl"
+    first = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.05")
+    try:
+        wait_for_event(events, lambda e: e["kind"] == "rows", first)
+        second = run_regenerate(path, out)
+        assert second.returncode == 2
+        line = second.stderr.strip().splitlines()[-1]
+        assert f"is being written by PID {first.pid}" in line and "give another --out" in line
+        first.send_signal(signal.SIGTERM)  # stopped on request: recorded, the same command resumes
+        assert first.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if first.poll() is None:
+            first.kill()
+    stopped = events_of(events)[-1]
+    assert stopped["kind"] == "stopped" and "hsmon regenerate" in stopped["resume"]
+    assert manifest(out)[-1]["type"] == "stopped"
+    other = run_regenerate(path, out, "--temperature", "0.7")
+    assert other.returncode == 2
+    assert "started with different settings (sampling" in other.stderr and "use a new --out" in other.stderr
+
+
+def test_truncated_answers_are_rejects_when_asked(workdir):
+    rows = chat_rows(2, start=20)
+    path = write_rows(workdir / "cut.jsonl", rows)
+    out = workdir / "cut"
+    proc = run_regenerate(path, out, "--truncated", "reject", "--max-new-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    rejects = list(layout.iter_jsonl(out / "rejects.jsonl"))
+    assert [r["class"] for r in rejects] == ["truncated", "truncated"]
+    assert "answer cut at --max-new-tokens 4" in rejects[0]["reason"]
+    assert (out / regen_layout.DATA_NAME).read_text() == ""
+
+
+def test_a_terminal_shows_a_progress_line_not_json(workdir, data):
+    """On a terminal the events go to OUT/events.jsonl (said once) and a progress line is redrawn in
+    place, as `hsmon extract` does."""
+    import pty
+
+    path, _ = data
+    out = workdir / "tty"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command on the terminal
+        from regen_helpers import env
+
+        cmd = regen_cmd(path, out, "--heartbeat", "0.2")
+        os.execvpe(cmd[0], cmd, env(HSMON_HF_FORWARD_DELAY_S="0.01"))
+    chunks = []
+    with contextlib.suppress(OSError):
+        while data := os.read(fd, 4096):
+            chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert '{"v":' not in text  # no event on the terminal
+    assert f"events -> {out / 'events.jsonl'}" in text
+    line = [part for part in text.split("\r") if "rows" in part and "tok/s" in part]
+    assert line and "eta" in line[-1], text
+    assert events_of(out / "events.jsonl")[-1]["kind"] == "done"
+
+
+def test_a_full_disk_pauses_the_run_until_room_is_back(workdir, data, reference, small_disk):  # noqa: F811
+    path, _ = data
+    out, events = small_disk / "out", workdir / "disk.jsonl"
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"\0" * (4 * 1024 * 1024 - 1024 * 1024 - 40 * 1024))  # under the reserve + margin
+    proc = start_regenerate(path, out, events=events)
+    try:
+        pause = wait_for_event(events, lambda e: e["kind"] == "pause", proc)
+        assert pause["reason"] == "disk" and pause["path"] == str(out)
+        time.sleep(0.5)
+        assert proc.poll() is None  # waiting, not failing
+        ballast.unlink()
+        resume = wait_for_event(events, lambda e: e["kind"] == "resume", proc)
+        assert resume["reason"] == "disk" and resume["paused_seconds"] > 0
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (out / regen_layout.DATA_NAME).read_bytes() == (reference[0] / regen_layout.DATA_NAME).read_bytes()
+    assert json.loads((out / regen_layout.MANIFEST_NAME).read_text().splitlines()[-1])["type"] == "done"
