@@ -52,7 +52,8 @@ lint: setup
 # certificate of the daemon's TLS test. Idempotent; CI runs as root (the real OOM kill and the tmpfs
 # need root and a memory cgroup controller: make test fails, not skips, without them).
 SYSDEPS := prometheus:prometheus promtool:prometheus amtool:prometheus-alertmanager \
-	systemd-analyze:systemd tmux:tmux mount:mount openssl:openssl
+	systemd-analyze:systemd tmux:tmux mount:mount openssl:openssl node:nodejs \
+	ip:iproute2 tc:iproute2
 sysdeps:
 	@missing=""; for cp in $(SYSDEPS); do command -v $${cp%%:*} >/dev/null 2>&1 || \
 	  case " $$missing " in *" $${cp#*:} "*) ;; *) missing="$$missing $${cp#*:}";; esac; done; \

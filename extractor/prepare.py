@@ -25,7 +25,7 @@ from extractor.server_prep import server_dtype, server_options
 from extractor.spool_gate import spool_max_of
 from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon.contracts import layout, writer_lock
+from hsmon.contracts import layout, nofollow, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.contracts.writer_lock import WriterLock
@@ -107,8 +107,9 @@ def lock_output(out: Path, shard: Shard) -> WriterLock:
         return writer_lock.acquire(out, name, "hsmon extract", "--out")
     except writer_lock.OutputLocked as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"--out {out}: {exc.strerror or exc} (give a directory you can write)") from None
+    except OSError as exc:  # a planted link names itself; anything else names --out
+        raise UsageError(exc.strerror if isinstance(exc, nofollow.LinkRefused) else
+                         f"--out {out}: {exc.strerror or exc} (give a directory you can write)") from None
 
 
 def prepare(args: argparse.Namespace) -> Prepared:

@@ -31,8 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
     "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
-    "install-units": ("hsmon.install_units", "install the systemd units (daemon, extract@, train@, sglang@)"),
+    "install-units": ("hsmon.install_units", "install the systemd units and the polkit rule"),
     "make-target": ("extractor.make_target", "build the embedded target, or a preset (--preset smollm2)"),
+    "launched": ("hsmon.launch.child", "the first step of a training the daemon launched (not by hand)"),
 }
 
 

@@ -86,17 +86,32 @@ class ServerChild:
 
 def stop_session(proc: subprocess.Popen, grace: float = 30) -> None:
     """Stop a child started in a session of its own (`hsmon sglang-serve` with SGLang under it, a
-    daemon): SIGTERM to its whole process group, SIGKILL to the group after ``grace`` seconds."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    daemon) and everything in its process group, even when the leader itself has already exited:
+    SIGTERM to the group, SIGKILL to what is left of it after ``grace`` seconds. (The group's id is
+    the leader's PID, which the kernel does not hand out again while a member of the group lives.)"""
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if proc.poll() is None or _group_alive(proc.pid):
+        _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group lives (a member not yet reaped counts: it is gone soon)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float,
