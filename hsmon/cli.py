@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "online": ("hsmon.online", "extract and train at once through a spool (extract + train --follow)"),
-    "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
+    "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang and vLLM load"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
     "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
     "install-units": ("hsmon.install_units", "install the systemd units and the polkit rule"),
