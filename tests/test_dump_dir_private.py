@@ -124,3 +124,19 @@ def test_the_plugin_writes_only_into_a_directory_of_its_own_and_through_no_link(
     assert marker["ok"] and (root / "moved" / "r3-aa-1.safetensors").is_file()
     assert oct((root / "moved" / "r3-aa-1.safetensors").stat().st_mode & 0o777) == oct(0o600)
     assert not (tmp_path / "r3-aa-1.safetensors").exists()
+
+
+def test_the_plugin_checks_a_dump_directory_made_again(tmp_path):
+    """The held directory serves the next requests while its path names it; made again by the
+    client (removed at its end, made at the next start), it is checked again: refused when open."""
+    job = tmp_path / "job"
+    real, first = dump.held_dump_dir(str(job), str(tmp_path))
+    real, again = dump.held_dump_dir(str(job), str(tmp_path))
+    assert os.fstat(first).st_ino == os.fstat(again).st_ino == job.stat().st_ino
+    for fd in (first, again):
+        os.close(fd)
+    job.rmdir()
+    job.mkdir()
+    job.chmod(0o777)
+    with pytest.raises(dump.DumpRefused, match="chmod 700"):
+        dump.held_dump_dir(str(job), str(tmp_path))
