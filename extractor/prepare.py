@@ -21,10 +21,11 @@ from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import ScanLog, cached_scan
+from extractor.server_prep import server_dtype, server_options
 from extractor.spool_gate import spool_max_of
 from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon.contracts import layout, regen_layout, writer_lock
+from hsmon.contracts import layout, nofollow, regen_layout, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.contracts.writer_lock import WriterLock
@@ -106,8 +107,9 @@ def lock_output(out: Path, shard: Shard) -> WriterLock:
         return writer_lock.acquire(out, name, "hsmon extract", "--out")
     except writer_lock.OutputLocked as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"--out {out}: {exc.strerror or exc} (give a directory you can write)") from None
+    except OSError as exc:  # a planted link names itself; anything else names --out
+        raise UsageError(exc.strerror if isinstance(exc, nofollow.LinkRefused) else
+                         f"--out {out}: {exc.strerror or exc} (give a directory you can write)") from None
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
@@ -127,24 +129,20 @@ def prepare(args: argparse.Namespace) -> Prepared:
     model_dir = resolve_model(args.model)
     config = AutoConfig.from_pretrained(str(model_dir))
     num_layers, hidden, vocab, max_pos = model_facts(config)
-    sglang = args.backend == "sglang"
+    served = args.backend in ("sglang", "vllm")  # by servers over HTTP
     try:
         layers = parse_layers(args.layers, num_layers)
-        device = "sglang" if sglang else resolve_device(args.device)
+        device = args.backend if served else resolve_device(args.device)
         # --dtype auto: the computing engine's own dtype (the servers', agreed in the preflight below)
-        dtype = (sglang_dtype(args.dtype) if sglang
+        dtype = (server_dtype(args.dtype) if served
                  else str(resolve_dtype(args.dtype, device)).removeprefix("torch."))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
     job = args.job or _job_name(out, shard)
     sglang_options = None
-    if sglang:  # the servers decide how long a row may be: asked before the dataset is read
-        from extractor.backends.sglang import options
-
-        sglang_options = options.build(args, job, longest_row=1)
-        max_length, dtype = options.check_servers(sglang_options, layers, dtype, config, args.max_length,
-                                                  max_pos)
+    if served:  # the servers decide how long a row may be: asked before the dataset is read
+        sglang_options, max_length, dtype = server_options(args, job, out, layers, dtype, config, max_pos)
     else:
         max_length = args.max_length or max_pos
         if max_length > max_pos:
@@ -163,7 +161,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     manifest_path = out / layout.manifest_name(shard.as_tuple)
     # every refusal above leaves no --out behind; from here on this run holds it (one writer per output)
     lock = None if args.dry_run else lock_output(out, shard)
-    check_resume(out, manifest_path, settings, server_dtype=sglang and args.dtype == "auto")
+    check_resume(out, manifest_path, settings, server_dtype=served and args.dtype == "auto")
     if cached:  # after the checks: a refused command says one line
         log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
@@ -309,18 +307,6 @@ def resume_book(scan: ds.ScanResult, manifest: Manifest, size_of: Any,
             book.needed += size_of(length)
             book.longest_left = max(book.longest_left, length)
     return book
-
-
-def sglang_dtype(dtype: str) -> str | None:
-    """--dtype for the sglang backend: the dtype asked for, or None for auto (what the servers
-    compute in, agreed in the preflight)."""
-    from extractor.backends.hf import DTYPES
-
-    if dtype == "auto":
-        return None
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16")
-    return str(DTYPES[dtype]).removeprefix("torch.")
 
 
 def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any],

@@ -21,17 +21,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "regenerate": ("extractor.regenerate.cli", "the target answers a dataset's prompts again, in order"),
     "extract": ("extractor.cli", "extract hidden states from a target model into SpecForge-layout chunks"),
     "sglang-serve": ("extractor.sglang.serve", "start SGLang with the capture flags and hsmon's plugin"),
+    "vllm-serve": ("extractor.vllm.serve", "start vLLM capturing hidden states (or serving a drafter)"),
     "daemon": ("hsmon.daemon", "watch jobs; serve /metrics, /api/v1/status and /healthz"),
     "run": ("hsmon.runner", "run any command (your own script) with a log and events: its ending is known"),
     "status": ("hsmon.status.cli", "one-shot status of a job, from a daemon or straight from paths"),
     "tui": ("hsmon.tui.cli", "the terminal dashboard"),
     "train": ("trainer.cli", "train an EAGLE-3 drafter on extracted hidden states"),
     "online": ("hsmon.online", "extract and train at once through a spool (extract + train --follow)"),
-    "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang loads"),
+    "export-drafter": ("trainer.export", "export a drafter checkpoint in the layout SGLang and vLLM load"),
     "eval-drafter": ("trainer.evaluate", "measure a drafter's acceptance length against the target"),
     "verify-data": ("extractor.verify", "re-extract a sample of stored rows and compare them with the data"),
-    "install-units": ("hsmon.install_units", "install the systemd units (daemon, extract@, train@, sglang@)"),
+    "install-units": ("hsmon.install_units", "install the systemd units and the polkit rule"),
     "make-target": ("extractor.make_target", "build the embedded target, or a preset (--preset smollm2)"),
+    "launched": ("hsmon.launch.child", "the first step of a training the daemon launched (not by hand)"),
 }
 
 

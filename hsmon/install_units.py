@@ -1,9 +1,10 @@
 """`hsmon install-units`: the systemd units of hsmon/systemd/, with this machine's paths and user.
 
-Writes PREFIX/etc/systemd/system/{hsmon-daemon,hsmon-extract@,hsmon-train@,hsmon-sglang@}.service,
-PREFIX/etc/sysusers.d/hsmon.conf (the dedicated user), PREFIX/etc/polkit-1/rules.d/50-hsmon.rules
-(the daemon's user may start its trainings' transient units) and, when missing, PREFIX/etc/hsmon/hsmon.toml
-(the daemon's configuration, read by the daemon unit) and one example environment file per
+Writes PREFIX/etc/systemd/system/{hsmon-daemon,hsmon-extract@,hsmon-train@,hsmon-sglang@,
+hsmon-launch@}.service, PREFIX/etc/sysusers.d/hsmon.conf (the dedicated user),
+PREFIX/etc/polkit-1/rules.d/50-hsmon.rules (the daemon's user may start and stop the instances of
+hsmon-launch@, its trainings, and nothing else) and, when missing, PREFIX/etc/hsmon/hsmon.toml (the
+daemon's configuration, read by the daemon unit) and one example environment file per
 templated unit in PREFIX/etc/hsmon/{extract,train,sglang}/. Existing configuration is never
 overwritten; units are. `--dry-run` prints what it would write. It never runs systemctl: the
 commands to run next are printed (docs/operations.md).
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-UNITS = ("hsmon-daemon.service", "hsmon-extract@.service", "hsmon-train@.service", "hsmon-sglang@.service")
+UNITS = ("hsmon-daemon.service", "hsmon-extract@.service", "hsmon-train@.service", "hsmon-sglang@.service",
+         "hsmon-launch@.service")
 CONFIG_DIR = "/etc/hsmon"
 
 
@@ -96,7 +98,7 @@ def plan(args: argparse.Namespace) -> list[Plan]:
     files = [Plan(units / name, fill(name)) for name in UNITS]
     files.append(Plan(root / "etc" / "sysusers.d" / "hsmon.conf", fill("hsmon.sysusers.conf")))
     polkit = root / "etc" / "polkit-1" / "rules.d" / "50-hsmon.rules"
-    files.append(Plan(polkit, fill("hsmon-train-units.rules")))
+    files.append(Plan(polkit, fill("hsmon-launch.rules")))
     files.append(Plan(conf / "hsmon.toml", fill("hsmon.toml"), keep_existing=True))
     for kind in ("extract", "train", "sglang"):
         files.append(Plan(conf / kind / "example.env", fill(f"{kind}.env"), keep_existing=True))

@@ -105,7 +105,7 @@ class Daemon:
     """A real `hsmon daemon` subprocess on a free port."""
 
     def __init__(self, procs: Procs, tmp: Path, args: list[str], env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", cwd: str | None = None) -> None:
+                 host: str = "127.0.0.1", cwd: str | None = None, **popen: Any) -> None:
         self.stderr_path = tmp / f"daemon-{time.monotonic_ns()}.err"
         self.stderr = open(self.stderr_path, "wb")  # noqa: SIM115
         try:
@@ -117,6 +117,7 @@ class Daemon:
                 stderr=self.stderr,
                 env=env or child_env(),
                 cwd=cwd,
+                **popen,
             )
         except daemon_process.DaemonStartError as exc:
             raise AssertionError(f"{exc}: {self.stderr_path.read_text()}") from exc

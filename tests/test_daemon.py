@@ -180,7 +180,7 @@ def test_done_job_and_failed_webhook_is_not_fatal(procs, tmp_path):  # noqa: F81
     events = tmp_path / "events.jsonl"
     story, _ = start_story(procs, tmp_path, "--events", str(events), "--rows", "5", "--delay", "0")
     story.wait(timeout=30)
-    dead_port = "http://127.0.0.1:9/nothing-listens"
+    dead_port = "http://127.0.0.1:9/services/T0SECRET/hook-path-secret"  # a Slack hook's path is its secret
     daemon = Daemon(
         procs,
         tmp_path,
@@ -208,6 +208,8 @@ def test_done_job_and_failed_webhook_is_not_fatal(procs, tmp_path):  # noqa: F81
     assert "hsmon_rows_done" in metrics
     assert daemon.proc.poll() is None
     daemon.stop()
+    log = daemon.stderr_path.read_text()
+    assert "webhook http://127.0.0.1:9/(redacted) failed" in log and "SECRET" not in log, log
 
 
 def test_daemon_restarted_mid_job_picks_it_up(procs, tmp_path):  # noqa: F811

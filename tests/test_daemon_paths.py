@@ -109,6 +109,21 @@ def test_a_data_dir_whose_chunk_links_outside_is_refused(site):
     assert not (root / "linked-out").exists()
 
 
+def test_a_target_model_whose_files_link_out_of_the_roots_is_refused(site):
+    """A model directory inside the root whose weights are a link to a file outside: refused as
+    data_dir's links are (it was accepted with 201 before)."""
+    root, outside, daemon = site
+    (outside / "weights.safetensors").write_bytes(b"not yours")
+    model = root / "linked-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").symlink_to(outside / "weights.safetensors")
+    code, reply = train(daemon, {"data_dir": str(root / "data"), "out_dir": str(root / "model-out"),
+                                 "target_model": str(model)})
+    assert code == 400 and "model.safetensors links to" in reply["errors"]["target_model"], reply
+    assert "\n" not in reply["errors"]["target_model"] and not (root / "model-out").exists()
+
+
 def test_a_link_swapped_in_while_the_daemon_launches_leads_nowhere(site):
     """A thread swaps root/swap between a directory and a link to outside while trainings into
     root/swap/N are asked for: whatever the timing, nothing is ever created outside."""

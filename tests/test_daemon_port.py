@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import resource
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
-from daemon_helpers import Daemon, Procs, child_env, post_json
+from daemon_helpers import STORY, Daemon, Procs, child_env, post_json, wait_until
 
 TOKEN = "0123456789abcdef-port-token"
 CLIENT_TIMEOUT = 3.0  # --client-timeout: idle connections closed after it, requests read within it
@@ -81,6 +83,19 @@ def test_a_refused_body_is_never_read_as_the_next_request(daemon):
     assert "/smuggled" not in daemon.stderr_path.read_text()
 
 
+@pytest.mark.parametrize("length", [b"+5", b"1_0", b"5, 5", b"0x5"])
+def test_a_content_length_that_is_not_plain_digits_is_refused_once(daemon, length):
+    """Content-Length is parsed once (digits only): `+5` and `1_0`, which int() also takes, are
+    refused with 400 and the connection closed, never read as a length by one part and not by another
+    (before: the reader saw no body, the handler read 5 bytes of the next request as the body)."""
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    head = (b"POST /api/v1/train HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Length: %s\r\n\r\n" % (TOKEN.encode(), length))
+    reply = exchange(daemon, head + b"{}   " + smuggled)
+    assert reply.startswith(b"HTTP/1.1 400") and reply.count(b"HTTP/1.1 ") == 1, reply
+    assert b"in digits" in reply and "/smuggled" not in daemon.stderr_path.read_text()
+
+
 def test_a_chunked_body_is_refused_with_411(daemon):
     body = b'{"data_dir": "/x"}'
     head = b"POST /api/v1/train HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n" % TOKEN.encode()
@@ -122,3 +137,40 @@ def test_keep_alive_serves_request_after_request_without_a_nagle_wait(daemon):
             took.append(time.monotonic() - started)
             assert json.loads(body)["jobs"]
     assert sorted(took)[10] < 0.025, took
+
+
+def test_a_flood_of_idle_connections_never_leaves_the_daemon_deaf_nor_blind(tmp_path):
+    """Under `ulimit -n 256`, 1,100 idle connections: /healthz answers within 3 s each time, and the
+    watched job (a real running extraction) never reads unknown: the connections are capped below
+    the descriptor limit with a reserve for the trackers (before: accept failed with EMFILE, the
+    daemon answered nothing, and trackers that open files failed)."""
+    procs = Procs()
+    try:
+        paths = {"--out": str(tmp_path / "out"), "--events": str(tmp_path / "events.jsonl")}
+        job = procs.start([sys.executable, STORY, str(tmp_path / "dump"), paths["--out"], "--delay", "0.05",
+                           "--events", paths["--events"], "--manifest"], stdout=subprocess.DEVNULL)
+        watch = [*(w for pair in paths.items() for w in pair), "--dump-dir", str(tmp_path / "dump"),
+                 "--pid", str(job.pid), "--scan-interval", "0.5"]
+        daemon = Daemon(procs, tmp_path, watch,
+                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)))
+        wait_until(lambda: daemon.job()["state"] == "running", 30, what="the job running")
+        idle: list[socket.socket] = []
+        states, answered = [], []
+        for _ in range(11):
+            idle += [socket.create_connection(address(daemon), timeout=10) for _ in range(100)]
+            started = time.monotonic()
+            with socket.create_connection(address(daemon), timeout=10) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            answered.append(time.monotonic() - started)
+            doc = daemon.job()
+            states.append((doc["state"], [b["tracker"] for b in doc.get("blind") or []]))
+        assert len(idle) == 1100 and max(answered) < 3.0, answered
+        assert all(state != "unknown" and not blind for state, blind in states), states
+        log = daemon.stderr_path.read_text()
+        assert "up to 160 connections" in log and "Too many open files" not in log, log[-2000:]
+    finally:
+        for sock in locals().get("idle", []):
+            with contextlib.suppress(OSError):
+                sock.close()
+        procs.close()

@@ -54,6 +54,28 @@ def test_unsafe_settings_are_refused_in_one_line(tmp_path):
     assert "--tls-key" in daemon_refusal("--out", str(tmp_path), "--tls-cert", str(tmp_path / "c.pem"))
 
 
+def test_the_tui_never_sends_the_token_in_clear_text_to_another_machine(tmp_path):
+    """`hsmon tui --url http://OTHER --token-file F` is refused in one line before any connection (the
+    token would cross the network in clear text); https://, loopback, or --insecure-plain-http pass
+    that check (before: the TUI sent the bearer token to any http:// address)."""
+    import argparse
+
+    from hsmon.tui.cli import add_arguments, build_sources
+
+    argv = ["tui", "--url", "http://192.0.2.7:9108", "--token-file", str(token_file(tmp_path))]
+    res = subprocess.run([sys.executable, "-m", "hsmon", *argv], env=child_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "clear text over http://" in res.stderr and "--insecure-plain-http" in res.stderr, res.stderr
+
+    for url, extra in (("https://192.0.2.7:9108", []), ("http://127.0.0.1:9108", []),
+                       ("http://192.0.2.7:9108", ["--insecure-plain-http"])):
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(["--url", url, "--token-file", str(token_file(tmp_path)), *extra])
+        assert len(build_sources(args)) == 1  # made, not connected
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     where = tmp_path_factory.mktemp("tls")

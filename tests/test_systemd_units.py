@@ -64,9 +64,7 @@ def test_systemd_analyze_verify(root: Path, name: str, tmp_path: Path) -> None:
     assert name.split("@")[0] not in res.stderr, res.stderr  # warnings (unknown keys, bad values) too
 
 
-@needs_analyze
-@pytest.mark.parametrize("name", sorted(EXPOSURE_LIMITS))
-def test_security_exposure(root: Path, name: str) -> None:
+def exposure_of(root: Path, name: str) -> float:
     res = subprocess.run(
         ["systemd-analyze", "security", "--offline=yes", "--no-pager",
          str(root / "etc/systemd/system" / name)],
@@ -74,9 +72,30 @@ def test_security_exposure(root: Path, name: str) -> None:
     )
     m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", res.stdout + res.stderr)
     assert m, res.stdout + res.stderr
-    exposure = float(m.group(1))
+    return float(m.group(1))
+
+
+@needs_analyze
+@pytest.mark.parametrize("name", sorted(EXPOSURE_LIMITS))
+def test_security_exposure(root: Path, name: str) -> None:
+    exposure = exposure_of(root, name)
     print(f"{name}: exposure {exposure} (limit {EXPOSURE_LIMITS[name]})")
     assert exposure <= EXPOSURE_LIMITS[name]
+
+
+@needs_analyze
+def test_a_launched_training_is_sandboxed_no_worse_than_the_daemon(root: Path) -> None:
+    """The template the daemon's trainings run as scores no worse than the daemon's own unit, runs
+    as the dedicated user, and leaves its output to the training (no StandardOutput= path opened by
+    the service manager as root)."""
+    launched, daemon = exposure_of(root, "hsmon-launch@.service"), exposure_of(root, "hsmon-daemon.service")
+    print(f"hsmon-launch@.service: exposure {launched} (hsmon-daemon.service: {daemon})")
+    assert launched <= daemon
+    svc = unit(root, "hsmon-launch@.service")["Service"]
+    assert svc["User"] == "hsmon"
+    assert svc["ExecStart"].split()[1:] == ["launched", "/var/lib/hsmon/launch/%i.json"]
+    assert "StandardOutput" not in svc and "StandardError" not in svc
+    assert unit(root, "hsmon-daemon.service")["Service"]["StateDirectory"] == "hsmon"  # where the spec is
 
 
 def test_the_daemon_unit_runs_a_command_hsmon_accepts(root: Path) -> None:

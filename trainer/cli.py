@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
+    from trainer.checkpoint import CheckpointRefused
     from trainer.data import DataError
     from trainer.nonfinite import NonFiniteError
     from trainer.settings import TrainSettings
@@ -191,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
             Path(args.data_dir).mkdir(parents=True, exist_ok=True)  # it waits for the extractor
             return train(settings, body=follow)
         return train(settings)
-    except (DataError, TargetError) as exc:
+    except (DataError, TargetError, CheckpointRefused) as exc:
         print(f"hsmon train: {exc}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:

@@ -24,6 +24,7 @@ import torch
 from hsmon.contracts.heldout import is_held_out
 from hsmon.contracts.layout import (
     MANIFEST_GLOB,
+    atomic_write,
     manifest_chunk_error,
     manifest_paths,
     parse_row_file_name,
@@ -215,7 +216,7 @@ def save_index(index: DataIndex, path: Path) -> None:
                "token_counts": {str(k): v for k, v in index.token_counts.items()},
                "hidden_size": index.hidden_size, "aux_size": index.aux_size,
                "nonfinite_rows": index.nonfinite_rows}
-    path.write_text(json.dumps(payload))
+    atomic_write(path, lambda fh: fh.write(json.dumps(payload).encode()))  # no link followed
 
 
 def load_index(path: Path) -> DataIndex:

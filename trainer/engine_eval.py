@@ -17,8 +17,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,16 +107,21 @@ def server_depth(url: str) -> int:
 
 
 def measure(url: str, prompts: list[list[int]], max_new: int) -> SetFigures:
-    """Greedy generation of each prompt on the server; SGLang's speculative figures per prompt."""
+    """Greedy generation of each prompt on the server; SGLang's speculative figures per prompt.
+    EngineError (one line) when the server answers with an error or not at all."""
     figures = SetFigures()
-    for ids in prompts:
-        out = _post(
-            url.rstrip("/") + "/generate",
-            {
-                "input_ids": ids,
-                "sampling_params": {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True},
-            },
-        )
+    for n, ids in enumerate(prompts, 1):
+        body = {"input_ids": ids,
+                "sampling_params": {"temperature": 0, "max_new_tokens": max_new, "ignore_eos": True}}
+        try:
+            out = _post(url.rstrip("/") + "/generate", body)
+        except urllib.error.HTTPError as exc:
+            said = exc.read(300).decode(errors="replace").replace("\n", " ").strip()
+            raise EngineError(f"{url}/generate answered HTTP {exc.code} to prompt {n} of {len(prompts)}"
+                              f"{': ' + said if said else ''}; see the server's log") from None
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{url}/generate failed on prompt {n} of {len(prompts)} ({exc}); is the server "
+                              "still up? see its log") from None
         meta = out.get("meta_info", {})
         if "spec_accept_length" not in meta:
             raise EngineError(
@@ -140,13 +148,9 @@ def finding(name: str, engine: float, evaluator: float, depth: int, tolerance: f
     )
 
 
-@contextmanager
-def started_server(drafter: Path, target: Path, depth: int, ready_timeout: float = 900) -> Iterator[str]:
-    """``hsmon sglang-serve --draft drafter`` on a free port until the block ends; yields its URL."""
-    from extractor.sglang.ports import free_stable_port
-
-    port = free_stable_port()
-    cmd = [
+def serve_command(drafter: Path, target: Path, depth: int, port: int, ready_timeout: float) -> list[str]:
+    """``hsmon sglang-serve --draft drafter`` on ``port``."""
+    return [
         sys.executable,
         "-m",
         "hsmon",
@@ -163,31 +167,39 @@ def started_server(drafter: Path, target: Path, depth: int, ready_timeout: float
         str(ready_timeout),
         "--no-metrics",
     ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
-            ),
-        },
-    )
+
+
+@contextmanager
+def started_server(drafter: Path, target: Path, depth: int, ready_timeout: float = 900,
+                   command: Callable[[int], list[str]] | None = None) -> Iterator[str]:
+    """``hsmon sglang-serve --draft drafter`` (or ``command(port)``) on a free port until the block ends;
+    yields its URL. Its output goes to a file, never to a pipe that nobody reads once it is ready
+    (its web server writes a line per request: a full pipe would stop it mid-run)."""
+    from extractor.sglang.ports import free_stable_port
+
+    port = free_stable_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
+    argv = command(port) if command else serve_command(drafter, target, depth, port, ready_timeout)
+    with tempfile.NamedTemporaryFile(prefix=f"hsmon-eval-server-{port}-", suffix=".log", delete=False) as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # sglang-serve prints "ready at URL" on stdout, then nothing more
-            if "ready at" in line:
-                break
-        else:
-            raise EngineError(
-                f"hsmon sglang-serve --draft {drafter} exited {proc.wait()} before it was ready "
-                "(its log is above)"
-            )
+        _wait_ready(proc, Path(log.name), drafter)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_session(proc, grace=60)
+
+
+def _wait_ready(proc: subprocess.Popen, log: Path, drafter: Path) -> None:
+    """Until the server's log says "ready at" (sglang-serve's line); EngineError when it exits first."""
+    while True:
+        with log.open("rb") as fh:
+            if b"ready at" in fh.read():
+                return
+        if proc.poll() is not None:
+            raise EngineError(f"hsmon sglang-serve --draft {drafter} exited {proc.returncode} before it was "
+                              f"ready; its log: {log}")
+        time.sleep(0.5)
 
 
 def report(
@@ -218,8 +230,12 @@ def print_report(results: dict[str, dict]) -> None:
     for name, r in results.items():
         print(f"{name}: {r['prompts']} prompts, depth {r['depth']} ({r['draft_tokens']} tokens per verify)")
         low, high = r["spec_accept_length_min"], r["spec_accept_length_max"]
-        print(f"  SGLang spec_accept_length          {r['spec_accept_length']:.3f} (per prompt: std "
+        label = "vLLM mean accept length     " if r.get("engine") == "vllm" else "SGLang spec_accept_length"
+        print(f"  {label}          {r['spec_accept_length']:.3f} (per prompt: std "
               f"{r['spec_accept_length_std']:.3f}, {low:.3f}-{high:.3f})")
+        if r.get("accepted_per_position"):
+            rates = " ".join(f"{a:.3f}" for a in r["accepted_per_position"])
+            print(f"  vLLM accepted per position         {rates}")
         print(f"  engine, prefill token not counted  {r['engine_per_verify']:.3f}")
         print(f"  hsmon evaluator                    {r['evaluator']:.3f}")
         print(f"  n-gram baseline                    {r['ngram']:.3f}")

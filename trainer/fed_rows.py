@@ -16,6 +16,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from hsmon.contracts import nofollow
+
 FED_ROWS_ENV = "HSMON_TRAIN_FED_ROWS"
 
 
@@ -34,7 +36,7 @@ class FedRows:
         lines = [] if self._started else [{"start": step_before}]
         self._started = True
         lines.append({"step": step_before + 1, "rows": [int(r) for r in rows]})
-        with open(self.path, "a") as fh:
+        with open(nofollow.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
             fh.write("".join(json.dumps(line) + "\n" for line in lines))
 
 

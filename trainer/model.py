@@ -17,10 +17,8 @@ draft decode does when the drafter's config.json sets both flags.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -272,10 +270,6 @@ class Eagle3Drafter(nn.Module):
                 break
             hidden, logits = self.step(token.view(1, 1), hidden, last + i + 1, last, cache)
         return drafted
-
-
-def save_drafter_config(cfg: DrafterConfig, path: Path) -> None:
-    path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
 
 def drafter_config_from_dict(data: dict[str, Any]) -> DrafterConfig:

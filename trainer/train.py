@@ -18,6 +18,7 @@ import torch
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import train_defaults, writer_lock
+from hsmon.contracts.nofollow import LinkRefused
 from trainer.checkpoint import latest_checkpoint, load_checkpoint
 from trainer.data import (
     INDEX_NAME,
@@ -98,10 +99,10 @@ def hold_outputs(settings: TrainSettings) -> list[writer_lock.WriterLock]:
     try:
         for directory, name, flag in wanted:
             held.append(writer_lock.acquire(directory, name, "hsmon train", flag))
-    except writer_lock.OutputLocked as exc:
+    except (writer_lock.OutputLocked, LinkRefused) as exc:
         for lock in held:
             lock.release()
-        raise DataError(str(exc)) from None
+        raise DataError(str(exc.strerror if isinstance(exc, LinkRefused) else exc)) from None
     return held
 
 

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from hsmon.contracts import nofollow
+
 SCHEMA_VERSION = 1
 
 # Kinds named by the contract. Readers must still accept kinds not listed here.
@@ -97,7 +99,8 @@ class EventWriter:
         self._lock = threading.Lock()
         self._owned = path is not None
         if path is not None:
-            self._stream: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            fd = nofollow.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
+            self._stream: IO[str] = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         else:
             self._stream = stream if stream is not None else sys.stdout
 

@@ -50,6 +50,7 @@ No heavy imports here: the monitor imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,6 +58,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from hsmon.contracts import nofollow
 
 MANIFEST_NAME = "hsmon-manifest.jsonl"
 MANIFEST_GLOB = "hsmon-manifest*.jsonl"
@@ -140,34 +143,40 @@ def temporary_path(final: Path) -> Path:
     return final.with_name(f".{final.name}{TMP_MARK}{os.getpid()}")
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(final: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> int:
     """Write a file through ``write(fh)`` under a temporary name, fsync, rename; returns its size.
 
     A crash at any moment leaves either the old state or the complete file, never a partial file
-    under the final name. A leftover temporary file is harmless (readers skip hidden names).
+    under the final name. A leftover temporary file is harmless (readers skip hidden names). No link
+    is followed: the temporary file is made new (a link planted at its name is refused), the
+    rename replaces a link at the final name rather than writing through it, and below an anchored
+    output directory its directories are reached without links (hsmon/contracts/nofollow.py).
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_path(final)
+    dir_fd, name = nofollow.parent_dir(final, create=True)
     try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-            size = fh.tell()
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(final.parent)
+        tmp = temporary_path(Path(name)).name
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)  # a leftover of this PID's earlier life (or a planted link)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+        except FileExistsError:
+            raise nofollow.refusal(final.parent / tmp) from None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+                size = fh.tell()
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return size
 
 
@@ -181,8 +190,8 @@ def append_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]
 def append_bytes(path: str | os.PathLike[str], data: bytes, fsync: bool = True) -> int:
     """Append ``data`` in one write, then fsync; returns the file's size after it. On a failure
     (ENOSPC after a partial write) the file is cut back to its size before, so that a retry does not
-    glue a good line onto half of one."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    glue a good line onto half of one. No link followed (hsmon/contracts/nofollow.py)."""
+    fd = nofollow.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         size_before = os.fstat(fd).st_size
         if not data:
@@ -207,7 +216,7 @@ def repair_jsonl_tail(path: str | os.PathLike[str]) -> int:
     Only the file's single writer may call this. Returns the number of bytes removed.
     """
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = nofollow.open_file(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
     try:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsmon.contracts import layout
+from hsmon.contracts import layout, nofollow
 from hsmon.contracts.manifest_reader import JsonlTail, RowSet
 from hsmon.contracts.spool import Ledger, LedgerReader
 
@@ -143,8 +143,8 @@ class SpoolClaims:
         self.out.mkdir(parents=True, exist_ok=True)
         self.own = self.out / f"{CLAIM_PREFIX}{manifest_name}"
         self.writers: list[str] = []  # the other writers' manifest names (by the last ``others``)
-        self._lock_fd = os.open(self.out / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o644)
-        self._fd = os.open(self.own, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+        self._lock_fd = nofollow.open_file(self.out / LOCK_NAME, os.O_CREAT | os.O_RDWR)
+        self._fd = nofollow.open_file(self.own, os.O_CREAT | os.O_RDWR | os.O_TRUNC)
         self.set(0)
 
     @contextmanager

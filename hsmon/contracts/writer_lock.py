@@ -19,6 +19,8 @@ import socket
 import time
 from pathlib import Path
 
+from hsmon.contracts import nofollow
+
 EXTRACT_LOCK = ".hsmon-extract.lock"  # an unsharded extraction; shards: lock_name(...)
 TRAIN_LOCK = ".hsmon-train.lock"  # a training's --out
 FOLLOW_LOCK = ".hsmon-follow.lock"  # the spool a following trainer consumes
@@ -45,6 +47,7 @@ class WriterLock:
         if self._fd >= 0:
             os.close(self._fd)  # closing the last descriptor drops the flock
             self._fd = -1
+            nofollow.release(self.path.parent)
 
 
 def acquire(directory: Path, name: str, what: str, flag: str) -> WriterLock:
@@ -55,19 +58,25 @@ def acquire(directory: Path, name: str, what: str, flag: str) -> WriterLock:
     names the directory ("--out"): the refusal says which to change. The directory is created when
     missing.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    nofollow.anchor(directory)  # every write below it from now on: no link followed
     path = directory / name
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = nofollow.open_file(path, os.O_RDWR | os.O_CREAT)
+    except OSError:
+        nofollow.release(directory)
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
+        nofollow.release(directory)
         raise OutputLocked(
             f"{directory} is being written by {holder}: one writer per output; wait for it to end (or "
             f"stop it), or give another {flag}") from None
     except OSError:
         os.close(fd)
+        nofollow.release(directory)
         raise
     os.ftruncate(fd, 0)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "command": what, "since": time.time()}

@@ -13,6 +13,7 @@ from typing import Any
 from hsmon.core import config as cfgmod
 from hsmon.daemon import security
 from hsmon.daemon.http_pool import PooledHandler, PooledHTTPServer
+from hsmon.status.client import is_loopback
 
 log = logging.getLogger("hsmon.daemon")
 
@@ -93,7 +94,7 @@ class Handler(PooledHandler):
     def _may_see_cmdlines(self) -> bool:
         """Command lines go to callers on this machine (who can run `ps` anyway) and to callers with
         the control token."""
-        return security.is_loopback(self.client_address[0]) or self._token_matches()
+        return is_loopback(self.client_address[0]) or self._token_matches()
 
     def _authorized(self) -> bool:
         if self.server.token is None:
@@ -110,14 +111,11 @@ class Handler(PooledHandler):
             self.close_connection = True
             self._refuse(411, {"error": "chunked bodies are not read: send the JSON with a Content-Length"})
             return None
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
+        length = self.conn.length if self.conn.length is not None else 0  # parsed once, by the reader
         if length < 0 or length > MAX_BODY:
             self.close_connection = True  # the body is not read: the connection cannot be reused
             self._refuse(413 if length > 0 else 400,
-                         {"error": f"give a Content-Length of at most {MAX_BODY} bytes"})
+                         {"error": f"give a Content-Length of at most {MAX_BODY} bytes, in digits"})
             return None
         raw = self.rfile.read(length) if length else b"{}"
         try:
@@ -131,6 +129,15 @@ class Handler(PooledHandler):
         return body
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except Exception as exc:  # an answer, always: a bug is a 500 in one line, never a dropped connection
+            log.exception("error answering POST %s", self.path.split("?", 1)[0])
+            self.close_connection = True
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self._json(500, {"error": f"the daemon failed to answer ({why}); see its log"})
+
+    def _post(self) -> None:
         path = self.path.split("?", 1)[0]
         stop = re.fullmatch(r"/api/v1/jobs/([A-Za-z0-9_.:-]{1,64})/stop", path)
         if path != "/api/v1/train" and not stop:

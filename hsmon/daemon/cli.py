@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -23,10 +22,10 @@ from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
 from hsmon.daemon import security
 from hsmon.daemon.api import DaemonServer
+from hsmon.daemon.http_pool import raise_fd_limit
 from hsmon.daemon.memory_trim import MemoryTrim
 
 log = logging.getLogger("hsmon.daemon")
-MIN_TOKEN = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,29 +106,6 @@ def build_config(args: argparse.Namespace) -> cfgmod.DaemonConfig:
     return cfg
 
 
-def read_control_token(path: str | None) -> str | None:
-    """The control token from a file (first line) or env HSMON_CONTROL_TOKEN; None: control is off."""
-    token = None
-    if path:
-        try:
-            with open(path) as fh:
-                token = fh.readline().strip()
-        except OSError as exc:
-            raise cfgmod.ConfigError(
-                f"--control-token-file {path}: {exc.strerror}; give a readable file"
-            ) from None
-        if len(token) < MIN_TOKEN:
-            raise cfgmod.ConfigError(f"--control-token-file {path}: the token must be at least {MIN_TOKEN} "
-                                     "characters")
-        security.check_token_file(path)
-    elif os.environ.get("HSMON_CONTROL_TOKEN"):
-        token = os.environ["HSMON_CONTROL_TOKEN"].strip()
-        if len(token) < MIN_TOKEN:
-            raise cfgmod.ConfigError(
-                f"HSMON_CONTROL_TOKEN: the token must be at least {MIN_TOKEN} characters; give a longer one")
-    return token or None
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -138,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         cfg = build_config(args)
-        token = read_control_token(cfg.control_token_file)
+        token = security.read_control_token(cfg.control_token_file)
         roots = security.resolved_roots(cfg.allow_roots)
         security.check_exposure(cfg.host, token, roots)
         tls = security.tls_context(cfg.tls_cert, cfg.tls_key)
@@ -177,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     monitor.add_listener(notifier)
     metrics = MetricsEndpoint(monitor, notifier)
     monitor.add_tick_listener(MemoryTrim())
+    raise_fd_limit()  # connections are capped below it (hsmon/daemon/http_pool.py)
     try:
         server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots,
                               cfg.client_timeout)
@@ -191,12 +168,13 @@ def run(args: argparse.Namespace) -> int:
     if args.port_file:
         atomic_write(args.port_file, lambda fh: fh.write(f"{port}\n".encode()))
     log.info(
-        "listening on %s://%s:%d (jobs: %s; control %s)",
+        "listening on %s://%s:%d (jobs: %s; control %s; up to %d connections)",
         "https" if tls else "http",
         cfg.host,
         port,
         ", ".join(monitor.job_names()) or "none",
         "on" if token else "off",
+        server.max_connections,
     )
     try:
         serve_until_stopped(args, cfg, server, monitor, notifier)

@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any
 
 from hsmon.core.state_facts import ALERT_STATES
+from hsmon.daemon.security import redact_url
 from hsmon.status.text import regenerate_rows
 from hsmon.status_doc import ENDED_STATES, JobStatus, figures, regenerate_of, to_builtins
 
@@ -89,7 +90,8 @@ class Notifier:
         if fmt not in FORMATS:
             raise ValueError(f"--notify-format {fmt!r} is unknown; use one of {', '.join(FORMATS)}")
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--notify-webhook {url!r} is not an http(s) URL")
+            raise ValueError(f"--notify-webhook {redact_url(url) if '://' in url else '(hidden)'}: not an "
+                             "http(s) URL")
         self.url, self.fmt, self.repeat_s, self.timeout_s = url, fmt, repeat_s, timeout_s
         self.sent_total = 0
         self.failed_total = 0
@@ -141,7 +143,8 @@ class Notifier:
             self.sent_total += 1
         except (urllib.error.URLError, OSError, ValueError) as exc:
             self.failed_total += 1
-            log.warning("webhook %s failed: %s (will not retry this message)", self.url, exc)
+            log.warning("webhook %s failed: %s (will not retry this message)", redact_url(self.url),
+                        str(exc).replace(self.url, redact_url(self.url)))
 
     def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued (up to ``timeout``), then stop."""

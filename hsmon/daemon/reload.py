@@ -1,8 +1,10 @@
 """`hsmon daemon`'s reload: SIGHUP (`systemctl reload hsmon-daemon`, the unit's ExecReload) reads the
 configuration again and applies it without a restart (the jobs' plan: hsmon/core/reload.py): the
-jobs, `allow_roots`, the notifications, `scan_interval`, `retire_grace`, `client_timeout`, and the
-TLS certificate and key read again from their files (a bad pair refused, the old one kept). What
-takes a restart (`host`, `port`, the token, TLS turned on or off) is named in one log line.
+jobs, `allow_roots`, the notifications, `scan_interval`, `retire_grace`, `client_timeout`, the
+control token read again from its file (changed in place or a new file; a file that no longer
+reads, or a token too short, refused and the old token kept), and the TLS certificate and key read
+again from their files (a bad pair refused, the old one kept). What takes a restart (`host`,
+`port`, TLS turned on or off) is named in one log line.
 docs/daemon.md lists what a reload does with each key."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from hsmon.core import config as cfgmod
 from hsmon.daemon import security
+from hsmon.daemon.security import redact_url
 
 log = logging.getLogger("hsmon.daemon")
 
@@ -69,9 +72,9 @@ class Reloader:
         except ValueError as exc:
             log.error("reload refused: %s; nothing changed", exc)
             return
-        restart = [k for k in ("host", "port", "control_token_file")
-                   if getattr(new, k) != getattr(self.cfg, k)]
+        restart = [k for k in ("host", "port") if getattr(new, k) != getattr(self.cfg, k)]
         notes += self._tls(new, restart)
+        notes += self._token(new, roots)
         if restart:
             log.warning("reload: %s changed, which takes a restart; the rest is applied", ", ".join(restart))
         plan = plan_reload(self.configured, new.jobs)
@@ -101,7 +104,7 @@ class Reloader:
             return []
         self.cfg.notify_webhook, self.cfg.notify_format = new.notify_webhook, new.notify_format
         self.cfg.notify_repeat = new.notify_repeat
-        return [f"notifications {'to ' + new.notify_webhook if new.notify_webhook else 'off'}"]
+        return [f"notifications {'to ' + redact_url(new.notify_webhook) if new.notify_webhook else 'off'}"]
 
     def _tls(self, new: cfgmod.DaemonConfig, restart: list[str]) -> list[str]:
         """The certificate and key read again (a renewed pair at the same paths, or new paths);
@@ -120,6 +123,23 @@ class Reloader:
         self.server.tls = ctx
         self.cfg.tls_cert, self.cfg.tls_key = new.tls_cert, new.tls_key
         return [f"TLS certificate read again from {new.tls_cert}"]
+
+    def _token(self, new: cfgmod.DaemonConfig, roots: list[str]) -> list[str]:
+        """The control token read again (a token rewritten in its file takes effect now); a file
+        that does not read, or a token the exposure rules refuse, keeps the old token."""
+        if self.server is None:
+            return []
+        try:
+            token = security.read_control_token(new.control_token_file)
+            security.check_exposure(self.cfg.host, token, roots)
+        except cfgmod.ConfigError as exc:
+            log.error("reload: control token refused: %s; the old one is kept", exc)
+            return []
+        if token == self.server.token:
+            return []
+        self.server.token, self.cfg.control_token_file = token, new.control_token_file
+        where = new.control_token_file or "$HSMON_CONTROL_TOKEN"
+        return [f"control token read again from {where}" if token else "control endpoints off (no token)"]
 
     def _settings(self, new: cfgmod.DaemonConfig, roots: list[str]) -> list[str]:
         notes = []

@@ -11,18 +11,20 @@ docs/operations.md "Security" says what is exposed, to whom, and how to run it b
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import ssl
 import stat
+import urllib.parse
 from collections.abc import Iterable
 
 import msgspec
 
 from hsmon.core.config import ConfigError
+from hsmon.status.client import is_loopback
 from hsmon.status_doc import StatusDocument
 
 REDACTED = "(hidden: send the control token to see command lines)"
+MIN_TOKEN = 16
 
 
 def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
@@ -53,13 +55,36 @@ def check_token_file(path: str) -> None:
                           f"read the token; run chmod 600 {path}")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def redact_url(url: str) -> str:
+    """A webhook URL as the log may show it: scheme and host only (its path, query and any
+    credentials are the secret: a Slack or Teams hook is a bearer token in its path)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "?"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}/(redacted)"
+
+
+def read_control_token(path: str | None) -> str | None:
+    """The control token from a file (first line) or env HSMON_CONTROL_TOKEN; None: control is off."""
+    token = None
+    if path:
+        try:
+            with open(path) as fh:
+                token = fh.readline().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"--control-token-file {path}: {exc.strerror}; give a readable file"
+            ) from None
+        if len(token) < MIN_TOKEN:
+            raise ConfigError(f"--control-token-file {path}: the token must be at least {MIN_TOKEN} "
+                                     "characters")
+        check_token_file(path)
+    elif os.environ.get("HSMON_CONTROL_TOKEN"):
+        token = os.environ["HSMON_CONTROL_TOKEN"].strip()
+        if len(token) < MIN_TOKEN:
+            raise ConfigError(
+                f"HSMON_CONTROL_TOKEN: the token must be at least {MIN_TOKEN} characters; give a longer one")
+    return token or None
 
 
 def check_exposure(host: str, token: str | None, roots: list[str]) -> None:

@@ -102,7 +102,7 @@ def links_outside(data_dir: Path, roots: tuple[str, ...]) -> str | None:
             if entry.is_symlink():
                 if not under_roots(os.path.realpath(entry.path), roots):
                     return (f"{entry.path} links to {os.path.realpath(entry.path)}, outside the daemon's "
-                            f"allowed roots ({', '.join(roots)}): copy the data in, or allow its root")
+                            f"allowed roots ({', '.join(roots)}): copy it in, or allow its root")
             elif entry.is_dir(follow_symlinks=False):
                 pending.append(entry.path)
     return None
@@ -157,6 +157,17 @@ def make_dir_inside(path: Path, roots: tuple[str, ...], field: str = "out_dir") 
     return fd
 
 
+def open_dir_inside(path: Path, roots: tuple[str, ...], field: str) -> int:
+    """An open descriptor of the existing directory ``path``, checked again: PathRefused when what
+    it names by now is elsewhere (a link swapped in after the check) or outside the roots."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if roots and (real != str(path) or not under_roots(real, roots)):
+        os.close(fd)
+        raise PathRefused(field, f"{path} moved to {real} after the check; nothing was written there")
+    return fd
+
+
 def has_extraction_output(data_dir: str | os.PathLike[str]) -> bool:
     """True when the directory holds a hsmon manifest or SpecForge ``rows_*/data_*.ckpt`` files."""
     path = Path(data_dir)
@@ -185,7 +196,7 @@ def _creatable_dir(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return f"{path} exists and is not a directory"
-        return None if os.access(path, os.W_OK | os.X_OK) else f"{path} is not writable"
+        return None if _writable(path) else f"{path} is not writable"
     probe = path.parent
     while not probe.exists():
         if probe.parent == probe:
@@ -193,9 +204,15 @@ def _creatable_dir(path: Path) -> str | None:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is not a directory, so {path} cannot be created"
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if not _writable(probe):
         return f"cannot create {path}: {probe} is not writable"
     return None
+
+
+def _writable(path: Path) -> bool:
+    """Writable by us, or on a filesystem this process sees read-only (the daemon's sandbox: the
+    training's unit writes it with its own view, and says so in its log if it cannot)."""
+    return os.access(path, os.W_OK | os.X_OK) or bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 def checked_paths(
@@ -247,4 +264,6 @@ def checked_paths(
             f"{target} is not a model directory nor a preset ({', '.join(PRESETS)}); "
             "leave it empty for the embedded default target"
         )
+    elif target is not None and (link := links_outside(target, rule.roots)):
+        errors["target_model"] = link  # its weights are read as data_dir's rows are: within the roots
     return data, out, target

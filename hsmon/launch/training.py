@@ -25,7 +25,8 @@ from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
 from hsmon.launch import unit as launch_unit
-from hsmon.launch.paths import PathRule, checked_paths, make_dir_inside
+from hsmon.launch.child import LOG_NAME, LaunchSpec, open_child, write_pidfile
+from hsmon.launch.paths import PathRule, checked_paths
 
 FIELDS = (
     "data_dir",
@@ -47,8 +48,6 @@ FIELDS = (
 # drafter architectures of `hsmon train --arch` (trainer/model.py ARCHS; no torch import here)
 ARCHS = ("eagle3", "eagle3.1")
 EVENTS_NAME = "events.jsonl"
-LOG_NAME = "train.log"
-PIDFILE_NAME = "train.pid"
 
 
 @dataclass
@@ -70,6 +69,7 @@ class TrainingRequest:
     passes: int | None = None  # with follow: batches each row is in (--passes E)
     consume: bool = False  # with follow: delete a chunk's rows once they had their passes
     roots: tuple[str, ...] = ()  # the allowed roots its paths were checked against (hsmon/launch/paths.py)
+    job: str | None = None  # the name the launcher chose (hsmon/launch/watch.py: unique per path)
 
     @property
     def events_path(self) -> str:
@@ -81,8 +81,11 @@ class TrainingRequest:
 
     @property
     def job_name(self) -> str:
+        """``job``, or train-BASENAME of out_dir (hsmon/launch/watch.py makes it unique per path)."""
+        if self.job:
+            return self.job
         base = "".join(c if c.isalnum() or c in "_.-" else "-" for c in os.path.basename(self.out_dir))
-        return f"train-{base or 'out'}"[:64]
+        return f"train-{base or 'out'}"[:57]
 
 
 @dataclass
@@ -249,75 +252,36 @@ def launch_training(
     req: TrainingRequest, argv: list[str] | None = None, env: dict[str, str] | None = None
 ) -> LaunchedJob:
     """Start the training detached (own session: it survives the TUI or daemon that started it;
-    under the daemon's systemd unit a transient unit of its own, hsmon/launch/unit.py), stdout and
-    stderr appended to OUT/train.log, its PID in OUT/train.pid."""
+    under the daemon's systemd unit an instance of the template unit hsmon-launch@, hsmon/launch/unit.py),
+    stdout and stderr appended to OUT/train.log, its PID in OUT/train.pid. Either way the training
+    gets the descriptor of the output directory checked against the roots (hsmon/launch/child.py)."""
     argv = argv or training_argv(req)
-    out_fd = make_dir_inside(Path(req.out_dir), req.roots)  # the check repeated on what is made
-    try:
-        return _start(req, argv, out_fd, env)
-    finally:
-        os.close(out_fd)
-
-
-def _open_in(dir_fd: int, name: str, flags: int) -> int:
-    """A file of the launch's out_dir, opened through the directory's descriptor, no link followed."""
-    return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-
-
-def _start(req: TrainingRequest, argv: list[str], out_fd: int, env: dict[str, str] | None) -> LaunchedJob:
-    log_path = os.path.join(req.out_dir, LOG_NAME)
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")  # its log is a file: an empty buffered log, avoided
+    spec = LaunchSpec(argv=argv, out_dir=req.out_dir, roots=list(req.roots),
+                      data_dir=req.data_dir if req.follow else None)
+    base_env = dict(os.environ if env is None else env)
     if launch_unit.wanted():
-        return _launch_as_unit(req, argv, log_path, child_env, out_fd)
-    log_fd = _open_in(out_fd, LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        unit, pid = launch_unit.start(req.job_name, spec, base_env)
+        return LaunchedJob(pid=pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir,
+                           log=os.path.join(req.out_dir, LOG_NAME), argv=argv, unit=unit)
+    start = open_child(spec, base_env)  # the check repeated on what is made
     try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=log_fd,
+            stdout=start.log_fd,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            close_fds=True,
-            env=child_env,
-            # the directory made and checked above, whatever its path names by now
-            cwd=f"/proc/self/fd/{out_fd}" if req.roots else req.out_dir,
+            pass_fds=start.fds,
+            env=start.env,
+            cwd=f"/proc/self/fd/{start.out_fd}",  # the directory checked, whatever its path names by now
         )
+        # Reap it when it ends, so that a long-lived launcher never shows a zombie as "alive".
+        threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+        write_pidfile(start.out_fd, proc.pid)
     finally:
-        os.close(log_fd)
-    # Reap it when it ends, so that a long-lived launcher never shows a zombie as "alive".
-    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
-    _write_pidfile(out_fd, proc.pid)
-    return LaunchedJob(
-        pid=proc.pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path, argv=argv
-    )
-
-
-def _write_pidfile(out_fd: int, pid: int) -> None:
-    fd = _open_in(out_fd, PIDFILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{pid}\n")
-
-
-def _launch_as_unit(req: TrainingRequest, argv: list[str], log_path: str, env: dict[str, str],
-                    out_fd: int) -> LaunchedJob:
-    """The training as a transient systemd unit (see hsmon/launch/unit.py); OSError when systemd-run
-    refuses (its own words)."""
-    import pwd
-
-    unit = launch_unit.unit_name(req.job_name)
-    user = pwd.getpwuid(os.getuid()).pw_name if os.getuid() != 0 else None
-    cmd = launch_unit.unit_argv(unit, argv, req.out_dir, log_path, user, env)
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    if res.returncode != 0:
-        why = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
-        raise OSError(f"systemd-run could not start {unit}: {why} (docs/operations.md, 'The units')")
-    pid = launch_unit.main_pid(unit)
-    if pid is None:
-        raise OSError(f"{unit} started but systemd reports no main PID; see journalctl -u {unit}")
-    _write_pidfile(out_fd, pid)
-    return LaunchedJob(pid=pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir, log=log_path,
-                       argv=argv, unit=unit)
+        start.close()
+    return LaunchedJob(pid=proc.pid, job=req.job_name, events=req.events_path, out_dir=req.out_dir,
+                       log=os.path.join(req.out_dir, LOG_NAME), argv=argv)
 
 
 def stop_job(pid: int) -> bool:

@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,26 +40,57 @@ def job_config_for(launched: launch.LaunchedJob) -> JobConfig:
                      role="trainer", stall_after=TRAIN_STALL_AFTER_S)
 
 
+class Launches:
+    """The trainings launched into one monitor: the lock that makes "is one running?" and the launch one
+    step, and which output directory each job name stands for (names stay unique per path)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.out_dirs: dict[str, str] = {}
+
+    def name_for(self, monitor: Monitor, request: launch.TrainingRequest) -> str:
+        """train-BASENAME, or train-BASENAME-HASH when that name stands for another directory (another
+        launch's, or a configured job's): one path, one name, whatever the order of launches."""
+        base = request.job_name
+        owner = self.out_dirs.get(base)
+        if owner == request.out_dir or (owner is None and base not in monitor.job_names()):
+            return base
+        return f"{base}-{hashlib.sha256(request.out_dir.encode()).hexdigest()[:6]}"
+
+
+_launches: weakref.WeakKeyDictionary[Any, Launches] = weakref.WeakKeyDictionary()
+_launches_lock = threading.Lock()
+
+
+def launches_of(monitor: Monitor) -> Launches:
+    with _launches_lock:
+        return _launches.setdefault(monitor, Launches())
+
+
 def launch_and_watch(monitor: Monitor, fields: dict[str, Any], rule: PathRule | None = None) -> LaunchOutcome:
     """Validate the form (its paths by ``rule``: hsmon/launch/paths.py), launch the training
-    detached and add a job that watches it. A finished job of the same name is replaced. A path
-    that left the roots between the check and the launch is an error of its field; any other
-    OSError from the launch itself propagates."""
+    detached and add a job that watches it, all under the monitor's launch lock: of two launches
+    into one directory at once, the second finds the first running (``conflict``). A finished job
+    of the same name is replaced. A path that left the roots between the check and the launch is an
+    error of its field; any other OSError from the launch itself propagates."""
     request, errors = launch.validate_training_request(fields, rule)
     if request is None:
         return LaunchOutcome(errors=dict(errors))
-    name = request.job_name
-    if name in monitor.job_names():
-        if monitor.job_pid(name) is not None:
-            return LaunchOutcome(conflict=f"a training into {request.out_dir} is already running")
-        monitor.remove_job(name)
-    # a following trainer takes the chunks as they complete: no warning about unfinished ones
-    warning = None if request.follow else launch.complete_chunks_warning(request.data_dir)
-    try:
-        launched = launch.launch_training(request)
-    except PathRefused as exc:
-        return LaunchOutcome(errors={exc.field: exc.message})
-    monitor.add_job(job_config_for(launched))
+    launches = launches_of(monitor)
+    with launches.lock:
+        name = request.job = launches.name_for(monitor, request)
+        if name in monitor.job_names():
+            if monitor.job_pid(name) is not None:
+                return LaunchOutcome(conflict=f"a training into {request.out_dir} is already running")
+            monitor.remove_job(name)
+        # a following trainer takes the chunks as they complete: no warning about unfinished ones
+        warning = None if request.follow else launch.complete_chunks_warning(request.data_dir)
+        try:
+            launched = launch.launch_training(request)
+        except PathRefused as exc:
+            return LaunchOutcome(errors={exc.field: exc.message})
+        launches.out_dirs[name] = request.out_dir
+        monitor.add_job(job_config_for(launched))
     return LaunchOutcome(job=launched, warning=warning)
 
 

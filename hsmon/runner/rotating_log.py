@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import IO
+
+from hsmon.contracts import nofollow
 
 
 class RotatingLog:
@@ -21,7 +24,7 @@ class RotatingLog:
             raise ValueError("max_bytes must be positive and backups at least 1")
         self.path, self.max_bytes, self.backups = path, max_bytes, backups
         self._lock = threading.Lock()
-        self._fh = open(path, "ab", buffering=0)  # noqa: SIM115
+        self._fh = self._open()
         self._size = os.fstat(self._fh.fileno()).st_size
         self._at_line_start = True  # (an existing file ending mid-line: its next line goes on)
         self.bytes_total = 0  # written by this writer, across rotations
@@ -71,9 +74,13 @@ class RotatingLog:
             if os.path.exists(src):
                 os.replace(src, f"{self.path}.{i + 1}")
         os.replace(self.path, f"{self.path}.1")
-        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._fh = self._open()
         self._size = 0
         self.rotations += 1
+
+    def _open(self) -> IO[bytes]:
+        fd = nofollow.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
+        return open(fd, "ab", buffering=0)
 
     def close(self) -> None:
         with self._lock:

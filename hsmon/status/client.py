@@ -12,6 +12,7 @@ reads with http.client, which reports the error properly.
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import socket
 import ssl
 from typing import Any
@@ -85,6 +86,27 @@ def check_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--url {url}: give a full URL such as http://{url.lstrip('/') or '127.0.0.1:9108'}")
     return url
+
+
+def check_token_transport(url: str, token: str | None, insecure: bool = False) -> None:
+    """ValueError in one line when a bearer token would go in clear text (http://) to another machine,
+    unless the operator said so (--insecure-plain-http)."""
+    parts = urlsplit(url)
+    if not token or insecure or parts.scheme != "http" or is_loopback(parts.hostname or ""):
+        return
+    raise ValueError(f"--url {url}: the control token would cross the network in clear text over http://; "
+                     "serve the daemon over TLS (--tls-cert/--tls-key) and give https:// (--ca FILE), or "
+                     "--insecure-plain-http if the network between you is yours alone")
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (``[::1]`` too)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def base_url_of(url: str) -> str:

@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help="file holding the daemons' control token, for launching and stopping "
                              "(default: $HSMON_CONTROL_TOKEN)")
+    parser.add_argument("--insecure-plain-http", action="store_true",
+                        help="send the control token to an http:// daemon on another machine anyway (in "
+                             "clear text; refused by default: use https://)")
     parser.add_argument("--ca", metavar="FILE", help="check https:// daemons' certificates against this PEM "
                         "file (their CA, or a self-signed certificate itself)")
     parser.add_argument("--refresh", type=float, default=DEFAULT_REFRESH_S, metavar="SECONDS",
@@ -57,7 +60,7 @@ def read_token(path: str | None) -> str | None:
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
     """The sources the options ask for; raises ValueError naming the bad option."""
-    from hsmon.status.client import check_url
+    from hsmon.status.client import check_token_transport, check_url
     from hsmon.tui.sources import FixedSource, HttpStatusSource, InProcessSource
 
     if args.refresh <= 0:
@@ -73,7 +76,8 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         except ValueError as exc:
             raise ValueError(f"--status-file {args.status_file}: not a JSON status document ({exc})") from exc
     for url in args.url:
-        sources.append(HttpStatusSource(check_url(url), token=token, interval=args.refresh, ca=args.ca))
+        check_token_transport(check_url(url), token, args.insecure_plain_http)
+        sources.append(HttpStatusSource(url, token=token, interval=args.refresh, ca=args.ca))
     from hsmon.core.config import ConfigError
 
     try:
