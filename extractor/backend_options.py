@@ -12,22 +12,24 @@ import argparse
 from collections.abc import Callable, Mapping
 
 SGLANG = "sglang"
+VLLM = "vllm"
 HF = "hf"
+SERVERS = (SGLANG, VLLM)  # the options of the server client, which both engines' backends share
 
-# dest -> the backend it belongs to; options not listed serve every backend
-EXTRACT_OPTIONS: Mapping[str, str] = {
-    "url": SGLANG,
+# dest -> the backend(s) it belongs to; options not listed serve every backend
+EXTRACT_OPTIONS: Mapping[str, str | tuple[str, ...]] = {
+    "url": SERVERS,
     "transport": SGLANG,
-    "dump_dir": SGLANG,
-    "concurrency": SGLANG,
-    "max_dump_bytes": SGLANG,
-    "dump_min_free": SGLANG,
-    "request_timeout": SGLANG,
-    "give_up_after": SGLANG,
-    "row_attempts": SGLANG,
-    "wait_for_server": SGLANG,
+    "dump_dir": SGLANG,  # vLLM's files go where vllm-serve --dump-dir says
+    "concurrency": SERVERS,
+    "max_dump_bytes": SERVERS,
+    "dump_min_free": SERVERS,
+    "request_timeout": SERVERS,
+    "give_up_after": SERVERS,
+    "row_attempts": SERVERS,
+    "wait_for_server": SERVERS,
     "skip_first_chunk_check": SGLANG,
-    "device": HF,  # the SGLang server runs where it was started
+    "device": HF,  # the server runs where it was started
 }
 REGENERATE_OPTIONS: Mapping[str, str] = {
     "url": SGLANG,
@@ -46,23 +48,25 @@ VERIFY_OPTIONS: Mapping[str, str] = {
     "dump_dir": SGLANG,
     "request_timeout": SGLANG,
 }
-BACKEND_NAMES = {SGLANG: "SGLang servers", HF: "transformers in-process"}
+BACKEND_NAMES = {SGLANG: "SGLang servers", VLLM: "vLLM servers", HF: "transformers in-process"}
 
 
 def misplaced_option(
     args: argparse.Namespace,
     backend: str,
-    table: Mapping[str, str],
+    table: Mapping[str, str | tuple[str, ...]],
     add_arguments: Callable[[argparse.ArgumentParser], None],
 ) -> str | None:
     """A one-line refusal for the first option given (not at its default) that belongs to
     another backend than ``backend``, or None."""
     defaults = argparse.ArgumentParser(add_help=False)
     add_arguments(defaults)
-    for dest, owner in table.items():
-        if owner == backend or getattr(args, dest, None) == defaults.get_default(dest):
+    for dest, owners in table.items():
+        owners = (owners,) if isinstance(owners, str) else owners
+        if backend in owners or getattr(args, dest, None) == defaults.get_default(dest):
             continue
         flag = "--" + dest.replace("_", "-")
-        return (f"{flag} belongs to --backend {owner} ({BACKEND_NAMES[owner]}) but this run uses "
-                f"--backend {backend} ({BACKEND_NAMES[backend]}): add --backend {owner}, or drop {flag}")
+        names = " or ".join(f"--backend {o} ({BACKEND_NAMES[o]})" for o in owners)
+        return (f"{flag} belongs to {names} but this run uses --backend {backend} "
+                f"({BACKEND_NAMES[backend]}): add --backend {owners[0]}, or drop {flag}")
     return None

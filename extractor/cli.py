@@ -14,9 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (rows_a-b/data_i.ckpt)")
     parser.add_argument("--model", metavar="DIR", help="Hugging Face causal-LM directory "
                         "(default: the embedded target, built on first use)")
-    parser.add_argument("--backend", default="hf", choices=["hf", "sglang"],
-                        help="where hidden states come from: hf (transformers in-process) or sglang "
-                        "(SGLang servers, see --url)")
+    parser.add_argument("--backend", default="hf", choices=["hf", "sglang", "vllm"],
+                        help="where hidden states come from: hf (transformers in-process), sglang "
+                        "(SGLang servers, see --url) or vllm (vLLM servers of hsmon vllm-serve, --url)")
     parser.add_argument("--events", metavar="FILE", help="append progress events (JSON Lines) here "
                         "instead of stdout")
     parser.add_argument("--job", metavar="NAME", help="job id in the events "

@@ -21,10 +21,11 @@ from extractor import dataset as ds
 from extractor.errors import UsageError, log
 from extractor.plan import Shard, parse_layers, row_bytes
 from extractor.scan_cache import ScanLog, cached_scan
+from extractor.server_prep import server_dtype, server_options
 from extractor.spool_gate import spool_max_of
 from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon.contracts import layout, nofollow, writer_lock
+from hsmon.contracts import layout, nofollow, regen_layout, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.contracts.writer_lock import WriterLock
@@ -128,24 +129,20 @@ def prepare(args: argparse.Namespace) -> Prepared:
     model_dir = resolve_model(args.model)
     config = AutoConfig.from_pretrained(str(model_dir))
     num_layers, hidden, vocab, max_pos = model_facts(config)
-    sglang = args.backend == "sglang"
+    served = args.backend in ("sglang", "vllm")  # by servers over HTTP
     try:
         layers = parse_layers(args.layers, num_layers)
-        device = "sglang" if sglang else resolve_device(args.device)
+        device = args.backend if served else resolve_device(args.device)
         # --dtype auto: the computing engine's own dtype (the servers', agreed in the preflight below)
-        dtype = (sglang_dtype(args.dtype) if sglang
+        dtype = (server_dtype(args.dtype) if served
                  else str(resolve_dtype(args.dtype, device)).removeprefix("torch."))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
     job = args.job or _job_name(out, shard)
     sglang_options = None
-    if sglang:  # the servers decide how long a row may be: asked before the dataset is read
-        from extractor.backends.sglang import options
-
-        sglang_options = options.build(args, job, longest_row=1)
-        max_length, dtype = options.check_servers(sglang_options, layers, dtype, config, args.max_length,
-                                                  max_pos)
+    if served:  # the servers decide how long a row may be: asked before the dataset is read
+        sglang_options, max_length, dtype = server_options(args, job, out, layers, dtype, config, max_pos)
     else:
         max_length = args.max_length or max_pos
         if max_length > max_pos:
@@ -164,7 +161,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
     manifest_path = out / layout.manifest_name(shard.as_tuple)
     # every refusal above leaves no --out behind; from here on this run holds it (one writer per output)
     lock = None if args.dry_run else lock_output(out, shard)
-    check_resume(out, manifest_path, settings, server_dtype=sglang and args.dtype == "auto")
+    check_resume(out, manifest_path, settings, server_dtype=served and args.dtype == "auto")
     if cached:  # after the checks: a refused command says one line
         log(f"dataset {data}: scanned before (same content and tokenizer), not tokenized again")
     element = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
@@ -208,9 +205,7 @@ def _scan(data: Path, tokenizer: Any, limits: ds.Limits, fingerprint: str, shard
 
 def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
     """The checks that need no model: (dataset path, shard, --min-free in bytes); raises UsageError."""
-    data = Path(args.data)
-    if not data.is_file():
-        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
+    data = dataset_path(Path(args.data))
     if not any(True for _ in ds.iter_lines(data)):
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     try:
@@ -222,6 +217,21 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
     check_out_events_model(args)
     return data, shard, min_free
+
+
+def dataset_path(data: Path) -> Path:
+    """The dataset file of ``DATA``: the file itself, or a finished regeneration's dataset (`hsmon
+    regenerate`'s --out); UsageError naming the fix for anything else."""
+    if data.is_dir() and regen_layout.is_regeneration(data):
+        unfinished = regen_layout.unfinished_reason(data)
+        if unfinished is not None:
+            raise UsageError(f"dataset {data}: {unfinished}; finish it (run the same hsmon regenerate "
+                             f"again) or give {data / regen_layout.DATA_NAME} for the rows written so far")
+        return data / regen_layout.DATA_NAME
+    if not data.is_file():
+        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line, or the --out "
+                         "of a finished hsmon regenerate)")
+    return data
 
 
 def check_out_events_model(args: argparse.Namespace) -> None:
@@ -297,18 +307,6 @@ def resume_book(scan: ds.ScanResult, manifest: Manifest, size_of: Any,
             book.needed += size_of(length)
             book.longest_left = max(book.longest_left, length)
     return book
-
-
-def sglang_dtype(dtype: str) -> str | None:
-    """--dtype for the sglang backend: the dtype asked for, or None for auto (what the servers
-    compute in, agreed in the preflight)."""
-    from extractor.backends.hf import DTYPES
-
-    if dtype == "auto":
-        return None
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16")
-    return str(DTYPES[dtype]).removeprefix("torch.")
 
 
 def check_resume(out: Path, manifest_path: Path, settings: dict[str, Any],

@@ -3,7 +3,8 @@
 - ``fail_ids``: answer HTTP 500 to every /generate request whose ``input_ids`` equal these (one
   poison row; any other request, a shorter control request included, goes to the real server);
 - ``hide_limits``: drop ``max_req_input_len`` and ``context_length`` from /server_info (a server
-  that does not publish its limits), so that the real server's own refusal can be met;
+  that does not publish its limits; for vLLM, ``max_model_len`` from /v1/models), so that the real
+  server's own refusal can be met;
 - ``untested``: the capture plugin's section of /server_info names this SGLang release, outside
   the tested set (``tested: false``), as a server started on it with ``hsmon sglang-serve
   --allow-untested-sglang`` says; the hidden states stay the real server's;
@@ -66,8 +67,10 @@ class FakeSGLangProxy:
                 self.wfile.write(body)
 
             def _forward(self, data: bytes | None) -> tuple[int, bytes]:
-                request = urllib.request.Request(proxy.upstream + self.path, data=data,
-                                                 headers={"Content-Type": "application/json"})
+                headers = {"Content-Type": "application/json"}
+                if self.headers.get("X-Request-Id"):  # vLLM names its request (and its file) by it
+                    headers["X-Request-Id"] = self.headers["X-Request-Id"]
+                request = urllib.request.Request(proxy.upstream + self.path, data=data, headers=headers)
                 try:
                     with urllib.request.urlopen(request, timeout=600) as resp:
                         return resp.status, resp.read()
@@ -88,6 +91,11 @@ class FakeSGLangProxy:
                 status, body = self._forward(None)
                 if status == 200 and self.path in ("/server_info", "/get_server_info"):
                     body = proxy.server_info(body)
+                if status == 200 and self.path == "/v1/models" and proxy.hide_limits:
+                    models = json.loads(body)
+                    for entry in models.get("data", []):
+                        entry.pop("max_model_len", None)
+                    body = json.dumps(models).encode()
                 self._reply(status, body)
 
             def do_POST(self) -> None:

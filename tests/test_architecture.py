@@ -37,7 +37,7 @@ def test_a_monitor_module_importing_torch_breaks_the_named_rule(tmp_path: Path) 
     proc = lint(tmp_path)
     said = " ".join(proc.stdout.split())
     assert proc.returncode != 0
-    assert "never imports torch, transformers or sglang BROKEN" in said
+    assert "never imports torch, transformers, sglang or vllm BROKEN" in said
     assert "hsmon.core.trackers.disk -> torch" in said
     assert "no import cycles between the modules of extractor, trainer and the monitor BROKEN" in said
     assert ".errors -> .prepare" in said

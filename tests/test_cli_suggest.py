@@ -28,6 +28,6 @@ def test_a_mistyped_option_names_the_nearest_one(capsys) -> None:
 
 def test_a_mistyped_choice_and_command_name_the_nearest_one(capsys) -> None:
     assert refusal(capsys, "extract", "d.jsonl", "--out", "x", "--backend", "sglng") == (
-        "hsmon extract: --backend sglng: not a choice; did you mean sglang? (choose from hf, sglang)")
+        "hsmon extract: --backend sglng: not a choice; did you mean sglang? (choose from hf, sglang, vllm)")
     assert refusal(capsys, "extarct") == (
         "hsmon: unknown command 'extarct'; did you mean 'extract'? run 'hsmon --help' for the list")

@@ -535,3 +535,11 @@ def test_end_to_end_from_hsmon_extract(setup, tmp_path):
     config = json.loads((tmp_path / "export" / "config.json").read_text())
     # capture points 2, 4, 5 of the 8-layer target are SGLang layer ids 1, 3, 4
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    assert config["hsmon_capture"]["engine"] == "sglang"
+    # for vLLM (docs/vllm.md): its layer id is the point; the engine is recorded for the serving side
+    hsmon("export-drafter", str(tmp_path / "run"), "--out", str(tmp_path / "export-vllm"),
+          "--engine", "vllm")
+    config = json.loads((tmp_path / "export-vllm" / "config.json").read_text())
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    assert config["hsmon_capture"] == {"capture_points": [2, 4, 5], "engine": "vllm", "rule": "vllm",
+                                       "serving_class": "LlamaForCausalLM", "layer_ids": [2, 4, 5]}

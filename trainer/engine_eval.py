@@ -230,8 +230,12 @@ def print_report(results: dict[str, dict]) -> None:
     for name, r in results.items():
         print(f"{name}: {r['prompts']} prompts, depth {r['depth']} ({r['draft_tokens']} tokens per verify)")
         low, high = r["spec_accept_length_min"], r["spec_accept_length_max"]
-        print(f"  SGLang spec_accept_length          {r['spec_accept_length']:.3f} (per prompt: std "
+        label = "vLLM mean accept length     " if r.get("engine") == "vllm" else "SGLang spec_accept_length"
+        print(f"  {label}          {r['spec_accept_length']:.3f} (per prompt: std "
               f"{r['spec_accept_length_std']:.3f}, {low:.3f}-{high:.3f})")
+        if r.get("accepted_per_position"):
+            rates = " ".join(f"{a:.3f}" for a in r["accepted_per_position"])
+            print(f"  vLLM accepted per position         {rates}")
         print(f"  engine, prefill token not counted  {r['engine_per_verify']:.3f}")
         print(f"  hsmon evaluator                    {r['evaluator']:.3f}")
         print(f"  n-gram baseline                    {r['ngram']:.3f}")

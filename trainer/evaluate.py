@@ -65,14 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "`hsmon daemon --events FILE` and the TUI follow the measurement as a job",
     )
     parser.add_argument("--job", default="eval-drafter", help="job id in the events (default eval-drafter)")
-    parser.add_argument("--engine", choices=("hsmon", "sglang"), default="hsmon",
-                        help="hsmon: this evaluator alone (depths 1..DEPTH); sglang: the acceptance that "
-                        "SGLang reports while it serves the drafter (spec_accept_length per prompt) beside "
-                        "this evaluator and n-gram at the server's depth (docs/serve-drafter.md)")
+    parser.add_argument("--engine", choices=("hsmon", "sglang", "vllm"), default="hsmon",
+                        help="hsmon: this evaluator alone (depths 1..DEPTH); sglang / vllm: the acceptance "
+                        "that the engine reports while it serves the drafter (SGLang's spec_accept_length, "
+                        "vLLM's accepted tokens per position) beside this evaluator and n-gram at the "
+                        "server's depth, and whether its greedy tokens are the target's "
+                        "(docs/serve-drafter.md, docs/vllm.md)")
     parser.add_argument("--server", metavar="URL", default=None,
-                        help="with --engine sglang: a running speculative server (hsmon sglang-serve "
-                        "--draft); default: start one for --drafter with --depth drafted tokens per verify, "
-                        "then stop it")
+                        help="with --engine sglang/vllm: a running speculative server (hsmon "
+                        "sglang-serve --draft, hsmon vllm-serve --draft); default: start one for --drafter "
+                        "with --depth drafted tokens per verify, then stop it")
     parser.add_argument("--tolerance", type=float, default=0.15,
                         help="with --engine sglang: the relative engine/evaluator difference reported as a "
                         "finding (default 0.15)")
@@ -333,10 +335,11 @@ def run(args: argparse.Namespace) -> int:
             raise PromptError(
                 f"{drafter_dir}: no such drafter directory; pass the --out of `hsmon export-drafter`"
             )
-        if args.engine == "sglang":
-            from trainer.engine_eval import run_engine
+        if args.engine in ("sglang", "vllm"):
+            from trainer import engine_eval, engine_eval_vllm
 
-            return run_engine(args, sets, drafter_dir, target_dir, evaluate)
+            runner = engine_eval_vllm.run_engine if args.engine == "vllm" else engine_eval.run_engine
+            return runner(args, sets, drafter_dir, target_dir, evaluate)
         events = _Progress(args, drafter_dir, target_dir, sum(len(p) for p in sets.values()))
         results = {
             name: evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max,

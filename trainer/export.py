@@ -8,10 +8,12 @@ layer, with ``fc_norm`` and ``norm_output`` true in config.json). The token embe
 target's and is not exported (SGLang shares the target's). Serve it with
 ``--speculative-algorithm EAGLE3 --speculative-draft-model-path DIR``.
 
-``eagle_config.eagle_aux_hidden_state_layer_ids`` are the ids that make the *serving* model class
-capture the points the drafter was trained on: SGLang's classes turn ids into layers by different
-rules (``--serving-class``, default ``LlamaForCausalLM``; docs/extract.md "Capture points and
-SGLang"). ``hsmon_capture`` in config.json records the points, the class and its rule.
+``eagle_config.eagle_aux_hidden_state_layer_ids`` are the ids that make the *serving* engine and
+model class capture the points the drafter was trained on: ``--engine sglang`` (the default) by the
+class's rule (SGLang's classes differ: ``--serving-class``, default ``LlamaForCausalLM``;
+docs/extract.md "Capture points and SGLang"), ``--engine vllm`` by vLLM's (point = id, docs/vllm.md).
+``hsmon_capture`` in config.json records the points, the engine, the class, its rule and the ids:
+`hsmon vllm-serve --draft` / `sglang-serve --draft` convert an export made for the other engine.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from hsmon.contracts.engines import ENGINES, SGLANG
 
 EXPORT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_SERVING_CLASS = "LlamaForCausalLM"
@@ -32,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory to write config.json and model.safetensors")
     parser.add_argument("--dtype", choices=EXPORT_DTYPES, default="bfloat16",
                         help="dtype of the exported weights (default bfloat16)")
+    parser.add_argument("--engine", choices=ENGINES, default=SGLANG,
+                        help="the engine that will serve the drafter: its layer-id convention is written "
+                        "(default sglang; vllm: point = id)")
     parser.add_argument("--serving-class", default=DEFAULT_SERVING_CLASS, metavar="CLASS",
                         help="the SGLang model class (config.json's architectures[0]) or rule (llama, "
                         "deepseek, gpt-oss) of the target that will serve the drafter; its layer ids are "
@@ -56,18 +63,17 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def serving_layer_ids(points: list[int], serving_class: str, num_layers: int | None = None) -> dict[str, Any]:
-    """``hsmon_capture``: the points, the serving class and its rule, and the layer ids that make
-    that class capture the points; ValueError in one line when it cannot."""
-    from hsmon.contracts.capture_points import layer_ids_for, rule_of
+def serving_layer_ids(points: list[int], serving_class: str, num_layers: int | None = None,
+                      engine: str = SGLANG) -> dict[str, Any]:
+    """``hsmon_capture``: the points, the engine, the serving class and its rule, and the layer ids that
+    make that engine's class capture the points; ValueError in one line when it cannot."""
+    from hsmon.contracts.engines import capture_record
 
-    rule = rule_of(serving_class)
-    ids = layer_ids_for(points, rule, num_layers or max(points) + 2)
-    return {"capture_points": list(points), "serving_class": serving_class, "rule": rule, "layer_ids": ids}
+    return capture_record(list(points), engine, serving_class, num_layers or max(points) + 2)
 
 
 def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | None = None,
-                  serving_class: str = DEFAULT_SERVING_CLASS) -> dict[str, Any]:
+                  serving_class: str = DEFAULT_SERVING_CLASS, engine: str = SGLANG) -> dict[str, Any]:
     """config.json for SGLang's LlamaForCausalLMEagle3. ``aux_layer_ids``: the checkpoint's, in
     hsmon's training convention (capture point - 1); written as ``serving_class`` needs them."""
     cfg = drafter_config
@@ -100,7 +106,7 @@ def sglang_config(drafter_config: dict[str, Any], aux_layer_ids: list[int] | Non
     }
     if aux_layer_ids:
         capture = serving_layer_ids([i + 1 for i in aux_layer_ids], serving_class,
-                                    cfg.get("target_num_layers"))
+                                    cfg.get("target_num_layers"), engine)
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": capture["layer_ids"]}
         config["hsmon_capture"] = capture
     return config
@@ -125,7 +131,7 @@ def training_estimate(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16",
-                      serving_class: str = DEFAULT_SERVING_CLASS) -> Path:
+                      serving_class: str = DEFAULT_SERVING_CLASS, engine: str = SGLANG) -> Path:
     """Write the SGLang draft-model directory for a checkpoint; returns ``out``."""
     import torch
     from safetensors.torch import save_file
@@ -143,7 +149,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
             tensors[name] = tensor.contiguous()
         else:
             tensors[name] = tensor.to(torch_dtype).contiguous()
-    config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"), serving_class)
+    config = sglang_config(ckpt["drafter_config"], ckpt.get("aux_layer_ids"), serving_class, engine)
     config["torch_dtype"] = dtype
     estimate = training_estimate(resolve_checkpoint(checkpoint))
     if estimate:
@@ -159,12 +165,15 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
 
 def run(args: argparse.Namespace) -> int:
     try:
-        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.serving_class)
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.serving_class, args.engine)
     except ValueError as exc:
-        print(f"hsmon export-drafter: --serving-class {args.serving_class}: {exc}", file=sys.stderr)
+        named = f"--serving-class {args.serving_class}"
+        if args.engine != SGLANG:
+            named = f"--engine {args.engine}"
+        print(f"hsmon export-drafter: {named}: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
         print(f"hsmon export-drafter: {exc}", file=sys.stderr)
         return 2
-    print(f"exported drafter to {out}")
+    print(f"exported drafter to {out} (layer ids for {args.engine})")
     return 0

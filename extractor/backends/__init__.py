@@ -1,5 +1,5 @@
-"""Backends that turn token ids into hidden states: `hf` (transformers in-process) and `sglang`
-(SGLang servers over HTTP)."""
+"""Backends that turn token ids into hidden states: `hf` (transformers in-process), `sglang` (SGLang
+servers over HTTP) and `vllm` (vLLM servers over HTTP)."""
 
 from __future__ import annotations
 
@@ -19,4 +19,8 @@ def create_backend(name: str, model_dir: str, context: Any = None, **options: An
 
         return SGLangBackend(model_dir, options["capture_points"], options["info"], options["options"],
                              context)
-    raise ValueError(f"--backend {name!r}: unknown backend (available: hf, sglang)")
+    if name == "vllm":
+        from extractor.backends.vllm.backend import VLLMBackend
+
+        return VLLMBackend(model_dir, options["capture_points"], options["info"], options["options"], context)
+    raise ValueError(f"--backend {name!r}: unknown backend (available: hf, sglang, vllm)")

@@ -13,6 +13,7 @@ call. That CPU path is a test device: a GPU server runs SGLang's own kernels.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,17 @@ def plan(draft: str | None, draft_tokens: int, cpu: bool, extra: list[str],
         if draft_tokens < 2:
             raise DraftError(f"--draft-tokens {draft_tokens}: at least 2 (the verified token and one draft)")
         check_draft(Path(draft))
-        args += ["--speculative-draft-model-path", str(Path(draft).resolve())]
+        served = Path(draft).resolve()
+        if target is not None:  # an export for vLLM: served from a copy with SGLang's ids
+            from extractor.drafter_ids import DrafterIdsError, for_engine
+
+            try:
+                served, note = for_engine(served, "sglang", target)
+            except DrafterIdsError as exc:
+                raise DraftError(str(exc)) from None
+            if note:
+                print(f"hsmon sglang-serve: {note}", file=sys.stderr, flush=True)
+        args += ["--speculative-draft-model-path", str(served)]
         dtype = None if target is None or _given(extra, "--dtype") else shared_dtype(target, Path(draft))
         if dtype:
             args += ["--dtype", dtype]

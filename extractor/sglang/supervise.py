@@ -1,5 +1,6 @@
-"""`hsmon sglang-serve`'s supervision of SGLang: start it, say when it is ready (its capture plugin
-loaded), forward the stop signals, and leave nothing behind whatever ended it."""
+"""The supervision of an engine's server by `hsmon sglang-serve` and `hsmon vllm-serve`: start it, say
+when it is ready (SGLang: its capture plugin loaded), forward the stop signals, and leave nothing
+behind whatever ended it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 
 def _ready(url: str) -> bool:
@@ -23,9 +25,12 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _plugin_loaded(url: str) -> bool:
+def _plugin_loaded(url: str) -> str | None:
+    """SGLang's readiness check: None when hsmon's capture plugin runs in the server, else why not."""
     with urllib.request.urlopen(url + "/server_info", timeout=10) as resp:
-        return "hsmon_plugin_version" in json.loads(resp.read())
+        if "hsmon_plugin_version" in json.loads(resp.read()):
+            return None
+    return "the server runs but the capture plugin did not load; see the server log above"
 
 
 def _exit_status(code: int) -> int:
@@ -109,8 +114,11 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float) -> int:
-    """Run SGLang until it ends or a signal stops it; its exit status (128 + a signal's number)."""
+def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: float,
+              program: str = "sglang-serve",
+              loaded: Callable[[str], str | None] | None = _plugin_loaded) -> int:
+    """Run the engine's server until it ends or a signal stops it; its exit status (128 + a signal's
+    number). ``loaded``: a check once /health answers (None: fine, else the refusal in words)."""
     child = ServerChild(cmd, env)
     proc = child.proc
     stop = {"signal": 0}
@@ -128,15 +136,15 @@ def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: floa
         while proc.poll() is None:
             child.remember()
             if not announced and not stop["signal"] and _ready(url):
-                if not _plugin_loaded(url):
-                    print("hsmon sglang-serve: the server runs but the capture plugin did not load; "
-                          "see the server log above", file=sys.stderr, flush=True)
+                refusal = loaded(url) if loaded is not None else None
+                if refusal:
+                    print(f"hsmon {program}: {refusal}", file=sys.stderr, flush=True)
                     child.stop()
                     return 1
-                print(f"hsmon sglang-serve: ready at {url}", flush=True)
+                print(f"hsmon {program}: ready at {url}", flush=True)
                 announced = True
             if not announced and ready_timeout and time.monotonic() - started > ready_timeout:
-                print(f"hsmon sglang-serve: not ready after {ready_timeout:g} s; stopping it",
+                print(f"hsmon {program}: not ready after {ready_timeout:g} s; stopping it",
                       file=sys.stderr, flush=True)
                 child.stop()
                 return 1
@@ -148,4 +156,4 @@ def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: floa
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        child.kill_all()  # whatever SGLang left behind
+        child.kill_all()  # whatever the engine left behind

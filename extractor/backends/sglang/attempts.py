@@ -46,11 +46,12 @@ class AttemptAgain(Exception):
         self.judge = judge
 
 
-def post_generate(session: requests.Session, url: str, body: dict[str, Any], timeout: float) -> bytes:
-    """One /generate call; RetryableError for what another attempt may fix (timeouts, connections,
-    5xx, 408, 429), RefusedError for any other refusal (4xx)."""
+def post_generate(session: requests.Session, url: str, body: dict[str, Any], timeout: float,
+                  path: str = "/generate", headers: dict[str, str] | None = None) -> bytes:
+    """One /generate call (vLLM's client: ``path`` /v1/completions); RetryableError for what another
+    attempt may fix (timeouts, connections, 5xx, 408, 429), RefusedError for any other refusal (4xx)."""
     try:
-        resp = session.post(url + "/generate", json=body, timeout=timeout)
+        resp = session.post(url + path, json=body, timeout=timeout, headers=headers)
     except (requests.ConnectionError, requests.Timeout) as exc:
         raise RetryableError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
     if resp.status_code >= 500 or resp.status_code in RETRYABLE_STATUS:

@@ -148,13 +148,18 @@ class SGLangBackend(Backend):
         bodies: list[bytes] = []
         verdict = judge(lambda: bodies.append(self._post(url, rid, probe_ids(ids),
                                                          timeout=min(self.options.request_timeout, 60.0))))
-        if verdict == "serves" and self.transport == "shm":
+        if verdict == "serves":
+            self._discard_control(bodies[0], url)
+        return verdict
+
+    def _discard_control(self, body: bytes, url: str) -> None:
+        """The control request's dump file is not a row's: remove it."""
+        if self.transport == "shm":
             with contextlib.suppress(ValueError, KeyError, TypeError, OSError, RuntimeError):
-                ticket = transports.dump_path(json.loads(bodies[0]), url, -1)
+                ticket = transports.dump_path(json.loads(body), url, -1)
                 with contextlib.suppress(RuntimeError):
                     transports.wait_for_file(ticket, 10.0)
                 os.unlink(ticket.path)
-        return verdict
 
     def _post(self, url: str, rid: str, ids: list[int], timeout: float | None = None) -> bytes:
         """One /generate call of a row (attempts.post_generate: what is retried, what is refused)."""
@@ -182,8 +187,8 @@ class SGLangBackend(Backend):
         self._executor.shutdown(wait=True, cancel_futures=True)
         st = self.stats
         if st["requests"]:
-            log(f"sglang: {st['requests']} requests ({st['orphans_reused']} dump files reused), request time "
-                f"{st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
+            log(f"{self.name}: {st['requests']} requests ({st['orphans_reused']} dump files reused), request "
+                f"time {st['request_seconds']:.3f} s, client time {st['client_seconds']:.3f} s "
                 f"({st['client_seconds'] / max(st['request_seconds'], 1e-9):.3f} of request time); "
                 f"per server: {', '.join(f'{u} {n}' for u, n in self.pool.served().items())}")
         if self.dump is not None:
