@@ -130,8 +130,8 @@ def test_the_plugin_checks_a_dump_directory_made_again(tmp_path):
     """The held directory serves the next requests while its path names it; made again by the
     client (removed at its end, made at the next start), it is checked again: refused when open."""
     job = tmp_path / "job"
-    real, first = dump.held_dump_dir(str(job), str(tmp_path))
-    real, again = dump.held_dump_dir(str(job), str(tmp_path))
+    _, first = dump.held_dump_dir(str(job), str(tmp_path))
+    _, again = dump.held_dump_dir(str(job), str(tmp_path))
     assert os.fstat(first).st_ino == os.fstat(again).st_ino == job.stat().st_ino
     for fd in (first, again):
         os.close(fd)
