@@ -103,6 +103,24 @@ ROWS: list[tuple[str, list[P]]] = [
                            Q(f"hsmon_spool_rows_waiting{{{SEL}}}", f"{WHO} rows waiting")],
           kind="stat", width=6, text_mode="NAME", extraction=False),
     ]),
+    ("Regeneration: the target's own answers (hsmon regenerate)", [
+        P("Answer tokens per second", [Q(f"hsmon_regenerate_tokens_per_second{{{SEL}}}")], width=6,
+          extraction=False,
+          description="Tokens of the answers committed per second (the end-of-turn token not counted)."),
+        P("Regeneration ETA", [Q(f"hsmon_regenerate_eta_seconds{{{SEL}}}")], unit="s", kind="stat", width=4,
+          extraction=False,
+          description="The rows left times the tokens a row took so far, at the token rate."),
+        P("Answers by ending",
+          [Q(f"sum by (instance, job, finish) (rate(hsmon_regenerate_answers_total{{{SEL}}}[5m]))",
+             f"{WHO} {{{{finish}}}}")], unit="ops", width=6, extraction=False,
+          description="stop: the answer ended at an end-of-turn token; length: cut at --max-new-tokens "
+                      "(HsmonRegenerationTruncating above a fifth)."),
+        P("Answer length: the target's against the source's",
+          [Q(f"hsmon_regenerate_answer_tokens_mean{{{SEL}}}", f"{WHO} target"),
+           Q(f"hsmon_regenerate_source_tokens_mean{{{SEL}}}", f"{WHO} source")], width=8,
+          extraction=False, description="Mean tokens of the answers that replaced a source answer, and of "
+                                        "those source answers."),
+    ]),
     ("Data (per layer, from the manifest's statistics)", [
         P("Mean L2 norm per token, newest chunk",
           [Q(f"hsmon_output_layer_chunk_mean_l2_norm{{{SEL}}}", f"{WHO} layer {{{{layer}}}}")],

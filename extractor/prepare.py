@@ -25,7 +25,7 @@ from extractor.server_prep import server_dtype, server_options
 from extractor.spool_gate import spool_max_of
 from extractor.spool_limit import check_limit, heldout_rule, spool_need
 from extractor.targets import ModelUnavailable, check_model_arg
-from hsmon.contracts import layout, nofollow, writer_lock
+from hsmon.contracts import layout, nofollow, regen_layout, writer_lock
 from hsmon.contracts.manifest_reader import Manifest, RowSet, read_manifest, read_row_records
 from hsmon.contracts.units import format_bytes, parse_size
 from hsmon.contracts.writer_lock import WriterLock
@@ -205,9 +205,7 @@ def _scan(data: Path, tokenizer: Any, limits: ds.Limits, fingerprint: str, shard
 
 def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
     """The checks that need no model: (dataset path, shard, --min-free in bytes); raises UsageError."""
-    data = Path(args.data)
-    if not data.is_file():
-        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line)")
+    data = dataset_path(Path(args.data))
     if not any(True for _ in ds.iter_lines(data)):
         raise UsageError(f"dataset {data} has no rows (expected JSON Lines: one object per line)")
     try:
@@ -219,6 +217,21 @@ def _check_arguments(args: argparse.Namespace) -> tuple[Path, Shard, int]:
         raise UsageError("--chunk-size and --batch-tokens must be at least 1")
     check_out_events_model(args)
     return data, shard, min_free
+
+
+def dataset_path(data: Path) -> Path:
+    """The dataset file of ``DATA``: the file itself, or a finished regeneration's dataset (`hsmon
+    regenerate`'s --out); UsageError naming the fix for anything else."""
+    if data.is_dir() and regen_layout.is_regeneration(data):
+        unfinished = regen_layout.unfinished_reason(data)
+        if unfinished is not None:
+            raise UsageError(f"dataset {data}: {unfinished}; finish it (run the same hsmon regenerate "
+                             f"again) or give {data / regen_layout.DATA_NAME} for the rows written so far")
+        return data / regen_layout.DATA_NAME
+    if not data.is_file():
+        raise UsageError(f"dataset {data} not found (give a JSON Lines file, one row per line, or the --out "
+                         "of a finished hsmon regenerate)")
+    return data
 
 
 def check_out_events_model(args: argparse.Namespace) -> None:

@@ -33,6 +33,7 @@ HEAVY_MODULES = {
     "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
     "test_sglang_whole_prefill.py": "heavy-sglang",  # SGLang 0.5.14's lane only (skips elsewhere)
     "test_spec_decoding.py": "heavy-sglang",  # speculative servers (embedded target), two at once
+    "test_regenerate_sglang.py": "heavy-sglang",  # hsmon regenerate on a server killed and restarted
 }
 
 

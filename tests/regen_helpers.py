@@ -75,7 +75,7 @@ def env(**extra: str) -> dict[str, str]:
 
 def regen_cmd(data: Path, out: Path, *extra: str, events: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "hsmon", "regenerate", str(data), "--out", str(out), "--max-new-tokens",
-           str(NEW_TOKENS), "--min-free", "1M", "--heartbeat", "0.5", "--disk-poll", "0.2", "--threads", "1",
+           str(NEW_TOKENS), "--min-free", "1M", "--heartbeat", "0.5", "--disk-poll", "0.2",
            *extra]
     return cmd + (["--events", str(events)] if events is not None else [])
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 from extractor.sglang.ports import free_stable_port
@@ -213,6 +214,30 @@ def start_sglang_server(
         dtype=dtype, env=dict(env or {}), port=port or 0,
     )
     return server.start(timeout)
+
+
+def scheduler_of(server: SGLangServer) -> psutil.Process:
+    """The `sglang::scheduler` process under the server (the one that runs forwards)."""
+    assert server.proc is not None
+    for child in psutil.Process(server.proc.pid).children(recursive=True):
+        if (child.cmdline() or [""])[0].startswith("sglang::scheduler"):
+            return child
+    raise AssertionError("no sglang::scheduler child")
+
+
+def crash(server: SGLangServer) -> None:
+    """SIGKILL SGLang's processes and `hsmon sglang-serve` (SGLang runs in a session of its own
+    under it, so killing the wrapper's group alone would leave the server running)."""
+    assert server.proc is not None
+    groups = set()
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(server.proc.pid).children(recursive=True):
+            with contextlib.suppress(OSError):
+                groups.add(os.getpgid(child.pid))
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    server.kill()
 
 
 @pytest.fixture(scope="module")

@@ -38,11 +38,17 @@ def test_every_exported_metric_is_documented(tmp_path):
     )
     with open(events, "a") as fh:
         fh.write('{"v":1,"ts":1,"job":"s","kind":"step","step":1,"losses":[1.0],"accs":[0.5]}\n')
+    regen = tmp_path / "regen"  # a regeneration's output: its own families
+    regen.mkdir()
+    (regen / "hsmon-regenerate.jsonl").write_text(
+        '{"type":"run","settings":{},"rows_total":2}\n'
+        '{"type":"row","row":0,"line":1,"end":10,"turns":[{"finish":"stop","tokens":7,"source_tokens":9}]}\n')
     monitor = Monitor(
         [
             JobConfig(
                 name="s", dump_dir=str(tmp_path / "d"), out_dir=str(tmp_path / "o"), events=str(events), pid=1
-            )
+            ),
+            JobConfig(name="r", out_dir=str(regen)),
         ],
         use_watchdog=False,
     )

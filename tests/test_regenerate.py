@@ -10,6 +10,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -194,3 +196,73 @@ def test_a_full_disk_pauses_the_run_until_room_is_back(workdir, data, reference,
             proc.kill()
     assert (out / regen_layout.DATA_NAME).read_bytes() == (reference[0] / regen_layout.DATA_NAME).read_bytes()
     assert json.loads((out / regen_layout.MANIFEST_NAME).read_text().splitlines()[-1])["type"] == "done"
+
+
+def test_extract_takes_the_regeneration_and_status_reads_it_done(workdir, reference):
+    """The regeneration's --out is a dataset for `hsmon extract`; `hsmon status --out` alone reads it
+    as a done regeneration with its row count; an unfinished one is refused by extract in one line."""
+    from extract_helpers import extract_env, load_output
+
+    out = reference[0]
+    status = subprocess.run([sys.executable, "-m", "hsmon", "status", "--out", str(out), "--sample", "0.1"],
+                            capture_output=True, text=True, timeout=120, env=extract_env())
+    assert status.returncode == 0, status.stderr
+    head = status.stdout.splitlines()[0]
+    assert "[regenerate]: DONE" in head and f"({ROWS} / {ROWS} rows" in head
+    assert f"regenerate: {ROWS} rows" in status.stdout and "mean answer" in status.stdout
+    hs = workdir / "hidden-states"
+    extract = subprocess.run([sys.executable, "-m", "hsmon", "extract", str(out), "--out", str(hs),
+                              "--min-free", "1M", "--threads", "1"], capture_output=True, text=True,
+                             timeout=300, env=extract_env())
+    assert extract.returncode == 0, extract.stderr
+    rows = load_output(hs)
+    assert len(rows) == ROWS and all(int(r["loss_mask"].sum()) > 0 for r in rows.values())
+    unfinished = workdir / "unfinished"  # as a kill -9 leaves it: the manifest's last records missing
+    unfinished.mkdir()
+    records = (out / regen_layout.MANIFEST_NAME).read_text().splitlines(keepends=True)
+    (unfinished / regen_layout.MANIFEST_NAME).write_text("".join(records[:-3]))
+    refused = subprocess.run([sys.executable, "-m", "hsmon", "extract", str(unfinished), "--out",
+                              str(workdir / "hs-2"), "--dry-run"],
+                             capture_output=True, text=True, timeout=120, env=extract_env())
+    assert refused.returncode == 2
+    assert "a regeneration not finished" in refused.stderr
+    assert "run the same hsmon regenerate again" in refused.stderr
+
+
+def test_rows_finished_out_of_order_are_committed_in_order_each_once(tmp_path):
+    """The writer alone, on real files: rows handed over out of order (as concurrent answers finish)
+    land in source order; a stop with a gap commits the rows before it only, and the next run goes on
+    from there."""
+    import threading
+
+    from extractor.regenerate.writer import OrderedWriter, Refused, Regenerated, RegenProgress
+    from hsmon.contracts import events as ev
+    from hsmon.contracts.regen_layout import RegenTotals, read_totals
+
+    def writer(start: int) -> OrderedWriter:
+        progress = RegenProgress(read_totals(tmp_path), rows_total=6, prior_tokens_per_row=1.0)
+        w = OrderedWriter(tmp_path, start, progress, ev.EventWriter("t", path=tmp_path / "e.jsonl"),
+                          threading.Event(), 0, 0.1)
+        w.start()
+        return w
+
+    def row(i: int) -> Regenerated:
+        return Regenerated(i, i + 1, {"id": i, "conversations": []}, [{"finish": "stop", "tokens": i,
+                                                                          "source_tokens": 1}])
+
+    first = writer(0)
+    for item in (row(2), row(0), Refused(1, 2, "no user turn: nothing to answer"), row(4)):  # 3 never comes
+        first.put(item)
+    first.finish()
+    lines = (tmp_path / "regenerated.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [0, 2]
+    assert read_totals(tmp_path).last_row == 2  # row 4 waited behind the gap: not committed
+    second = writer(3)
+    for item in (row(5), row(4), row(3)):
+        second.put(item)
+    second.finish()
+    ids = [json.loads(line)["id"] for line in (tmp_path / "regenerated.jsonl").read_text().splitlines()]
+    assert ids == [0, 2, 3, 4, 5]
+    totals: RegenTotals = read_totals(tmp_path)
+    assert (totals.rows, totals.rejects, totals.last_row) == (5, 1, 5)
+    assert totals.end == (tmp_path / "regenerated.jsonl").stat().st_size

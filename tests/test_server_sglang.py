@@ -8,9 +8,7 @@ SGLANG_HEALTH_CHECK_TIMEOUT. A missing .sglang-venv skips, or fails under HSMON_
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +17,7 @@ import urllib.request
 import psutil
 import pytest
 from daemon_helpers import TESTS, Daemon, Procs, child_env, free_port, wait_until
-from sglang_server import EMBEDDED_MODEL, SGLangServer, start_sglang_server
+from sglang_server import EMBEDDED_MODEL, SGLangServer, crash, scheduler_of, start_sglang_server
 
 SERVER_TIMEOUT = 5  # SGLANG_HEALTH_CHECK_TIMEOUT given to the server
 HEALTH_INTERVAL = 2.0
@@ -29,30 +27,6 @@ HEALTH_TIMEOUT = 5.0  # the daemon's --health-timeout
 LOAD_ARGS = ("--max-running-requests", "2", "--decode-log-interval", "1")
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
-
-
-def scheduler_of(server: SGLangServer) -> psutil.Process:
-    """The `sglang::scheduler` process under the server (the one that runs forwards)."""
-    assert server.proc is not None
-    for child in psutil.Process(server.proc.pid).children(recursive=True):
-        if (child.cmdline() or [""])[0].startswith("sglang::scheduler"):
-            return child
-    raise AssertionError("no sglang::scheduler child")
-
-
-def crash(server: SGLangServer) -> None:
-    """SIGKILL SGLang's processes and `hsmon sglang-serve` (SGLang runs in a session of its own
-    under it, so killing the wrapper's group alone would leave the server running)."""
-    assert server.proc is not None
-    groups = set()
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(server.proc.pid).children(recursive=True):
-            with contextlib.suppress(OSError):
-                groups.add(os.getpgid(child.pid))
-    for group in groups:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
-    server.kill()
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ def test_load_from_a_real_sglang_capture():
         "generation_tokens_total": 1908.0,
         "prompt_tokens_total": 3912.0,
         "scheduler_tokens_total": 7455.0,
+        "decode_tokens_total": 1979.0,  # realtime_tokens_total{mode="decode"}: decode steps alone
         "requests_total": 21.0,
         # SGLang exports its speculative gauges at 0 on a server that does not draft
         "spec_accept_length": 0.0,

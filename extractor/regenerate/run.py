@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from extractor import dataset as ds
@@ -33,7 +34,7 @@ from extractor.run import (
 )
 from hsmon import __version__
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout, regen_layout
+from hsmon.contracts import layout, nofollow, regen_layout
 from hsmon.contracts.rejects import TRUNCATED, summary
 from hsmon.contracts.units import format_duration
 
@@ -63,9 +64,7 @@ def regenerate(prep: Prepared, args: argparse.Namespace) -> int:
     prep.out.mkdir(parents=True, exist_ok=True)
     for name in (regen_layout.MANIFEST_NAME, regen_layout.REJECTS_NAME):
         layout.repair_jsonl_tail(prep.out / name)
-    data = prep.out / regen_layout.DATA_NAME
-    if data.exists() and data.stat().st_size > prep.totals.end:  # appended, never recorded: a kill
-        os.truncate(data, prep.totals.end)
+    cut_to_committed(prep.out / regen_layout.DATA_NAME, prep.totals.end)
     stop_event = StopRequest()
     events = ev.EventWriter(prep.job, path=events_path(prep, args))
     previous = install_stop_handlers(stop_event)
@@ -82,6 +81,21 @@ def regenerate(prep: Prepared, args: argparse.Namespace) -> int:
     finally:
         restore_handlers(previous)
         events.close()
+
+
+def cut_to_committed(data: Path, end: int) -> None:
+    """Cut what a killed run appended to the dataset after its last manifest record (no link
+    followed: hsmon/contracts/nofollow.py)."""
+    try:
+        fd = nofollow.open_file(data, os.O_WRONLY)
+    except FileNotFoundError:
+        return
+    try:
+        if os.fstat(fd).st_size > end:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _late_rejects(prep: Prepared) -> int:

@@ -34,8 +34,8 @@ from typing import Any
 
 from hsmon.core.verify_watch import VERIFY_KEYS, VerifySpec, spec_from_table
 
-JOB_KINDS = ("extract", "train", "external")
-PROCESS_ROLES = ("extractor", "server", "trainer")
+JOB_KINDS = ("extract", "train", "regenerate", "external")
+PROCESS_ROLES = ("extractor", "server", "trainer", "regenerator")
 DEFAULT_STALL_AFTER = 300.0
 DEFAULT_SCAN_INTERVAL = 2.0
 DEFAULT_HOST = "127.0.0.1"
@@ -131,7 +131,7 @@ class JobConfig:
 
     @property
     def default_role(self) -> str:
-        return self.role or {"train": "trainer"}.get(self.kind, "extractor")
+        return self.role or {"train": "trainer", "regenerate": "regenerator"}.get(self.kind, "extractor")
 
     def server_spec(self, url: str) -> ServerSpec:
         """A server of this job looked at with the job's intervals (validated)."""

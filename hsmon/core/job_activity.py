@@ -18,6 +18,7 @@ class ActivityClocks:
 
     def __init__(self) -> None:
         self.last_work_ts: float | None = None
+        self.last_work_what = "dump/output moved"  # what moved last (the state's reason names it)
         self.last_busy_ts: float | None = None
         self._work_marks: tuple[Any, ...] | None = None
         self._last_look_ts: float | None = None
@@ -29,6 +30,12 @@ class ActivityClocks:
         look only) and the dump directory's last change seen by inotify."""
         self._note_work(now, dump, out, file_times, dump_change_ts)
         self._note_busy(now, procs)
+
+    def note_engine(self, decoded_ts: float | None) -> None:
+        """A regeneration's servers decoded answers at ``decoded_ts``: work between its rows (an
+        answer of a thousand tokens takes minutes)."""
+        if decoded_ts is not None and decoded_ts > (self.last_work_ts or 0.0):
+            self.last_work_ts, self.last_work_what = decoded_ts, "the server decoded answers"
 
     def _note_work(self, now: float, dump: DumpSection | None, out: OutputSection | None,
                    file_times: list[float], change: float | None) -> None:
@@ -43,6 +50,7 @@ class ActivityClocks:
             # it moved somewhere since the previous look: credit that look's time (as for CPU)
             since = self._last_look_ts if self._last_look_ts is not None else now
             self.last_work_ts = max(self.last_work_ts or 0.0, since)
+            self.last_work_what = "dump/output moved"
         self._work_marks = marks
         self._last_look_ts = now
         if change is not None and (self.last_work_ts is None or change > self.last_work_ts):

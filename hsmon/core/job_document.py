@@ -23,6 +23,7 @@ from hsmon.status_doc import (
     OutputSection,
     ProcessEntry,
     Progress,
+    RegenerateSection,
     ServerEntry,
     StateEvent,
     TrainingSection,
@@ -82,6 +83,7 @@ class Sections:
     last_busy_ts: float | None = None
     started_as: str | None = None  # the kind the job's start event shows
     online: OnlineSection | None = None  # made with the verdict (hsmon/core/state_online.py)
+    regenerate: RegenerateSection | None = None  # a regeneration's figures (trackers/regenerate.py)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -114,6 +116,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         servers=list(sec.servers),
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
         online=sec.online if sec.online is not None else msgspec.UNSET,
+        regenerate=sec.regenerate if sec.regenerate is not None else msgspec.UNSET,
     )
 
 

@@ -39,6 +39,11 @@ from hsmon.status_doc import DiskEntry, DumpSection, JobStatus, OutputSection, P
 log = logging.getLogger("hsmon.monitor")
 
 
+def _kind_of_output(out: OutputSection | None) -> str | None:
+    """The job kind an output directory shows by itself (a regeneration's manifest), else None."""
+    return "regenerate" if out is not None and out.layout == "regenerate" else None
+
+
 class JobRuntime:
     """One job: its trackers, its activity clocks and its current state."""
 
@@ -81,11 +86,17 @@ class JobRuntime:
         if self._pid_from_events and self.progress is not None and self.progress.pid:
             if not self.processes:
                 self.processes.append(
-                    ProcessTracker(ProcessSpec(self.cfg.default_role, pid=self.progress.pid))
+                    ProcessTracker(ProcessSpec(self._events_role(), pid=self.progress.pid))
                 )
             elif self.processes[0].spec.pid != self.progress.pid:
                 self.processes[0].set_pid(self.progress.pid)
         return [p.poll() for p in self.processes]
+
+    def _events_role(self) -> str:
+        """The role of the process the start event names: a regeneration's is the regenerator."""
+        if not self.cfg.role and self.progress is not None and self.progress.started_as == "regenerate":
+            return "regenerator"
+        return self.cfg.default_role
 
     def poll_servers(self, now: float) -> None:
         """Start the server trackers; without configured servers, follow the start event's URLs."""
@@ -132,6 +143,13 @@ class JobRuntime:
         files = (self.dump and self.dump.newest_mtime, self.output and self.output.newest_mtime)
         self.activity.note(now, procs, dump, out, [t for t in files if t],
                            self.dump.last_change_ts if self.dump is not None else None)
+        if self._regenerates(out):  # its work is the answers its servers decode between its rows
+            decoded = [t.decode_moved_ts for t in self.servers if t.decode_moved_ts is not None]
+            self.activity.note_engine(max(decoded) if decoded else None)
+
+    def _regenerates(self, out: OutputSection | None) -> bool:
+        started = self.progress.started_as if self.progress is not None else None
+        return self.cfg.kind == "regenerate" or (started or _kind_of_output(out)) == "regenerate"
 
     @property
     def last_work_ts(self) -> float | None:
@@ -218,8 +236,9 @@ class JobRuntime:
             gpu_idle_since_ts=snap.gpu_idle_since_ts,
             last_work_ts=self.last_work_ts,
             last_busy_ts=self.last_busy_ts,
-            started_as=prog.started_as if prog else None,
+            started_as=(prog.started_as if prog else None) or _kind_of_output(out),
             online=self.decision.online,
+            regenerate=sec.get("regenerate"),
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         if blind:
@@ -289,6 +308,7 @@ class JobRuntime:
             last_progress_ts=pr.last_progress_ts if pr else None,
             last_error=pr.last_error if pr else None,
             last_work_ts=self.last_work_ts,
+            work_what=self.activity.last_work_what,
             last_busy_ts=self.last_busy_ts,
             evidence_of_job=bool(
                 (pr and pr.last_event_ts) or (out and out.rows) or (dump and dump.files)

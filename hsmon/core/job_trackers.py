@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.core.trackers import disk, dump_dir, online, online_metrics, output_metrics, processes, progress
+from hsmon.core.trackers import (
+    disk,
+    dump_dir,
+    online,
+    online_metrics,
+    output_metrics,
+    processes,
+    progress,
+    regenerate,
+)
 from hsmon.core.trackers.base import MetricsHook, Tracker
 from hsmon.status_doc import DiskEntry, DumpSection, OutputSection, ProcessEntry, Progress, ServerEntry
 
@@ -210,6 +219,7 @@ JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
     DumpDirJob.of,
     OutputDirJob.of,
     OnlineJob.of,
+    regenerate.RegenerateTracker.of,
     DiskJob.of,
 ]
 
@@ -224,4 +234,5 @@ TRACKER_METRICS: list[MetricsHook] = [
     processes.metrics,
     progress.event_metrics,
     online_metrics.metrics,
+    regenerate.metrics,
 ]

@@ -258,7 +258,7 @@ def _activity_verdict(snap: Snapshot, hints: list[Hint], blame: str | None) -> D
         else:
             why = "no events file watched"
         return Decision(
-            "silent", f"work is visible (dump/output moved {fmt_seconds(work_age)} ago) but {why}", hints
+            "silent", f"work is visible ({snap.work_what} {fmt_seconds(work_age)} ago) but {why}", hints
         )
     never_worked = snap.last_progress_ts is None and snap.last_work_ts is None
     since_watch = max(0.0, now - snap.watch_start_ts)

@@ -72,6 +72,7 @@ class ServerFacts:
     detail: str = ""
     last_forward_ts: float | None = None  # a forward last completed (None: never seen)
     watch_start_ts: float | None = None  # watched since
+    decode_ts: float | None = None  # generation tokens last moved beyond hsmon's own checks
 
 
 @dataclass
@@ -95,6 +96,7 @@ class Snapshot:
     last_error: str | None = None
     # From the other trackers (the monitor's clock of when each last moved; None: never):
     last_work_ts: float | None = None  # dump files created/consumed, output grew
+    work_what: str = "dump/output moved"  # what moved then (a regeneration's servers: decoding)
     last_busy_ts: float | None = None  # CPU or I/O above the idle threshold
     evidence_of_job: bool = False  # any output, dump file or event exists
     bad_event_lines: int = 0

@@ -20,7 +20,8 @@ from typing import Any
 
 from hsmon.core.state_facts import ALERT_STATES
 from hsmon.daemon.security import redact_url
-from hsmon.status_doc import JobStatus, figures, to_builtins
+from hsmon.status.text import regenerate_rows
+from hsmon.status_doc import ENDED_STATES, JobStatus, figures, regenerate_of, to_builtins
 
 log = logging.getLogger("hsmon.notify")
 FORMATS = ("json", "slack")
@@ -35,6 +36,7 @@ def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]
     """The webhook payload for a job's status (pure)."""
     hints = [h.message for h in doc.hints if h.severity in ("warning", "critical")]
     training = training_texts(doc)
+    regeneration = regenerate_texts(doc)
     if fmt == "slack":
         icons = {"done": ":white_check_mark:", "paused": ":double_vertical_bar:", "exited": ":grey_question:",
                  "stopped": ":stop_button:"}
@@ -42,6 +44,8 @@ def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]
         text = f"{icon} hsmon: job *{doc.job}* is *{doc.state}*: {doc.reason}"
         if training:
             text += "\ntraining: " + "; ".join(training)
+        if regeneration:
+            text += "\nregeneration: " + "; ".join(regeneration)
         if hints:
             text += "\n" + "\n".join(f"• {h}" for h in hints[:5])
         return {"text": text}
@@ -57,6 +61,7 @@ def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]
         "hints": to_builtins(doc.hints),
         "progress": to_builtins(doc.progress),
         "training": training,
+        "regenerate": regeneration,
         "ts": time.time(),
     }
 
@@ -67,6 +72,15 @@ def training_texts(doc: JobStatus) -> list[str] | None:
     if not figures.is_training(doc.training):
         return None
     return [figures.step_text(doc.training), *figures.figure_texts(doc.training)]
+
+
+def regenerate_texts(doc: JobStatus) -> list[str] | None:
+    """A regeneration's figures as `hsmon status` writes them ('answers 40 (length 12, stop 28)',
+    'length mean answer 210.0 tokens, the source's 340.5', ...); None for another job."""
+    regen = regenerate_of(doc)
+    if regen is None:
+        return None
+    return [f"{label} {text}" for label, text in regenerate_rows(regen, doc.state in ENDED_STATES)]
 
 
 class Notifier:

@@ -72,7 +72,8 @@ class MonitorCollector(Collector):
                   ("job", "hint", "severity"))
         stall = _g("hsmon_job_stall_after_seconds", "the job's stall-after setting")
         last_work = _g("hsmon_job_last_work_timestamp_seconds", "when dump files or output last moved")
-        kind = _g("hsmon_job_info", "always 1; the job's kind (extract, train, external)", ("job", "kind"))
+        kind = _g("hsmon_job_info", "always 1; the job's kind (extract, train, regenerate, external)",
+                  ("job", "kind"))
         transitions = self.monitor.transitions()
         for job in jobs:
             name = job.job

@@ -17,7 +17,7 @@ from hsmon import __version__, job_flags
 from hsmon.contracts.rejects import summary as rejects_summary
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.core import config as cfgmod
-from hsmon.status.text import disk_verdict, eta_text, online_rows, spec_text
+from hsmon.status.text import disk_verdict, eta_text, online_rows, regenerate_rows, spec_text
 from hsmon.status_doc import (
     ENDED_STATES,
     Capture,
@@ -31,6 +31,7 @@ from hsmon.status_doc import (
     decode,
     figures,
     online_of,
+    regenerate_of,
 )
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
@@ -116,6 +117,8 @@ def _output_summary(out: OutputSection) -> str:
     if reading:
         done, total = reading.bytes_done, reading.bytes_total
         return f"reading the manifest: {format_bytes(done)} of {format_bytes(total)}" + _pct(done, total)
+    if out.layout == "regenerate":  # a dataset: rows, no chunks
+        return f"regenerate: {out.rows} rows, {format_bytes(out.bytes)}"
     return (
         f"{out.layout}: {out.chunks_complete} chunks complete, "
         f"{out.chunks_in_progress} in progress, {out.rows} rows, {format_bytes(out.bytes)}"
@@ -246,6 +249,9 @@ def _job_rows(job: JobStatus, now: float) -> list[tuple[str, str]]:
     online = online_of(job)
     if online is not None:
         rows += [(f"online {label}", text) for label, text in online_rows(online)]
+    regen = regenerate_of(job)
+    if regen is not None:
+        rows += regenerate_rows(regen, job.state in ENDED_STATES)
     ev = job.events
     if ev:
         last = format_duration(now - ev.last_event_ts) + " ago" if ev.last_event_ts else "none yet"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hsmon.contracts.units import format_bytes
-from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress, Speculative
+from hsmon.contracts.units import format_bytes, format_duration
+from hsmon.status_doc import DiskEntry, OnlineSection, OnlineSide, Progress, RegenerateSection, Speculative
 from hsmon.status_doc.figures import figure_texts
 
 WONT_FIT = "WILL NOT FIT"
@@ -107,3 +107,21 @@ def spec_text(spec: Speculative) -> str:
         if spec_low(spec):
             text += f" (below {SPEC_LOW_FRACTION:.0%} of it)"
     return text
+
+
+def regenerate_rows(regen: RegenerateSection, ended: bool) -> list[tuple[str, str]]:
+    """A regeneration's figures as `hsmon status` and the dashboard's panel say them: the answers and
+    why they ended, their length against the source's, the token rate and the ETA it gives."""
+    finish = ", ".join(f"{reason} {n:,}" for reason, n in sorted(regen.finish.items()))
+    cut = regen.truncated_rows
+    answers = f"{regen.answers:,}" + (f" ({finish})" if finish else "")
+    if cut:
+        answers += f"; {cut:,} row{'s' if cut != 1 else ''} cut at --max-new-tokens"
+    rows = [("answers", answers)]
+    if regen.mean_answer_tokens is not None:
+        source = "" if regen.mean_source_tokens is None else f", the source's {regen.mean_source_tokens:,.1f}"
+        rows.append(("length", f"mean answer {regen.mean_answer_tokens:,.1f} tokens{source}"))
+    rate = f"{regen.tokens_per_s:,.0f} tok/s" if regen.tokens_per_s is not None else "- tok/s"
+    eta = "" if ended or regen.eta_s is None else f", ETA {format_duration(regen.eta_s)} at that rate"
+    rows.append(("generated", f"{regen.generated_tokens:,} tokens, {rate}{eta}"))
+    return rows

@@ -57,13 +57,15 @@ from hsmon.status_doc.output import (
     Reading,
     VerifySection,
 )
+from hsmon.status_doc.regenerate import RegenerateSection, regenerate_of
 
 __all__ = [
     "ENDED_STATES", "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry",
     "DriftEntry", "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
     "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OnlineSection", "OnlineSide",
     "OutputSection", "ProcessEntry",
-    "Progress", "Reading", "ServerEntry", "ServerInfo", "Speculative", "StateEvent", "StatusDocument",
-    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "online_of", "schema",
-    "to_builtins",
+    "Progress", "Reading", "RegenerateSection", "ServerEntry", "ServerInfo", "Speculative", "StateEvent",
+    "StatusDocument",
+    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "online_of", "regenerate_of",
+    "schema", "to_builtins",
 ]

@@ -12,6 +12,7 @@ from hsmon.status_doc.base import Num, Section
 from hsmon.status_doc.engine import ServerEntry
 from hsmon.status_doc.online import OnlineSection
 from hsmon.status_doc.output import OutputSection
+from hsmon.status_doc.regenerate import RegenerateSection
 from hsmon.status_doc.training import TrainingSection
 
 # The job states after which nothing more happens until someone starts the job again: no ETA is
@@ -163,7 +164,7 @@ class JobStatus(Section):
     """One job: its state and why, and every tracker's section (null when not watched)."""
 
     job: str
-    kind: str  # extract | train | external
+    kind: str  # extract | train | regenerate | external
     state: str
     state_since_ts: float
     reason: str
@@ -187,3 +188,5 @@ class JobStatus(Section):
     # an online job's spool and both sides (status_doc/online.py); omitted for any other job
     # (readers: ``online_of(job)``)
     online: OnlineSection | UnsetType = UNSET
+    # a regeneration's figures (status_doc/regenerate.py); omitted for any other job (``regenerate_of``)
+    regenerate: RegenerateSection | UnsetType = UNSET

@@ -97,7 +97,7 @@ class OutputSection(Section):
     path: str
     exists: bool
     error: str | None
-    layout: str  # hsmon | specforge | speculators | empty
+    layout: str  # hsmon | specforge | speculators | regenerate | empty
     chunks_complete: int | None
     chunks_in_progress: int | None
     rows: int | None

@@ -8,6 +8,7 @@ Understands three layouts:
   counts; a chunk is complete when it holds all its rows.
 - ``speculators``: vLLM-speculators style ``hs_*.safetensors`` files
   (hsmon.core.trackers.speculators_files).
+- ``regenerate``: `hsmon regenerate`'s dataset and manifest (hsmon.core.trackers.regen_files).
 In-progress files are hidden temporaries (hsmon.contracts.layout.is_temporary). A directory whose mtime has
 not changed is not listed again (only the newest chunk is, since files there may still grow).
 """
@@ -25,9 +26,10 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from hsmon.contracts import layout
+from hsmon.contracts import layout, regen_layout
 from hsmon.contracts.data_facts import DataFacts, DataSummary, summarize
 from hsmon.contracts.manifest_reader import JsonlTail, Manifest
+from hsmon.core.trackers.regen_files import RegenFiles
 from hsmon.core.trackers.speculators_files import SpeculatorsFiles
 from hsmon.status_doc import DataSection, OutputSection, Reading
 
@@ -63,6 +65,7 @@ class OutputDirTracker:
         self._manifest = Manifest(accumulators=[self._facts])
         self._dirs: dict[str, _DirInfo] = {}
         self._speculators = SpeculatorsFiles(self.path)
+        self.regen: RegenFiles | None = None  # a regeneration's manifest, once one is seen
         self._snap: OutputSection = self._empty(False, None)
         self.scans_total = 0
         self.last_growth_ts: float | None = None
@@ -167,7 +170,13 @@ class OutputDirTracker:
             for name in list(self._dirs):
                 if name not in live:
                     del self._dirs[name]
-        if manifests:
+        if self.regen is None and regen_layout.MANIFEST_NAME in names:
+            self.regen = RegenFiles(self.path)
+        if self.regen is not None:
+            self.regen.poll()
+            snap = self.regen.section(self._empty(True, None))
+            self.rows_total_hint = snap.rows_total
+        elif manifests:
             snap = self._hsmon_figures(chunk_dirs)
         elif chunk_dirs:
             snap = self._specforge_figures(chunk_dirs)
@@ -260,6 +269,7 @@ class OutputDirTracker:
         self._manifest = Manifest(accumulators=[self._facts])
         self._dirs.clear()
         self._speculators.clear()
+        self.regen = None
         self._listing = None
 
     def _scan_chunk_dir(self, name: str, force: bool) -> None:

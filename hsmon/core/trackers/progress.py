@@ -318,9 +318,12 @@ class ProgressSections:
 
 def started_as(start: dict[str, Any]) -> str | None:
     """The job kind a start event shows: ``hsmon train`` starts with backend "train", ``hsmon
-    extract`` with the capture layers it writes; None for any other writer."""
+    regenerate`` with its task, ``hsmon extract`` with the capture layers it writes; None for any
+    other writer."""
     if start.get("backend") == "train":
         return "train"
+    if start.get("task") == "regenerate":
+        return "regenerate"
     if isinstance(start.get("layers"), list) and isinstance(start.get("out_dir"), str):
         return "extract"
     return None

@@ -33,6 +33,7 @@ from hsmon.core.trackers.server_rules import (
     COUNTERS,
     SERVER_STATES,
     decide_server,
+    decode_moved,
     info_of,
     parse_load,
 )
@@ -85,6 +86,7 @@ class ServerTracker:
         self._counters: tuple[float | None, ...] | None = None
         self.last_counters_moved_ts: float | None = None
         self.counters_moved: str | None = None  # which counter moved last (words for a reason)
+        self.decode_moved_ts: float | None = None  # answers decoded (server_rules.decode_moved)
         self.job_progress_ts: float | None = None  # the job's rows arrived (set by the job's tick)
         self.sglang_timeout: tuple[float, str] | None = None  # SGLang's own timeout, and how known
         self._timeout_looked = False
@@ -231,6 +233,8 @@ class ServerTracker:
             self.load = {}
             return
         self.metrics_error = None
+        if decode_moved(self.load, load):
+            self.decode_moved_ts = now  # answers decoding: a regeneration's work (job_activity.py)
         self.load = load
         gen, prompt = load.get("generation_tokens_total"), load.get("prompt_tokens_total")
         if gen is not None:
@@ -386,7 +390,8 @@ class ServerTracker:
     def facts(self, now: float) -> ServerFacts:
         with self._lock:
             state, detail = self._state(now)
-            return ServerFacts(self.url, state, detail, self.last_forward_ts, self.watch_start_ts)
+            return ServerFacts(self.url, state, detail, self.last_forward_ts, self.watch_start_ts,
+                               self.decode_moved_ts)
 
     def snapshot(self, now: float) -> ServerEntry:
         """The ``servers[]`` entry of the status document."""

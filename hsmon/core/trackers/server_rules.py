@@ -7,7 +7,8 @@ from typing import Any
 
 from hsmon.core.state_server import SERVER_STATES, ServerLook, decide_server
 
-__all__ = ["COUNTERS", "LOAD_SERIES", "SERVER_STATES", "ServerLook", "decide_server", "parse_load"]
+__all__ = ["COUNTERS", "LOAD_SERIES", "SERVER_STATES", "ServerLook", "decide_server", "decode_moved",
+           "parse_load"]
 # Series of the server's /metrics, by name without the engine prefix (sglang:, vllm:), first found wins.
 LOAD_SERIES: dict[str, tuple[str, ...]] = {
     "running": ("num_running_reqs", "num_requests_running"),
@@ -64,6 +65,9 @@ def parse_load(text: str) -> dict[str, float]:
             group = values.setdefault(short, {})
             group[key] = max(group.get(key, float("-inf")), float(sample.value))
     load: dict[str, float] = {}
+    decoded = [v for key, v in values.get("realtime_tokens_total", {}).items() if ("mode", "decode") in key]
+    if decoded:  # decode steps alone: answers being generated (a health check or a prefill makes none)
+        load["decode_tokens_total"] = sum(decoded)
     for field, names in LOAD_SERIES.items():
         for name in names:
             if name in values:
@@ -74,6 +78,22 @@ def parse_load(text: str) -> dict[str, float]:
                     load[field] = sum(groups) / (len(groups) if field in _MEANS else 1)
                 break
     return load
+
+
+# Generation tokens between two looks that hsmon's own /health_generate can account for (one token
+# each, one check in flight): more than this is someone's answers (a server without decode counts).
+OWN_CHECK_TOKENS = 2
+
+
+def decode_moved(before: dict[str, float], after: dict[str, float]) -> bool:
+    """Whether answers were decoded between two looks at a server's load: its scheduler's decode
+    tokens moved, or (an SGLang without them) its finished generation tokens moved by more than
+    hsmon's own checks account for. A prefill, an extraction's one-token requests and a health
+    check decode nothing."""
+    for field, floor in (("decode_tokens_total", 0), ("generation_tokens_total", OWN_CHECK_TOKENS)):
+        if field in after and field in before:
+            return after[field] - before[field] > floor
+    return False
 
 
 def info_of(data: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from hsmon.tui.widgets.processes import ProcessTable
 from hsmon.tui.widgets.progress_panel import ProgressPanel
 from hsmon.tui.widgets.quiet import WholeCellScrollBar
 from hsmon.tui.widgets.rates import RatesPanel
+from hsmon.tui.widgets.regenerate_panel import RegeneratePanel
 
 
 class JobOverview(VerticalScroll):
@@ -39,6 +40,9 @@ class JobOverview(VerticalScroll):
         online = OnlinePanel(classes="panel")
         online.border_title = "online: the spool and both sides"
         yield online
+        regenerate = RegeneratePanel(classes="panel")  # a regeneration's answers, the whole width too
+        regenerate.border_title = "regenerate: the target's own answers"
+        yield regenerate
         with Grid(classes="panels"):
             progress = ProgressPanel(classes="panel")
             progress.border_title = "progress"
@@ -74,13 +78,15 @@ class JobOverview(VerticalScroll):
         document's machine-wide GPU section)."""
         if self._parts is None:  # found once: a query walks the page, and this runs at every document
             self._parts = tuple(self.query_one(part) for part in (
-                JobHeader, AlertsPanel, ProgressPanel, OnlinePanel, RatesPanel, DumpPanel, DiskPanel,
-                DataPanel, EnginePanel, ProcessTable, EventLog))
-        header, alerts, progress, online, rates, dump, disk, data, engine, processes, log = self._parts
+                JobHeader, AlertsPanel, ProgressPanel, OnlinePanel, RegeneratePanel, RatesPanel, DumpPanel,
+                DiskPanel, DataPanel, EnginePanel, ProcessTable, EventLog))
+        header, alerts, progress, online, regenerate, rates, dump, disk, data, engine, processes, log = \
+            self._parts
         header.show(job, stale)
         alerts.show(job)
         progress.show(job)
         online.show(job)
+        regenerate.show(job)
         rates.show(job, history)
         dump.show(job, history)
         disk.show(job)

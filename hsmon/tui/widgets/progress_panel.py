@@ -38,8 +38,9 @@ class ProgressPanel(Vertical):
             rows.set_value(progress.rows_done, progress.rows_total)
         for name in ("tokens", "chunks"):
             meter = self.query_one(f"#meter-{name}", Meter)
-            if meter.display != (training is None):
-                meter.display = training is None
+            shown = training is None and not (name == "chunks" and job.kind == "regenerate")  # a dataset
+            if meter.display != shown:
+                meter.display = shown
         self.query_one("#meter-tokens", Meter).set_value(progress.tokens_done, progress.tokens_total)
         self.query_one("#meter-chunks", Meter).set_value(progress.chunks_done, progress.chunks_total)
         rejects = progress.rejects
