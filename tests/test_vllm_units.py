@@ -108,3 +108,15 @@ def test_the_engines_layer_rules_in_the_docs_are_rendered_from_the_committed_con
         == vllm_classes.DECODER_RULES["qwen3_moe.Qwen3MoeModel"]
         == "vllm"
     )  # the decoders whose capture test_extract_vllm measures
+
+
+def test_vllm_serve_refuses_a_class_that_vllm_cannot_capture_from(tmp_path):
+    model = tmp_path / "gpt2-like"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "num_hidden_layers": 8})
+    )
+    done = hsmon("vllm-serve", "--model-path", str(model), "--dump-dir", str(tmp_path / "d"))
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "GPT2LMHeadModel does not capture layers for EAGLE-3" in line and "\n" not in line, done.stderr
