@@ -86,7 +86,7 @@ vllm-env: .vllm-venv/.hsmon-vllm-ready
 
 # make test-vllm: the vLLM conformance lane (the tests marked vllm: real vLLM CPU servers; make test
 # deselects them), after building .vllm-venv. CI runs it after the SGLang matrix.
-VLLM_TESTS ?= tests/test_extract_vllm.py tests/test_vllm_drafters.py
+VLLM_TESTS ?= tests/test_extract_vllm.py tests/test_vllm_drafters.py tests/test_server_vllm.py
 test-vllm: setup vllm-env
 	HSMON_NO_SKIP=1 HSMON_REQUIRE_VLLM=1 $(PY) -m pytest -q -ra -p no:xdist -m vllm --durations=0 $(VLLM_TESTS)
 

@@ -277,7 +277,7 @@ def test_killed_server_reads_down_then_up_after_a_restart_without_metrics(rig):
 
 def test_a_url_that_is_not_sglang_reads_unknown_and_nothing_floods_the_log(rig):
     srv = server_doc(rig, rig["other"])
-    assert srv["state"] == "unknown" and "not an SGLang server" in srv["detail"]
+    assert srv["state"] == "unknown" and "not an SGLang or vLLM server" in srv["detail"]
     assert rig["daemon"].proc.poll() is None
     log = rig["daemon"].stderr_path.read_text()
     assert sum(rig["other"] in line for line in log.splitlines()) <= 2, log

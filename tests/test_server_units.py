@@ -74,7 +74,8 @@ def test_state_rule():
     assert state(looked=False)[0] == "unknown"
     assert state(reachable=False, front_error="[Errno 111] Connection refused") == (
         "down", "[Errno 111] Connection refused")
-    assert state(not_sglang=True)[0] == "unknown" and "not an SGLang server" in state(not_sglang=True)[1]
+    unknown = state(not_sglang=True)
+    assert unknown[0] == "unknown" and "not an SGLang or vLLM server" in unknown[1]
     assert state(health_ok=None, health_latency_s=None)[0] == "up"
     assert state() == ("up", "/health_generate answered in 1.0 s")
     assert state(health_latency_s=7.5) == ("busy", "/health_generate took 7.5 s")

@@ -94,11 +94,11 @@ def test_write_dump_renames_a_complete_file(tmp_path, monkeypatch):
     seen = {}
     real_save = dump.save_parts
 
-    def watching_save(filename, data, metadata):
+    def watching_save(filename, data, metadata, dir_fd=None):
         # while the bytes are being written, nothing exists under the final name
         seen["final_during_write"] = (target / "r1.safetensors").exists()
         seen["tmp_name"] = Path(filename).name
-        real_save(filename, data, metadata)
+        real_save(filename, data, metadata, dir_fd=dir_fd)
 
     monkeypatch.setattr(dump, "save_parts", watching_save)
     meta = {"rid": "r1", "tokens": "7", "layer_ids": "1,3,4", "sglang_version": "x", "plugin_version": "1"}

@@ -104,3 +104,128 @@ def test_eval_drafter_engine_vllm_reports_vllms_figures_beside_the_evaluator(spe
     assert result["engine_per_verify"] > 1.2 and result["finding"] is None  # vLLM agrees with the evaluator
     assert abs(result["engine_per_verify"] - result["evaluator"]) <= 0.15 * result["evaluator"]
     assert result["ngram"] > 1.0
+
+
+def test_the_served_drafter_watch_and_its_alert_read_vllms_figures(speculative, tmp_path):
+    """A real daemon and a real Prometheus with the committed rules watch the good drafter's vLLM server
+    and a degraded one's (the same export, its weights scrambled): vLLM's counters reach the speculative
+    sections, `hsmon status` and /metrics, and HsmonServedAcceptanceLow's condition holds for the
+    degraded drafter only."""
+
+    import yaml
+    from daemon_helpers import Daemon, Procs, child_env, wait_until
+    from prometheus_helpers import Prometheus
+    from spec_servers import drafter_estimate, scrambled_copy
+
+    from hsmon.status.text import SPEC_LOW_FRACTION
+
+    good, draft, work = speculative
+    bad_draft = scrambled_copy(export_for("vllm", tmp_path / "for-vllm"), tmp_path / "degraded")
+    bad = VLLMServer(TARGET, work, serve_args=("--draft", str(bad_draft), "--draft-tokens", "4")).start()
+    procs = Procs()
+    try:
+        rule = next(
+            r
+            for g in yaml.safe_load((ROOT / "dashboards/prometheus/hsmon-alerts.yml").read_text())["groups"]
+            for r in g["rules"]
+            if r.get("alert") == "HsmonServedAcceptanceLow"
+        )
+        args = [
+            "--job",
+            "serve",
+            "--server",
+            good.url,
+            "--server",
+            bad.url,
+            "--server-interval",
+            "1",
+            "--health-interval",
+            "2",
+        ]
+        daemon = Daemon(procs, tmp_path, args, env=child_env())
+        prom = Prometheus(procs, tmp_path, [daemon.url.removeprefix("http://")])
+        wait_until(
+            lambda: len(_query(prom, "hsmon_server_spec_depth") or []) == 2,
+            90,
+            0.5,
+            what="Prometheus scraping both servers' speculative figures",
+        )
+        for server, count in ((good, 8), (bad, 3)):
+            for ids in _prompts(count):
+                _complete(server.url, ids)
+        estimate = drafter_estimate(draft, 3)
+        low = SPEC_LOW_FRACTION * estimate
+
+        _figures_reach_the_status(daemon, good.url, bad.url, estimate, low)
+
+        def pending_for_bad_only() -> list | None:
+            alerts = prom.alerts("HsmonServedAcceptanceLow")
+            return alerts if [a["labels"]["server"] for a in alerts] == [bad.url] else None
+
+        alerts = wait_until(pending_for_bad_only, 90, 0.5, what="the alert pending for the degraded drafter")
+        assert alerts[0]["state"] == "pending"
+        ratio = {
+            r["metric"]["server"]: float(r["value"][1])
+            for r in _query(prom, rule["expr"].split("<")[0]) or []
+        }
+        assert ratio[good.url] > low > ratio[bad.url], ratio
+    finally:
+        procs.close()
+        bad.stop()
+
+
+def _figures_reach_the_status(daemon, good: str, bad: str, estimate: float, low: float) -> None:
+    """vLLM's counters in both servers' speculative sections, `hsmon status` and the daemon's /metrics."""
+    import urllib.request
+
+    from daemon_helpers import child_env, wait_until
+
+    def specs() -> dict | None:
+        found = {s["url"]: s.get("speculative") for s in daemon.job("serve").get("servers") or []}
+        ready = all(v and v.get("verify_calls_total") and v.get("estimate") for v in found.values())
+        return found if len(found) == 2 and ready else None
+
+    found = wait_until(specs, 60, 0.5, what="both servers' speculative figures")
+    for spec in found.values():
+        assert spec["algorithm"] == "EAGLE3" and spec["depth"] == 3 and spec["estimate"] == estimate
+        assert spec["generated_tokens_total"] > 0 and spec["avg_accept_length"] >= 1
+    served = {u: s["generated_tokens_total"] / s["verify_calls_total"] for u, s in found.items()}
+    assert served[good] > low > served[bad], (served, low)
+    status = subprocess.run(
+        [sys.executable, "-m", "hsmon", "status", "--url", daemon.url],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    ).stdout
+    lines = {u: next(x for x in status.splitlines() if u in x) for u in (good, bad)}
+    assert "tokens per verify" in lines[good] and "below 50% of it" not in lines[good], status
+    assert "below 50% of it" in lines[bad], status
+    text = urllib.request.urlopen(daemon.url + "/metrics", timeout=10).read().decode()
+    assert f'hsmon_server_spec_verify_calls_total{{job="serve",server="{bad}"}}' in text
+
+
+def _query(prom, expr: str) -> list | None:
+    try:
+        return prom.query(expr) or None
+    except OSError:  # Prometheus still starting
+        return None
+
+
+def _prompts(count: int) -> list[list[int]]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_spec_decoding import held_out_prompts
+
+    return held_out_prompts(count)
+
+
+def _complete(url: str, ids: list[int]) -> None:
+    import urllib.request
+
+    body = json.dumps(
+        {"model": str(TARGET), "prompt": ids, "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+    )
+    request = urllib.request.Request(
+        url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(request, timeout=300).read()

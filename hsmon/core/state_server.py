@@ -120,7 +120,8 @@ def decide_server(look: ServerLook) -> tuple[str, str]:
     if not look.reachable:
         return "down", look.front_error or "no answer"
     if look.not_sglang:
-        return "unknown", "answers HTTP but is not an SGLang server (no /metrics, /model_info, /v1/models)"
+        return "unknown", ("answers HTTP but is not an SGLang or vLLM server (no /metrics, /model_info, "
+                           "/v1/models)")
     now = look.now
     in_flight = None if look.health_in_flight_since is None else max(0.0, now - look.health_in_flight_since)
     if look.unanswered_since is not None:

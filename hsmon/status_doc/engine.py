@@ -6,7 +6,7 @@ from __future__ import annotations
 from hsmon.status_doc.base import Num, Section
 
 
-class ServerInfo(Section):
+class ServerInfo(Section, omit_defaults=True):
     """What the server's ``/server_info`` said after the last connect."""
 
     version: str | None
@@ -18,6 +18,7 @@ class ServerInfo(Section):
     enable_return_aux_hidden_states: bool | None
     aux_hidden_state_layer_ids: list[int] | None
     max_total_tokens: int | None
+    engine: str | None = None  # "sglang" or "vllm" (vLLM has no /server_info: its /v1/models, /version)
 
 
 class Health(Section):

@@ -51,9 +51,10 @@ class SGLangBackend(Backend):
         if self.transport == "shm":
             assert options.dump_dir is not None
             self.dump = DumpDir(Path(options.dump_dir), options.max_dump_bytes, options.dump_min_free,
-                                context.events, context.progress, context.stop_event)
+                                context.events, context.progress, context.stop_event,
+                                owner=options.dump_owner)
             self.dump.prepare()
-        self._nonce = os.urandom(4).hex()
+        self._nonce = options.dump_owner + os.urandom(4).hex()  # whose files: dumpdir.owned
         self._attempts = self._probes = 0
         self._lock = threading.Lock()
         self._local = threading.local()

@@ -1,36 +1,90 @@
 """The client's side of the dump directory (``--transport shm``): backpressure before each new
 request, orphaned files from an earlier run reused or removed, and a clean directory at the end.
 
-Dump files are named ``<rid>.safetensors`` with ``rid = r<row>-<run nonce>-<attempt>``, so a
-resumed run knows which row an orphan holds; the plugin writes ``.<rid>.safetensors.tmp`` first
-(a server killed mid-write leaves only that, removed here) and ``<rid>.error`` when it fails.
+Dump files are named ``<rid>.safetensors`` with ``rid = r<row>-<owner><run nonce>-<attempt>``:
+``owner`` marks the output directory (:func:`owner_of`), so a resumed run knows which row an orphan
+of its own holds, and never takes, nor removes, the files of another output's run that shares the
+dump directory. The plugin writes ``.<rid>.safetensors.tmp`` first (a server killed mid-write leaves
+only that, removed here) and ``<rid>.error`` when it fails. The directory is made 0700; one that
+another user owns, or that its group or others may write, is refused in one line (:func:`check_private`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 from extractor.backends.sglang.pool import Stopped
+from extractor.errors import UsageError
 from hsmon.contracts.pauses import Pause
 from hsmon.contracts.units import format_bytes
 
 DUMP_SUFFIX = ".safetensors"
 ERROR_SUFFIX = ".error"  # the plugin's writer could not write the file: never an orphan, removed
 PROBE_PREFIX = "probe-"  # control requests' rids (see backend._evidence): never a row's file
-_RID = re.compile(r"^r(\d+)-[0-9a-f]+-\d+$")
+_RID = re.compile(r"^r(\d+)-([0-9a-f]+)-\d+$")
+_PROBE = re.compile(r"^probe-([0-9a-f]+)-\d+$")
 
 
-def row_of(name: str) -> int | None:
-    """The row a dump file (or rid) belongs to, None for other files."""
+def owner_of(out: str | os.PathLike[str]) -> str:
+    """The output directory's mark in its dump files' names: 8 hex digits of its real path."""
+    return hashlib.sha256(os.path.realpath(out).encode()).hexdigest()[:8]
+
+
+def row_of(name: str, owner: str = "") -> int | None:
+    """The row a dump file (or rid) of ``owner``'s belongs to, None for other files."""
     rid = name.removesuffix(DUMP_SUFFIX).removesuffix(ERROR_SUFFIX)
     match = _RID.match(rid)
-    return int(match.group(1)) if match else None
+    return int(match.group(1)) if match and match.group(2).startswith(owner) else None
+
+
+def owned(name: str, owner: str) -> bool:
+    """A file of ``owner``'s runs: a dump, an error, a probe or a temporary of one."""
+    rid = name.lstrip(".").removesuffix(".tmp").removesuffix(DUMP_SUFFIX).removesuffix(ERROR_SUFFIX)
+    match = _RID.match(rid) or _PROBE.match(rid)
+    group = match.group(2) if match and match.re is _RID else (match.group(1) if match else None)
+    return group is not None and group.startswith(owner)
+
+
+def check_private(path: Path) -> str | None:
+    """Why the dump directory ``path`` is refused (None: it is only ours, or absent): it must be a
+    directory of this user that neither its group nor others may write, in a parent that is ours
+    too, or root's and closed (or sticky, as /dev/shm is)."""
+    me = os.geteuid()
+    for where, leaf in ((path, True), (path.parent, False)):
+        try:
+            st = os.lstat(where)
+        except FileNotFoundError:
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISDIR(st.st_mode):
+            return f"--dump-dir {path}: {where} is not a directory (a link?); give a directory of your own"
+        if st.st_uid != me and (leaf or st.st_uid != 0 or (mode & stat.S_IWOTH and not mode & stat.S_ISVTX)):
+            return (f"--dump-dir {path}: {where} belongs to uid {st.st_uid}, not to you (uid {me}): others "
+                    "could read, fill or empty your dumps; give a directory of your own")
+        if st.st_uid == me and mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"--dump-dir {path}: {where} is writable by its group or others (mode {mode:04o}): "
+                    f"chmod 700 {where}")
+    return None
+
+
+def make_private(path: Path) -> None:
+    """Make ``path`` and its missing parents 0700 (what already exists is checked, not changed)."""
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for part in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o700)
 
 
 def dir_bytes(path: Path) -> int:
@@ -38,7 +92,7 @@ def dir_bytes(path: Path) -> int:
     with contextlib.suppress(FileNotFoundError), os.scandir(path) as entries:
         for entry in entries:
             with contextlib.suppress(FileNotFoundError):
-                if entry.is_file(follow_symlinks=False):
+                if entry.is_file() and not entry.is_symlink():
                     total += entry.stat(follow_symlinks=False).st_size
     return total
 
@@ -55,8 +109,8 @@ class DumpDir:
     """Backpressure and orphan handling for one run's dump directory."""
 
     def __init__(self, path: Path, max_bytes: int, min_free: int, events: Any, progress: Any,
-                 stop_event: threading.Event, poll_s: float = 0.2) -> None:
-        self.path = path
+                 stop_event: threading.Event, poll_s: float = 0.2, owner: str = "") -> None:
+        self.path, self.owner = path, owner
         self.max_bytes, self.min_free, self.poll_s = max_bytes, min_free, poll_s
         self.events, self.progress, self.stop_event = events, progress, stop_event
         self._lock = threading.Lock()
@@ -64,14 +118,19 @@ class DumpDir:
         self.orphans: dict[int, Path] = {}
 
     def prepare(self) -> None:
-        """Create the directory; remember complete-looking orphans by row, remove temporaries."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Create the directory (0700; UsageError when it is not only ours); remember our
+        complete-looking orphans by row, remove our temporaries. Another output's files stay."""
+        make_private(self.path)
+        refused = check_private(self.path)
+        if refused:
+            raise UsageError(refused)
         for entry in self.path.iterdir():
-            row = row_of(entry.name)
+            if not owned(entry.name, self.owner):
+                continue
+            row = row_of(entry.name, self.owner)
             if entry.name.endswith(DUMP_SUFFIX) and row is not None and row not in self.orphans:
                 self.orphans[row] = entry
-            elif entry.is_file() and (entry.name.endswith(".tmp") or row is not None
-                                      or entry.name.startswith(PROBE_PREFIX)):
+            elif entry.is_file() and not entry.is_symlink():
                 entry.unlink(missing_ok=True)
 
     def take_orphan(self, row: int) -> Path | None:
@@ -106,8 +165,7 @@ class DumpDir:
         self.orphans.clear()
         with contextlib.suppress(FileNotFoundError):
             for entry in self.path.iterdir():
-                if entry.is_file() and (row_of(entry.name) is not None or entry.name.endswith(".tmp")
-                                        or entry.name.startswith(PROBE_PREFIX)):
+                if owned(entry.name, self.owner) and entry.is_file() and not entry.is_symlink():
                     entry.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.path.rmdir()

@@ -7,8 +7,10 @@ import argparse
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from extractor.backends.sglang.dumpdir import check_private, owner_of
 from extractor.errors import UsageError
 
 DEFAULT_DUMP_ROOT = "/dev/shm/hsmon"
@@ -77,6 +79,7 @@ class SGLangOptions:
     # seconds from the response to the file's rename (the plugin's writer thread may lag behind)
     dump_wait: float = field(default_factory=lambda: float(os.environ.get(DUMP_WAIT_ENV) or 120.0))
     facts: list[Any] | None = None  # the preflight's, when it ran before the backend (prepare)
+    dump_owner: str = ""  # the output directory's mark in its dump files' names (dumpdir.owner_of)
 
 
 def _usage(message: str) -> Exception:
@@ -140,7 +143,11 @@ def build(args: argparse.Namespace, job: str, longest_row: int) -> SGLangOptions
         dump_dir = args.dump_dir or f"{DEFAULT_DUMP_ROOT}/{safe}"
         if not dump_dir.startswith("/"):
             raise _usage(f"--dump-dir {dump_dir}: give an absolute path (the server resolves it on its side)")
-    return SGLangOptions(urls=urls, transport=transport, dump_dir=dump_dir,
+        refused = check_private(Path(dump_dir))
+        if refused:
+            raise _usage(refused)
+    owner = owner_of(args.out) if getattr(args, "out", None) else ""
+    return SGLangOptions(urls=urls, transport=transport, dump_dir=dump_dir, dump_owner=owner,
                          concurrency=args.concurrency, max_dump_bytes=max_dump, dump_min_free=min_free,
                          request_timeout=args.request_timeout, give_up_after=args.give_up_after,
                          longest_row=longest_row, row_attempts=args.row_attempts,

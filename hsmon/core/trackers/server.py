@@ -1,4 +1,6 @@
 """Server tracker: is the inference server a job talks to up, busy, hung or down, and how loaded.
+SGLang's and vLLM's: what differs between the engines is in server_engines.py (vLLM: no /server_info,
+its forward a one-token /v1/completions).
 
 Each server is looked at by two threads of its own, never by a scrape:
 - liveness and load, every ``interval``: ``/metrics`` (with ``--enable-metrics``), else
@@ -25,6 +27,7 @@ from hsmon.core.config import ServerSpec
 from hsmon.core.state_facts import ServerFacts
 from hsmon.core.trackers.rates import RateWindow
 from hsmon.core.trackers.server_capture import parse_capture
+from hsmon.core.trackers.server_engines import VLLM, discard_files, read_vllm, vllm_forward
 from hsmon.core.trackers.server_http import Unreachable, http_get, sglang_timeout_of
 from hsmon.core.trackers.server_rules import (
     COUNTERS,
@@ -74,6 +77,8 @@ class ServerTracker:
         self.drafting: dict[str, Any] | None = None  # speculative decoding, from /server_info (None: none)
         self.spec_estimate: tuple[float | None, str | None] = (None, None)  # the drafter's own
         self._need_info = False
+        self.engine: str | None = None  # "vllm" once known (server_engines.py); SGLang otherwise
+        self._health_files: list[str] = []  # a vLLM capture server's files of our checks, to remove
         self._info_in_flight = False  # a /server_info read for the capture counters is out
         self.load: dict[str, float] = {}
         self.gen_rate = RateWindow(30.0)
@@ -210,6 +215,7 @@ class ServerTracker:
         self.load = {}
         self._counters = None
         self.capture = None  # a restarted server's counters start again
+        self.engine = None  # and it may be another engine
         self.drafting, self.spec_estimate = None, (None, None)  # and it may serve another drafter
 
     def record_metrics(self, now: float, body: bytes) -> None:
@@ -259,6 +265,13 @@ class ServerTracker:
         timeout = self.spec.health_timeout
         if self._need_info:
             self._read_server_info(timeout)
+        if self.engine == VLLM:
+            self.health_started(time.time())
+            mono = time.monotonic()
+            ok, error, path = vllm_forward(self.url, str(self.model or ""), timeout)
+            self.health_done(time.time(), ok, time.monotonic() - mono, error)
+            self._health_files = discard_files(self._health_files + ([path] if path else []))
+            return
         if not self._timeout_looked:
             found = sglang_timeout_of(self.url)
             with self._lock:
@@ -286,13 +299,23 @@ class ServerTracker:
             self._info_in_flight = False
 
     def _read_server_info(self, timeout: float) -> None:
-        """``/server_info``: the server's facts (``info``) and the capture plugin's counters."""
+        """``/server_info``: the server's facts (``info``) and the capture plugin's counters (vLLM, which
+        has none: ``/v1/models`` and its launch's speculative decoding, once per connect)."""
+        if self.engine == VLLM:
+            return
         try:
             status, body = http_get(self.url + "/server_info", timeout)
             data = json.loads(body) if status == 200 else None
         except (Unreachable, ValueError):
             data = None
         if not isinstance(data, dict):
+            found = read_vllm(self.url, timeout) if self._need_info else None
+            if found is not None:
+                with self._lock:
+                    self.engine = VLLM
+                    self.model, self.info = found.model, info_of(found.info)
+                    self.drafting, self.spec_estimate = found.drafting, found.estimate
+                    self._need_info = False
             return  # unanswered: the last counters stay, their read_ts says how old they are
         capture = parse_capture(data, time.time())
         spec = spec_info(data)

@@ -23,7 +23,11 @@ LOAD_SERIES: dict[str, tuple[str, ...]] = {
     # a speculative server's acceptance (server_spec.py): gauges averaged over data-parallel groups
     "spec_accept_length": ("spec_accept_length",),
     "spec_accept_rate": ("spec_accept_rate",),
-    "spec_verify_calls_total": ("spec_verify_calls_total",),
+    # SGLang's verify calls; vLLM's verifying forwards that had drafts
+    "spec_verify_calls_total": ("spec_verify_calls_total", "spec_decode_num_drafts_total"),
+    # vLLM's drafted and accepted tokens (its acceptance since start: server_spec.py)
+    "spec_draft_tokens_total": ("spec_decode_num_draft_tokens_total",),
+    "spec_accepted_tokens_total": ("spec_decode_num_accepted_tokens_total",),
 }
 _MEANS = frozenset({"spec_accept_length", "spec_accept_rate"})
 # Counters that move only when forwards complete: (load field, words for a reason), in that order.
@@ -107,6 +111,7 @@ def info_of(data: dict[str, Any]) -> dict[str, Any]:
         "aux_hidden_state_layer_ids": ids if isinstance(ids, list) and all(
             type(i) is int for i in ids) else None,
         "max_total_tokens": _of(data.get("max_total_tokens"), int),
+        "engine": _of(data.get("engine"), str) or "sglang",
     }
 
 

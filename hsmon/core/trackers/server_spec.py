@@ -54,14 +54,20 @@ def speculative_of(info: dict[str, Any] | None, load: dict[str, float],
     if info is None:
         return None
     length, rate = load.get("spec_accept_length"), load.get("spec_accept_rate")
+    average = info.get("avg_accept_length")
+    drafts, accepted = load.get("spec_verify_calls_total"), load.get("spec_accepted_tokens_total")
+    if accepted is not None and drafts:  # vLLM: counters since start (no window gauges)
+        average = 1 + accepted / drafts
+        rate = accepted / load["spec_draft_tokens_total"] if load.get("spec_draft_tokens_total") else None
     return Speculative(
         algorithm=info.get("algorithm"), draft_model=info.get("draft_model"), depth=info.get("depth"),
         draft_tokens=info.get("draft_tokens"), topk=info.get("topk"),
         # SGLang's gauges read 0 until its first decode window is logged: no figure yet
-        accept_length=length if length else None, accept_rate=rate if length else None,
+        accept_length=length if length else None,
+        accept_rate=rate if length or accepted is not None else None,
         verify_calls_total=load.get("spec_verify_calls_total"),
         generated_tokens_total=load.get("generation_tokens_total"),
-        avg_accept_length=info.get("avg_accept_length"),
+        avg_accept_length=average,
         estimate=estimate[0], estimate_source=estimate[1],
     )
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from hsmon_sglang_plugin import PLUGIN_VERSION, TESTED_SGLANG_VERSIONS, dump_root, pp_refusal
-from hsmon_sglang_plugin.dump import DumpRefused, check_dump_dir, check_rid, error_path, final_path
+from hsmon_sglang_plugin.dump import DumpRefused, check_rid, error_path, final_path, held_dump_dir
 from hsmon_sglang_plugin.features import AUX_RETURN, LAYER_CAPTURE, WHOLE_PREFILL
 from hsmon_sglang_plugin.writer import Job, Piece, get_writer
 
@@ -329,28 +329,12 @@ def _forget_abandoned() -> None:
             _drop(rid)
 
 
-_dump_dirs: dict[tuple[str, str], str] = {}
-
-
-def _checked_dump_dir(dump_dir: Any, root: str) -> str:
-    """``check_dump_dir``, remembered per directory: a job's requests share one, and its
-    ``realpath`` (a few syscalls, each a chance to wait for the GIL) is off the hook after the
-    first request."""
-    key = (dump_dir, root) if isinstance(dump_dir, str) else None
-    if key is not None and key in _dump_dirs:
-        return _dump_dirs[key]
-    real = check_dump_dir(dump_dir, root)
-    if key is not None and len(_dump_dirs) < 256:
-        _dump_dirs[key] = real
-    return real
-
-
 def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
     """The request's marker, and which path took it ("async", "sync" or "fallback")."""
     writer = get_writer()
     try:
         rid = check_rid(req.rid)
-        dump_dir = _checked_dump_dir(options.get("dump_dir"), dump_root())
+        dump_dir, dir_fd = held_dump_dir(options.get("dump_dir"), dump_root())
     except DumpRefused as exc:
         writer.release(pieces)
         return {"mode": "dump", "ok": False, "error": str(exc), "errno": None}, "refused"
@@ -358,6 +342,7 @@ def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
     tokens = len(req.origin_input_ids)
     if rows != tokens:
         writer.release(pieces)
+        os.close(dir_fd)
         return {
             "mode": "dump",
             "ok": False,
@@ -376,7 +361,7 @@ def _dump(req: Any, options: dict, pieces: list[Piece]) -> tuple[dict, str]:
     }
     sync = writer.sync or _old_path(options)
     path = "sync" if sync else ("async" if all(p.pooled for p in pieces) else "fallback")
-    done = writer.submit(Job(rid, dump_dir, pieces, metadata), sync=sync)
+    done = writer.submit(Job(rid, dump_dir, pieces, metadata, dir_fd), sync=sync)
     if done is not None:
         if not done["ok"]:
             logger.warning("hsmon capture plugin: %s", done["error"])

@@ -10,6 +10,7 @@ import errno as errno_mod
 import json
 import os
 import re
+import stat
 import struct
 from typing import Any
 
@@ -31,7 +32,8 @@ def check_rid(rid: str) -> str:
 
 
 def check_dump_dir(dump_dir: Any, root: str) -> str:
-    """The real path of ``dump_dir`` if it lies inside ``root``, else DumpRefused."""
+    """The real path of ``dump_dir`` if it lies inside ``root`` (and, when it exists, is only
+    ours: :func:`check_owned`), else DumpRefused."""
     if not isinstance(dump_dir, str) or not os.path.isabs(dump_dir):
         raise DumpRefused(f"dump_dir must be an absolute path, got {dump_dir!r}")
     real = os.path.realpath(dump_dir)
@@ -41,7 +43,63 @@ def check_dump_dir(dump_dir: Any, root: str) -> str:
             f"dump_dir {dump_dir} is outside the server's dump root {root} "
             "(start the server with hsmon sglang-serve --dump-dir covering it)"
         )
+    with contextlib.suppress(FileNotFoundError):
+        check_owned(real, os.stat(real))
     return real
+
+
+def check_owned(path: str, st: os.stat_result) -> None:
+    """DumpRefused unless ``path`` is a directory of this process's user that no one else may
+    write (a directory another user made first, or one open to the group or others, could be
+    read, filled or emptied by them)."""
+    if not stat.S_ISDIR(st.st_mode):
+        raise DumpRefused(f"dump_dir {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise DumpRefused(f"dump_dir {path} belongs to uid {st.st_uid}, not to the server's user "
+                          f"(uid {os.geteuid()}): give a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise DumpRefused(f"dump_dir {path} is writable by its group or others (mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}): chmod 700 {path}")
+
+
+def open_dump_dir(real: str) -> int:
+    """The checked dump directory, made 0700 when missing, held open: files are written through
+    this descriptor, whatever the path names later. DumpRefused when it is not only ours."""
+    try:
+        os.makedirs(real, mode=0o700, exist_ok=True)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DumpRefused(f"dump_dir {real}: {exc.strerror}") from None
+    try:
+        check_owned(real, os.fstat(fd))
+    except DumpRefused:
+        os.close(fd)
+        raise
+    return fd
+
+
+_dump_dirs: dict[tuple[str, str], tuple[str, int]] = {}
+
+
+def held_dump_dir(dump_dir: Any, root: str) -> tuple[str, int]:
+    """``check_dump_dir`` and the directory held open (``open_dump_dir``), remembered per directory
+    while its path still names the same one (a job's requests share one, and the ``realpath`` is
+    off the hook after the first); a directory made again, or swapped, is checked again. Returns the
+    real path and a descriptor of the request's own (the writer closes it)."""
+    key = (dump_dir, root) if isinstance(dump_dir, str) else None
+    held = _dump_dirs.get(key) if key is not None else None
+    if held is not None:
+        with contextlib.suppress(OSError):
+            now, was = os.stat(held[0], follow_symlinks=False), os.fstat(held[1])
+            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino):
+                return held[0], os.dup(held[1])
+        os.close(_dump_dirs.pop(key)[1])  # type: ignore[arg-type]
+    real = check_dump_dir(dump_dir, root)
+    fd = open_dump_dir(real)
+    if key is not None and len(_dump_dirs) < 256:
+        _dump_dirs[key] = (real, fd)
+        return real, os.dup(fd)
+    return real, fd
 
 
 def final_path(dump_dir: str, rid: str) -> str:
@@ -57,25 +115,31 @@ def temp_path(dump_dir: str, rid: str) -> str:
     return os.path.join(dump_dir, f".{rid}.safetensors.tmp")
 
 
-def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[str, str]) -> dict:
+def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[str, str],
+               dir_fd: int | None = None) -> dict:
     """Write ``tensors`` (each a tensor or a list of row pieces, see ``save_parts``) to
     ``<dump_dir>/.<rid>.safetensors.tmp``, rename it to
     ``<rid>.safetensors``; return the response marker (``ok`` true or false with ``error``).
+    Through ``dir_fd`` (the checked directory held open: :func:`open_dump_dir`; opened here when
+    None), files 0600, no link followed.
 
     Never raises for an OS error: the request must complete and carry the failure. No fsync:
     the dump directory is meant to be RAM-backed, and the rename alone makes a reader on the
     running system see either no file or the whole file.
     """
-    tmp = temp_path(dump_dir, rid)
+    tmp = os.path.basename(temp_path(dump_dir, rid))
     final = final_path(dump_dir, rid)
+    own = dir_fd is None
     try:
-        os.makedirs(dump_dir, mode=0o700, exist_ok=True)
-        save_parts(tmp, tensors, metadata)
-        size = os.path.getsize(tmp)
-        os.rename(tmp, final)
+        if own:
+            dir_fd = open_dump_dir(dump_dir)
+        save_parts(tmp, tensors, metadata, dir_fd=dir_fd)
+        size = os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False).st_size
+        os.rename(tmp, os.path.basename(final), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except Exception as exc:  # safetensors wraps some OS errors in its own exception types
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
         code = getattr(exc, "errno", None)
         if code is None and "No space left" in str(exc):
             code = errno_mod.ENOSPC
@@ -86,6 +150,9 @@ def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[
             "error": f"writing {final} failed: {exc}".replace("\n", " "),
             "errno": name,
         }
+    finally:
+        if own and dir_fd is not None:
+            os.close(dir_fd)
     tokens = int(metadata.get("tokens", 0))
     return {"mode": "dump", "ok": True, "file": final, "tokens": tokens, "bytes": size}
 
@@ -93,7 +160,8 @@ def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
 
 
-def save_parts(path: str, tensors: dict[str, Any], metadata: dict[str, str] | None) -> None:
+def save_parts(path: str, tensors: dict[str, Any], metadata: dict[str, str] | None,
+               dir_fd: int | None = None) -> None:
     """A safetensors file of ``tensors``, each one tensor or a list of row pieces (chunked-prefill
     pieces, possibly views of larger tensors) that the file holds concatenated: the pieces are
     written one after the other, so nothing is concatenated in memory, and each write is a plain
@@ -121,7 +189,9 @@ def save_parts(path: str, tensors: dict[str, Any], metadata: dict[str, str] | No
         entries = {"__metadata__": metadata, **entries}
     header = json.dumps(entries, separators=(",", ":")).encode()
     header += b" " * (-len(header) % 8)
-    with open(path, "wb") as fh:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600, dir_fd=dir_fd)
+    with open(fd, "wb") as fh:
         fh.write(struct.pack("<Q", len(header)))
         fh.write(header)
         for part in order:

@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from hsmon_sglang_plugin.dump import error_path, write_dump
+from hsmon_sglang_plugin.dump import DumpRefused, error_path, open_dump_dir, write_dump
 
 POOL_BYTES_ENV = "HSMON_PLUGIN_POOL_BYTES"
 SYNC_ENV = "HSMON_PLUGIN_SYNC"  # "1": the old path (copy and write on the hook), for comparisons
@@ -85,6 +85,7 @@ class Job:
     dump_dir: str
     pieces: list[Piece]
     metadata: dict[str, str]
+    dir_fd: int | None = None  # the checked dump directory, held for this job (closed once written)
 
 
 @dataclass
@@ -272,7 +273,10 @@ class Writer:
             with self._lock:
                 self.stats.writer_failures += 1
         if not marker["ok"]:
-            write_error(job.dump_dir, job.rid, marker)
+            write_error(job.dump_dir, job.rid, marker, job.dir_fd)
+        if job.dir_fd is not None:
+            os.close(job.dir_fd)
+            job.dir_fd = None
         with self._lock:
             self._unhold(job.pieces)
             self.stats.write_seconds += time.perf_counter() - started
@@ -292,7 +296,7 @@ class Writer:
         # the copy out of SGLang's tensors (CPU views) is the file write itself, piece by
         # piece, off the scheduler's thread (dump.save_parts)
         tensors = {"hidden_state": [p.last for p in pieces], "aux_hidden_state": [p.aux for p in pieces]}
-        return write_dump(job.dump_dir, job.rid, tensors, job.metadata)
+        return write_dump(job.dump_dir, job.rid, tensors, job.metadata, job.dir_fd)
 
     def drain(self, timeout: float = 30.0) -> None:
         """At exit: let queued writes finish (bounded), so a clean stop loses no file."""
@@ -317,16 +321,23 @@ def _start_copy(tensor: torch.Tensor, stream: Any, views: bool) -> torch.Tensor:
     return host
 
 
-def write_error(dump_dir: str, rid: str, marker: dict) -> None:
-    """``<dump_dir>/<rid>.error``: the failed write's marker on one line (temp name, rename)."""
-    final = error_path(dump_dir, rid)
-    tmp = os.path.join(dump_dir, f".{rid}.error.tmp")
+def write_error(dump_dir: str, rid: str, marker: dict, dir_fd: int | None = None) -> None:
+    """``<dump_dir>/<rid>.error``: the failed write's marker on one line (temp name, rename), through
+    the checked directory's descriptor, no link followed."""
+    final = os.path.basename(error_path(dump_dir, rid))
+    tmp = f".{rid}.error.tmp"
     line = json.dumps({"error": marker.get("error"), "errno": marker.get("errno")}) + "\n"
-    with contextlib.suppress(OSError):  # nowhere left to say it: the client's wait times out
-        os.makedirs(dump_dir, mode=0o700, exist_ok=True)
-        with open(tmp, "w") as fh:
+    own = dir_fd is None
+    with contextlib.suppress(OSError, DumpRefused):  # nowhere left to say it: the client's wait times out
+        if own:
+            dir_fd = open_dump_dir(dump_dir)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dir_fd)
+        with open(fd, "w") as fh:
             fh.write(line)
-        os.rename(tmp, final)
+        os.rename(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    if own and dir_fd is not None:
+        os.close(dir_fd)
 
 
 _writer: Writer | None = None
