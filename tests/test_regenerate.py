@@ -117,7 +117,9 @@ def test_kill_9_half_way_then_resume_equals_an_uninterrupted_run(workdir, data, 
 def test_one_writer_per_output_and_a_resume_with_other_settings_is_refused(workdir, data):
     path, _ = data
     out, events = workdir / "locked", workdir / "locked.jsonl"
-    first = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.05")
+    # slowed so that its rows outlast the second command's start on any machine (0.2 s a step: an
+    # answer takes 5 s, the rows after the first a minute)
+    first = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.2")
     try:
         wait_for_event(events, lambda e: e["kind"] == "rows", first)
         second = run_regenerate(path, out)

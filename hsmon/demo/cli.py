@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the online recipe instead: `hsmon online` (extract and train --follow --passes 2 "
         "at once, with the daemon; 3x --train-seconds of steps at most), then eval-drafter (headless)",
     )
+    parser.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="the target's own answers first: `hsmon regenerate` of the sample (watched by the daemon and "
+        "the dashboard), then the extraction reads them (docs/regenerate.md)",
+    )
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prepare:
@@ -108,7 +114,9 @@ def fresh_start(base: Path) -> str:
     """Remove an earlier demo's extraction, training and events; a new control token (returned)."""
     shutil.rmtree(base / "extract", ignore_errors=True)
     shutil.rmtree(base / "drafter", ignore_errors=True)  # a fresh training, not a resumed one
-    (base / "events.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(base / "regen", ignore_errors=True)
+    for name in ("events.jsonl", "regen-events.jsonl"):
+        (base / name).unlink(missing_ok=True)
     token = secrets.token_hex(16)
     token_file = base / "control-token"
     token_file.write_text(token + "\n")
@@ -134,16 +142,19 @@ def start_extraction(base: Path, setup: dict[str, Any]) -> subprocess.Popen[byte
         )  # fmt: skip
 
 
-def start_daemon(base: Path, extraction_pid: int) -> tuple[subprocess.Popen[bytes], str]:
-    """A real `hsmon daemon` watching the extraction, with the control token; (process, URL)."""
+def start_daemon(base: Path, extraction_pid: int | None,
+                 config: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A real `hsmon daemon` watching the extraction (and ``config``'s jobs), with the control token;
+    (process, URL). No ``extraction_pid``: the extraction starts later, its PID read from its events."""
     with open(base / "daemon.log", "ab") as log:
         return daemon_process.spawn(
             [
+                *(["--config", str(config)] if config is not None else []),
                 "--job", "extract",
                 "--kind", "extract",
                 "--out", str(base / "extract"),
                 "--events", str(base / "events.jsonl"),
-                "--pid", str(extraction_pid),
+                *(["--pid", str(extraction_pid)] if extraction_pid is not None else []),
                 "--control-token-file", str(base / "control-token"),
                 "--scan-interval", "1",
             ],
@@ -217,7 +228,7 @@ def run_in_tui(run: DemoRun, args: argparse.Namespace) -> Pipeline:
     if pipeline.thread.is_alive() and pipeline.phase == "evaluating":
         finish_eval_in_terminal(pipeline)
     if pipeline.thread.is_alive():
-        if pipeline.extraction.poll() is None:
+        if pipeline.extraction is not None and pipeline.extraction.poll() is None:
             print("demo: stopping the extraction (run `make demo` again to start over)")
         pipeline.stop()
     return pipeline
@@ -242,17 +253,27 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_online(base, setup, args.train_seconds, args.eval_prompts)
     token = fresh_start(base)
-    extraction = daemon = None
+    extraction = daemon = regeneration = None
     pipeline: Pipeline | None = None
     try:
-        extraction = start_extraction(base, setup)
+        if args.regenerate:
+            from hsmon.demo.regenerate import daemon_config, start_regeneration
+
+            regeneration = start_regeneration(base, setup)
+            (base / "extract").mkdir()  # watched from the start: written once the answers are in
+            print(f"demo: regeneration pid {regeneration.pid} ({setup['rows']} rows) -> {base / 'regen'}; "
+                  "then the extraction of the target's own answers", flush=True)
+        else:
+            extraction = start_extraction(base, setup)
         try:
-            daemon, url = start_daemon(base, extraction.pid)
+            daemon, url = start_daemon(base, extraction.pid if extraction else None,
+                                       daemon_config(base) if regeneration else None)
         except daemon_process.DaemonStartError as exc:
             print(f"demo: {exc}; see {base / 'daemon.log'}", file=sys.stderr)
             return 1
         out = base / "extract"
-        print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
+        if extraction is not None:
+            print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
         print(f"demo: daemon {url} (metrics {url}/metrics); logs in {base}", flush=True)
         if not args.no_train:
             print(
@@ -261,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         started = time.monotonic()
-        run = DemoRun(base, url, token, setup, extraction)
+        regenerated = {**setup, "data": str(base / "regen")}
+        run = DemoRun(base, url, token, setup, extraction, regeneration,
+                      lambda: start_extraction(base, regenerated))
         pipeline = run_in_tui(run, args) if interactive else run_headless(run, args, started)
         for line in summary(pipeline):
             print(line, flush=True)
@@ -272,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pipeline is not None:
             pipeline.stop()
+            extraction = pipeline.extraction
+        _stop(regeneration, "the regeneration")
         _stop(extraction, "the extraction")
         _stop(daemon, "the daemon")
 
