@@ -106,6 +106,24 @@ def make_tiny_qwen3_moe(out: Path, seed: int = 7) -> Path:
     return out
 
 
+def shared_llama_server(tmp_path_factory):
+    """The session's tiny-Llama capture server (tests/conftest.py's ``vllm_llama_server``): points 2,4,5,
+    a 512-token context (a longer row is the server's to refuse), its own dump directory."""
+    vllm_python()
+    work = tmp_path_factory.mktemp("vllm-llama")
+    server = VLLMServer(
+        make_tiny_llama(work / "tiny-llama"),
+        work,
+        layers=[2, 4, 5],
+        dump_root=work / "dump",
+        extra_args=("--max-model-len", "512"),
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @dataclass
 class VLLMServer:
     """One `hsmon vllm-serve` process (and vLLM's processes under it) on a port."""

@@ -111,6 +111,20 @@ def num_layers_of(model_path: Path) -> int:
     return int(config.get("text_config", config).get("num_hidden_layers", 0))
 
 
+def capture_refusal(model_path: Path) -> str | None:
+    """One line when vLLM's class for the model does not capture for EAGLE-3 (hsmon's table of vLLM's
+    classes, derived from its code: hsmon/contracts/vllm_classes.py), else None."""
+    from hsmon.contracts import vllm_classes
+
+    config = json.loads((model_path / "config.json").read_text())
+    arch = str((config.get("architectures") or ["?"])[0])
+    if arch in vllm_classes.EAGLE3_CLASSES:
+        return None
+    return (f"--model-path {model_path}: vLLM {vllm_classes.RELEASE}'s {arch} does not capture layers for "
+            "EAGLE-3 (docs/vllm.md, \"Layer ids per engine\", lists the classes that do); serve it with "
+            "hsmon sglang-serve, or extract in-process (--backend hf)")
+
+
 def capture_args(points: list[int], num_layers: int, dump_root: str, cpu: bool) -> list[str]:
     """vLLM's extraction flags: the points' ids (vLLM's rule) and the last layer's (the client applies
     the model's final norm to it), and the hidden-states connector writing under ``dump_root``."""
@@ -208,6 +222,9 @@ def run(args: argparse.Namespace) -> int:
                 json.dumps(speculative_config(Path(args.draft), args.draft_tokens, model_path)),
             ]
         else:
+            refusal = capture_refusal(model_path)
+            if refusal:
+                raise ServeError(refusal)
             engine_args = capture_args(points, num_layers, os.path.abspath(args.dump_dir), cpu)
     except (ServeError, ModelUnavailable, DraftError) as exc:
         print(f"hsmon vllm-serve: {exc}", file=sys.stderr)
