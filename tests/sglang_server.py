@@ -242,6 +242,31 @@ def crash(server: SGLangServer) -> None:
     server.kill()
 
 
+CAPTURE_CHUNK = 64  # capture_server's --chunked-prefill-size
+CAPTURE_CONTEXT = 512  # capture_server's --context-length
+
+
+@pytest.fixture(scope="session")
+def capture_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """capture_server's directory: its dump root is ``dump`` in it (a module's dump dirs go there)."""
+    return tmp_path_factory.mktemp("sglang-capture")
+
+
+@pytest.fixture(scope="session")
+def capture_server(capture_workdir: Path) -> Iterator[SGLangServer]:
+    """The embedded target (fp32, capture points [2, 4, 5]) with a small --chunked-prefill-size and
+    --context-length 512, shared by the SGLang group's modules that extract and regenerate
+    (tests/test_extract_sglang.py, tests/test_regenerate_sglang.py: one xdist group, one worker, so one
+    server start a session). A test that stops, kills or slows it leaves it as it found it."""
+    server = start_sglang_server(EMBEDDED_MODEL, capture_workdir, chunked_prefill_size=CAPTURE_CHUNK,
+                                 dump_root=capture_workdir / "dump",
+                                 extra_args=("--context-length", str(CAPTURE_CONTEXT)))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def sglang_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SGLangServer]:
     """The embedded target (8 layers, hidden 128) in fp32, capture points [2, 4, 5], dump root
