@@ -462,7 +462,8 @@ def test_an_export_is_readable_by_others_as_the_umask_allows(trained):
         export = trained[name]
         assert export.stat().st_mode & 0o777 == dir_mode, name
         for file in ("model.safetensors", "config.json"):
-            assert (export / file).stat().st_mode & 0o777 == file_mode, (name, file, oct((export / file).stat().st_mode))
+            mode = (export / file).stat().st_mode & 0o777
+            assert mode == file_mode, (name, file, oct(mode))
 
 
 @pytest.mark.slow

@@ -173,7 +173,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".model.safetensors.partial"
     save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "hsmon"})
-    os.chmod(tmp, 0o666 & ~process_umask())  # safetensors writes 0600: the serving engine may run as another user
+    # safetensors writes 0600; the engine that serves the drafter may run as another user
+    os.chmod(tmp, 0o666 & ~process_umask())
     tmp.replace(out / "model.safetensors")
     atomic_write(out / "config.json", lambda fh: fh.write((json.dumps(config, indent=2) + "\n").encode()))
     return out
