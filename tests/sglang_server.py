@@ -105,6 +105,8 @@ class SGLangServer:
     log: Path | None = None
     starts: int = 0
 
+    program = "sglang-serve"  # the hsmon command that starts it (tests/vllm_server.py: vllm-serve)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -132,7 +134,7 @@ class SGLangServer:
             raise RuntimeError("server already running")
         self.port = self.port or free_port()
         self.starts += 1
-        self.log = self.workdir / f"sglang-server-{self.port}-{self.starts}.log"
+        self.log = self.workdir / f"{self.program}-{self.port}-{self.starts}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         env.setdefault("OMP_NUM_THREADS", "1")
         with open(self.log, "wb") as log:
@@ -146,12 +148,12 @@ class SGLangServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"hsmon sglang-serve exited {self.proc.returncode}:\n{self.tail()}")
-            if "hsmon sglang-serve: ready at" in self.log.read_text(errors="replace"):
+                raise AssertionError(f"hsmon {self.program} exited {self.proc.returncode}:\n{self.tail()}")
+            if f"hsmon {self.program}: ready at" in self.log.read_text(errors="replace"):
                 return self
             time.sleep(0.5)
         self.stop()
-        raise AssertionError(f"SGLang not ready after {timeout:.0f} s:\n{self.tail()}")
+        raise AssertionError(f"hsmon {self.program}'s server not ready after {timeout:.0f} s:\n{self.tail()}")
 
     def tail(self, lines: int = 40) -> str:
         if self.log is None or not self.log.exists():

@@ -263,6 +263,7 @@ def test_qwen3_moe_extraction_equals_in_process(work, dataset):
         assert leftovers(srv.dump_root) == []
     finally:
         srv.stop()
+    assert os.listdir(srv.dump_root) == []  # vllm-serve stopped: its description goes with it
     local = extract(dataset, work / "moe-hf", model, "--device", "cpu", "--dtype", "float32")
     assert local.returncode == 0, local.stderr
     assert worst_difference(work / "moe-hf", work / "moe-vllm") <= 1e-5

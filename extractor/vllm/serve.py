@@ -120,9 +120,11 @@ def capture_refusal(model_path: Path) -> str | None:
     arch = str((config.get("architectures") or ["?"])[0])
     if arch in vllm_classes.EAGLE3_CLASSES:
         return None
-    return (f"--model-path {model_path}: vLLM {vllm_classes.RELEASE}'s {arch} does not capture layers for "
-            "EAGLE-3 (docs/vllm.md, \"Layer ids per engine\", lists the classes that do); serve it with "
-            "hsmon sglang-serve, or extract in-process (--backend hf)")
+    return (
+        f"--model-path {model_path}: vLLM {vllm_classes.RELEASE}'s {arch} does not capture layers for "
+        'EAGLE-3 (docs/vllm.md, "Layer ids per engine", lists the classes that do); serve it with '
+        "hsmon sglang-serve, or extract in-process (--backend hf)"
+    )
 
 
 def capture_args(points: list[int], num_layers: int, dump_root: str, cpu: bool) -> list[str]:
@@ -241,11 +243,16 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"hsmon vllm-serve: {refusal}", file=sys.stderr)
         return 2
+    description = Path(os.path.abspath(args.dump_dir)) / DESCRIPTION
     if not args.draft:
-        describe(Path(os.path.abspath(args.dump_dir)), points, num_layers, model_path, args.host, args.port)
+        describe(description.parent, points, num_layers, model_path, args.host, args.port)
     env = build_env(dict(os.environ), cpu)
     cmd = build_command(python, str(model_path), args.host, args.port, extra, engine_args)
     print(f"hsmon vllm-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
-    return supervise(
-        cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout, program="vllm-serve", loaded=None
-    )
+    try:
+        return supervise(
+            cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout, program="vllm-serve", loaded=None
+        )
+    finally:
+        if not args.draft:  # once the server is gone, no one captures what the file says
+            description.unlink(missing_ok=True)
