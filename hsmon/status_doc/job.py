@@ -66,6 +66,11 @@ class Progress(Section):
     # the ETA's range (hsmon/core/eta.py; null without a rate); absent (UNSET) from older daemons
     eta_low_s: Num | UnsetType | None = UNSET
     eta_high_s: Num | UnsetType | None = UNSET
+    # the averages over every run's time the events show (a resumed run's rows over all its runs'
+    # seconds, not over the last run's); absent (UNSET) from older daemons, null when unknown
+    rows_per_s_avg: Num | UnsetType | None = UNSET
+    tokens_per_s_avg: Num | UnsetType | None = UNSET
+    bytes_per_s_avg: Num | UnsetType | None = UNSET
 
 
 class DumpSection(Section):

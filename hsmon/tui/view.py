@@ -180,8 +180,14 @@ def job_elapsed_eta(job: JobStatus, fmt: Callable[[float | None], str] = fmt_clo
 
 
 def final_averages(job: JobStatus) -> dict[str, float | None]:
-    """Rows/s, tokens/s and bytes/s over the whole run (done figures over elapsed); None when unknown."""
+    """Rows/s, tokens/s and bytes/s over the whole run: the tracker's averages over every run's
+    time (a resumed run's too), else, from an older daemon or the output directory alone, the done
+    figures over elapsed; None when unknown."""
     progress = job.progress
+    if progress is not None and progress.rows_per_s_avg is not UNSET and progress.rows_per_s_avg is not None:
+        written = progress.bytes_per_s_avg if progress.bytes_per_s_avg is not UNSET else None
+        tokens = progress.tokens_per_s_avg if progress.tokens_per_s_avg is not UNSET else None
+        return {"rows": progress.rows_per_s_avg, "tokens": tokens, "bytes": written or None}
     elapsed = progress.elapsed_s if progress is not None else None
     written = job.output.bytes if job.output is not None else None
 
