@@ -52,7 +52,7 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
     assert steps and int(steps.group(1)) > 0 and float(steps.group(2)) > 0, out
     held = re.search(r"held out +(\d+) of (\d+) extracted rows, not trained on .*; 4 held-out prompts", out)
     assert held and 0 < int(held.group(1)) < int(held.group(2)), out
-    accs = re.search(r"held-out accuracy per unroll step +(.+)", out)
+    accs = re.search(r"held-out accuracy per draft position +(.+)", out)
     assert accs and all(0 <= float(a) <= 1 for a in accs.group(1).split()), out
     figures = {}
     for name, note in (("EAGLE-3", "this demo's"), ("EAGLE-3", "reference drafter: the same command trained"),

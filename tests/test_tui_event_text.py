@@ -111,7 +111,7 @@ SUMMARIES = [
             time_limit_reached=True,
             eval_accs=[0.26489531993865967],
         ),
-        "done: step 74, 128.6k tok, time limit reached, held-out acc 26.5% at step 0",
+        "done: step 74, 128.6k tok, time limit reached, held-out acc 26.5% (pos 0)",
     ),
     (
         ev(
@@ -145,7 +145,7 @@ SUMMARIES = [
             tokens_s=2123.456789,
             data_wait_frac=0.01,
         ),
-        "step 29/76: loss 21.81, acc 26.5% (step 0), 2,123 tok/s",
+        "step 29/76: loss 5.400, acc 26.5% (pos 0), 2,123 tok/s",
     ),
     (
         ev("checkpoint", step=40, path="/tmp/nc/demo-out/drafter/checkpoint-40", epoch=0),

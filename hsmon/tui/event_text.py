@@ -186,7 +186,7 @@ def _done(e: dict[str, Any]) -> str:
             + _join(
                 f"{fmt_count(_n(e, 'tokens'))} tok" if _n(e, "tokens") is not None else None,
                 "time limit reached" if e.get("time_limit_reached") else None,
-                f"held-out acc {fmt_pct_of(accs[0])} at step 0" if isinstance(accs, list) and accs else None,
+                f"held-out acc {fmt_pct_of(accs[0])} (pos 0)" if isinstance(accs, list) and accs else None,
                 e["advice"] if isinstance(e.get("advice"), str) else None,
             )
         )
@@ -225,13 +225,26 @@ def _state(e: dict[str, Any]) -> str:
     return f"{head}: {e['reason']}" if e.get("reason") else head
 
 
+def _first(e: dict[str, Any], per_position: str, single: str) -> float | None:
+    """The first draft position's figure (``losses``/``accs``: hsmon train), else the one value."""
+    values = e.get(per_position)
+    value = values[0] if isinstance(values, list) and values else e.get(single)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _step(e: dict[str, Any]) -> str:
-    accs = e.get("accs") or e.get("acc")
-    first_acc = accs[0] if isinstance(accs, list) and accs else None
+    """'step 29/76: loss 4.936, acc 26.5% (pos 0), 2,123 tok/s': the loss and accuracy at the first
+    draft position, the figures the training tab, `hsmon status` and `hsmon train`'s line show
+    (hsmon train's ``loss`` field, the weighted sum over the positions, is in the whole event)."""
+    loss, acc = _first(e, "losses", "loss"), _first(e, "accs", "acc")
+    where = " (pos 0)" if isinstance(e.get("losses") or e.get("accs"), list) else ""
     rate = _n(e, "tokens_s", "tokens_per_s")
+    figures = _join(f"loss {fmt_measure(loss)}" if loss is not None else None,
+                    f"acc {fmt_pct_of(acc)}" if acc is not None else None)
     return f"step {_of(_n(e, 'step'), _n(e, 'total_steps'))}: " + _join(
-        f"loss {fmt_measure(_n(e, 'loss'))}" if _n(e, "loss") is not None else None,
-        f"acc {fmt_pct_of(first_acc)} (step 0)" if isinstance(first_acc, (int, float)) else None,
+        figures + where if figures else None,
         f"{fmt_num(rate)} tok/s" if rate is not None else None,
     )
 

@@ -246,7 +246,7 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
 
 
 def unroll_series(history: Iterable[TrainingSection], key: str) -> list[list[float]]:
-    """Per unroll step, the series of ``key`` ('loss' or 'acc') across training updates."""
+    """Per draft position, the series of ``key`` ('loss' or 'acc') across training updates."""
     series: list[list[float]] = []
     for training in history:
         values = getattr(training, key) or []
@@ -259,7 +259,7 @@ def unroll_series(history: Iterable[TrainingSection], key: str) -> list[list[flo
 
 
 def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
-    """The trainer's held-out eval as a small table: accuracy and loss per unroll step."""
+    """The trainer's held-out eval as a small table: accuracy and loss per draft position."""
     if not isinstance(evaluation, dict) or not evaluation:
         return []
     head = "held-out eval" + (f" at step {fmt_count(evaluation['step'])}" if "step" in evaluation else "")

@@ -45,8 +45,8 @@ def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
     yield from families.values()
     yield rejected
     step = _g("hsmon_train_step", "training step")
-    loss = _g("hsmon_train_loss", "training loss of the first unroll step")
-    acc = _g("hsmon_train_accuracy_ratio", "training accuracy of the first unroll step (0-1)")
+    loss = _g("hsmon_train_loss", "training loss at the first draft position")
+    acc = _g("hsmon_train_accuracy_ratio", "training accuracy at the first draft position (0-1)")
     for job in jobs:
         tr = job.training
         if not tr:

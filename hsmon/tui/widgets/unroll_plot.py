@@ -1,6 +1,7 @@
-"""Loss and accuracy per unroll step of the drafter, each as a bar plot over the training so far.
+"""Loss and accuracy at each draft position the training unrolls (its training-time test), each as a
+bar plot over the training so far ("step" is the optimizer's step alone).
 
-One row per unroll step where room is short; where the screen has height to spare (the wide
+One row per position where room is short; where the screen has height to spare (the wide
 layout gives the plot the rest of the column), each step's plots grow to several rows.
 """
 
@@ -48,7 +49,7 @@ def bars(values: Sequence[float], width: int, height: int, lo: float | None = No
 
 
 class UnrollPlot(Widget):
-    """'step i  loss ▇▆▅▄ 2.100  acc ▁▂▃▅ 41.0%' for every unroll step (TTT position)."""
+    """'pos i  loss ▇▆▅▄ 2.100  acc ▁▂▃▅ 41.0%' for every draft position."""
 
     DEFAULT_CSS = "UnrollPlot { height: auto; }"
 
@@ -84,7 +85,7 @@ class UnrollPlot(Widget):
             acc_rows = bars(acc, spark_width, per_step, 0.0, 1.0)
             for row in range(per_step):
                 last = row == per_step - 1
-                text.append("\n" + (f"step {i:<2}" if last else " " * 7))
+                text.append("\n" + (f"pos {i:<3}" if last else " " * 7))
                 text.append(f"{loss_rows[row]:<{spark_width}}", style="red")
                 text.append(f" {fmt_measure(loss[-1]) if loss and last else '':>6} ")
                 text.append(f"{acc_rows[row]:<{spark_width}}", style="green")
