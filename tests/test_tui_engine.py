@@ -105,7 +105,7 @@ async def test_panel_shows_badges_queue_and_gpus_and_hides_without_an_engine() -
         text = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
         assert "servers and GPUs" in text and " HUNG " in text and " UP " in text
         assert "queue" in text and "tok/s" in text
-        assert len(panel.history.server_queued["http://127.0.0.1:30000"]) == len(docs)
+        assert panel.history.server_queued["http://127.0.0.1:30000"].added == len(docs)
     plain = documents(3)
     app = HsmonApp([fixed_source(plain, label="fixture")])
     async with app.run_test(size=(80, 24)) as pilot:

@@ -179,7 +179,7 @@ def test_unknown_kinds_and_odd_fields_keep_the_raw_form() -> None:
     # a writer's odd types do not break the log: the raw form instead of an exception
     assert event_summary(ev("rows", rows="many", rows_done=[1])).startswith("rows rows=many")
     detail = event_detail(ev("rows", rows=15, rows_done=256, rows_total=300), 103.0)
-    assert "rows event of j, 3s ago" in detail and '"rows_done": 256' in detail  # every field, whole
+    assert "rows event of j at 00:01:40, 3s ago" in detail and '"rows_done": 256' in detail  # every field, whole
 
 
 def test_numbers_have_at_most_four_significant_digits() -> None:
@@ -210,7 +210,7 @@ def test_a_finished_job_has_no_eta_and_keeps_its_history() -> None:
     training = run.training()  # its training section keeps a stale estimate
     assert training["training"]["eta_s"] > 1 and view.job_eta_s(typed_job(training)) is None
     # rates fell to 0 once done; the history still holds the run, not a flat line of zeros
-    assert len(history.rows_per_s) == run.RUN_SECONDS and min(history.rows_per_s) > 20
+    assert history.rows_per_s.added == run.RUN_SECONDS and min(history.rows_per_s) > 20
     assert history.finished
     averages = view.final_averages(typed_done)
     assert averages["rows"] == pytest.approx(300 / 12.123456) and averages["bytes"] == pytest.approx(

@@ -38,7 +38,7 @@ async def all_documents_shown(pilot: Pilot) -> None:
     app = pilot.app
     for _ in range(200):
         history = app.histories.get((0, "extract"))
-        if history is not None and len(history.rows_per_s) == 12 and app.query("JobOverview"):
+        if history is not None and history.rows_per_s.added == 12 and app.query("JobOverview"):
             break
         await pilot.pause(0.05)
     await pilot.pause(0.2)

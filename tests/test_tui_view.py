@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tui_complete import typed, typed_job
 from tui_documents import document, extraction_job, training_job
 
@@ -49,8 +51,13 @@ def test_event_filters() -> None:
     assert [e["kind"] for e in view.filtered_events(events, "rejects", 10)] == ["reject", "reject"]
     assert [e["kind"] for e in view.filtered_events(events, "errors", 10)] == ["retry"]
     assert len(view.filtered_events(events, "all", 3)) == 3
-    line = view.event_line(events[-1], events[-1]["ts"] + 65)
-    assert line == "    -1m reject row 2417: too long"  # past a minute, ages change once a minute
+    line = view.event_line(events[-1])
+    stamp = time.strftime("%H:%M:%S", time.localtime(events[-1]["ts"]))
+    assert line == f"{stamp} reject row 2417: too long"  # the clock time, not only an age
+    # search: the lines that hold the text, whatever its case, the clock time included
+    assert [e["row"] for e in view.filtered_events(events, "all", 10, search="ROW 2417")] == [2417]
+    assert view.filtered_events(events, "all", 10, search=stamp)[-1] is events[-1]
+    assert view.filtered_events(events, "errors", 10, search="too long") == []
     heartbeat = {"v": 1, "ts": 1.0, "job": "x", "kind": "heartbeat", "rows_done": 3}
     assert not view.filtered_events([heartbeat], "all", 10)  # hidden by default
     assert view.filtered_events([heartbeat], "+heartbeats", 10) == [heartbeat]
@@ -77,10 +84,11 @@ def test_history_ignores_repeated_documents_and_tracks_unroll_steps() -> None:
     for step in (0, 0, 1, 2):
         doc = document(step)
         history.add(typed(doc).jobs[1], doc["generated_ts"])
-    assert len(history.rows_per_s) == 3
-    series = view.unroll_series(history.training, "loss")
+    assert history.rows_per_s.added == 3
+    series = [[value for _step, value in s.readings()] for s in history.unroll.loss]
     assert len(series) == 7 and len(series[0]) == 3
     assert series[0][0] > series[0][-1]  # the fixture's loss falls
+    assert history.unroll.loss[0].span == (40.0, 60.0)  # along the optimizer's steps
 
 
 def test_sparkline_scales() -> None:
@@ -165,9 +173,10 @@ def test_rate_history_from_a_big_events_file_reads_a_bounded_sample(tmp_path) ->
     assert path.stat().st_size > 61 * WINDOW_BYTES  # a sample, not the whole file, is read
     series = events_rate_history(str(path), 60)
     assert series is not None and len(series.rows_per_s) == 60
-    assert series.rows_per_s[0] == pytest.approx(100, rel=0.02)
-    assert series.rows_per_s[-1] == pytest.approx(10, rel=0.02)
-    assert series.tokens_per_s[0] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
+    assert series.rows_per_s[0][1] == pytest.approx(100, rel=0.02)
+    assert series.rows_per_s[-1][1] == pytest.approx(10, rel=0.02)
+    assert series.rows_per_s[-1][0] == pytest.approx(1000 + 400 + 400, abs=1)  # the last reading's time
+    assert series.tokens_per_s[0][1] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
 
 
 def test_event_log_lines_are_the_segments_rich_would_render() -> None:

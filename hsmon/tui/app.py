@@ -44,7 +44,7 @@ class HsmonApp(App[None]):
     BINDINGS: ClassVar = [
         Binding("o", "switch_mode('overview')", "overview"),
         Binding("t", "switch_mode('training')", "training"),
-        Binding("r", "poll_now", "refresh"),
+        Binding("r", "poll_now", "refresh", show=False),  # in the help (the footer fits 80 columns)
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]

@@ -14,7 +14,7 @@ from typing import Any
 from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc.figures import fmt_measure
-from hsmon.status_doc.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.status_doc.numbers import clock_time, fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
@@ -38,9 +38,16 @@ def event_matches(event: dict[str, Any], which: str) -> bool:
     return True
 
 
-def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: int) -> list[dict[str, Any]]:
-    """The last ``limit`` events that pass the filter, oldest first."""
+def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: int,
+                    search: str = "", summary: Callable[[dict[str, Any]], str] | None = None,
+                    ) -> list[dict[str, Any]]:
+    """The last ``limit`` events that pass the filter, oldest first; with ``search``, only those
+    whose line (its clock time, kind and summary) holds it, whatever the case."""
     chosen = [e for e in events or [] if event_matches(e, which)]
+    if search:
+        needle = search.casefold()
+        line = summary or event_summary
+        chosen = [e for e in chosen if needle in f"{event_clock(e)} {e.get('kind')} {line(e)}".casefold()]
     return chosen[-limit:] if limit > 0 else []
 
 
@@ -333,14 +340,23 @@ def event_age(event: dict[str, Any], now_ts: float | None) -> str:
     return "now" if now_ts - ts < 1 else f"-{fmt_clock(now_ts - ts)}"
 
 
-def event_line(event: dict[str, Any], now_ts: float | None) -> str:
-    """'  -3s reject row 12: too long' — age relative to the document's time, then the summary."""
-    return f"{event_age(event, now_ts):>7} {event_summary(event)}"
+def event_clock(event: dict[str, Any]) -> str:
+    """The event's local wall-clock time, '14:02:31' ('--:--:--' without a time)."""
+    ts = event.get("ts")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        return "--:--:--"
+    return clock_time(ts)
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """'14:02:31 reject row 12: too long': the event's clock time, then the summary."""
+    return f"{event_clock(event)} {event_summary(event)}"
 
 
 def event_detail(event: dict[str, Any], now_ts: float | None) -> str:
     """The whole event, every field, for the detail view."""
-    head = f"{event.get('kind', '?')} event of {event.get('job', '?')}, {event_age(event, now_ts)} ago"
+    head = (f"{event.get('kind', '?')} event of {event.get('job', '?')} at {event_clock(event)}, "
+            f"{event_age(event, now_ts)} ago")
     return f"{head.replace(', -', ', ')}\n{event_summary(event)}\n\n" + json.dumps(
         event, indent=2, ensure_ascii=False, default=str
     )

@@ -22,7 +22,6 @@ from hsmon.status_doc import (
     JobStatus,
     ProcessEntry,
     Progress,
-    TrainingSection,
     online_of,
 )
 from hsmon.status_doc.figures import fmt_loss, fmt_lr, fmt_measure
@@ -243,19 +242,6 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     if data_dir:
         defaults["out_dir"] = str(data_dir).rstrip("/") + "-drafter"
     return defaults
-
-
-def unroll_series(history: Iterable[TrainingSection], key: str) -> list[list[float]]:
-    """Per draft position, the series of ``key`` ('loss' or 'acc') across training updates."""
-    series: list[list[float]] = []
-    for training in history:
-        values = getattr(training, key) or []
-        for i, value in enumerate(values):
-            while len(series) <= i:
-                series.append([])
-            if isinstance(value, (int, float)):
-                series[i].append(float(value))
-    return series
 
 
 def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:

@@ -33,9 +33,15 @@ class OverviewScreen(Screen[None]):
 
     BINDINGS: ClassVar = [
         Binding("f", "cycle_filter", "filter"),
+        Binding("slash", "search", "search", key_display="/"),
         Binding("e", "open_event", "event", show=False),
         Binding("n", "next_tab", "next job"),
         Binding("p", "previous_tab", "prev job", show=False),
+        # the panels below the first screen (the page scrolls): without the focus anywhere
+        Binding("pagedown,space", "scroll_page(1)", "more", key_display="pgdn"),
+        Binding("pageup", "scroll_page(-1)", "back", show=False),
+        Binding("home", "scroll_to(0)", "top", show=False),
+        Binding("end", "scroll_to(-1)", "bottom", show=False),
     ]
 
     _ensured: list[str] | None = None
@@ -47,7 +53,7 @@ class OverviewScreen(Screen[None]):
         yield ConnectionBar(id="connections")
         yield Static("waiting for the first status…", id="empty")
         yield TabbedContent(id="jobs")
-        yield Footer()
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         self.query_one("#jobs", TabbedContent).display = False
@@ -157,6 +163,22 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def action_search(self) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            overview.query_one(EventLog).start_search()
+
+    def action_scroll_page(self, pages: int) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            page = max(1, overview.scrollable_content_region.height - 2)
+            overview.scroll_to(y=overview.scroll_y + pages * page, animate=False)
+
+    def action_scroll_to(self, where: int) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            overview.scroll_to(y=0 if where == 0 else overview.max_scroll_y, animate=False)
 
     def on_event_log_open_event(self, message: EventLog.OpenEvent) -> None:
         message.stop()

@@ -65,7 +65,7 @@ class TrainingScreen(Screen[None]):
             with Vertical(id="training-form-box") as box:
                 box.border_title = "launch a drafter training"
                 yield TrainingForm(validator=self._validate, id="training-form")
-        yield Footer()
+        yield Footer(compact=True)
 
     def _validate(self, fields: dict[str, str]) -> dict[str, str]:
         if not self.app.sources:
@@ -118,7 +118,7 @@ class TrainingScreen(Screen[None]):
                                             online[1] if followed and online is not None else None)
         acceptance = app.acceptance_job()
         self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
-        self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
+        self.query_one(UnrollPlot).set_history(app.history(training[0]).unroll if training else None)
         self.query_one("#stop", Button).disabled = training is None or training[1].state in ENDED_STATES
 
     def action_leave_field(self) -> None:
