@@ -179,7 +179,8 @@ def test_unknown_kinds_and_odd_fields_keep_the_raw_form() -> None:
     # a writer's odd types do not break the log: the raw form instead of an exception
     assert event_summary(ev("rows", rows="many", rows_done=[1])).startswith("rows rows=many")
     detail = event_detail(ev("rows", rows=15, rows_done=256, rows_total=300), 103.0)
-    assert "rows event of j at 00:01:40, 3s ago" in detail and '"rows_done": 256' in detail  # every field, whole
+    assert "rows event of j at 00:01:40, 3s ago" in detail  # its clock time and its age
+    assert '"rows_done": 256' in detail  # every field, whole
 
 
 def test_numbers_have_at_most_four_significant_digits() -> None:

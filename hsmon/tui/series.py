@@ -115,6 +115,15 @@ class Series:
             self.last_x = max(self.last_x or last_x, last_x)
 
 
+def fit(values: list[float], width: int) -> list[float]:
+    """``values`` in at most ``width`` cells: the whole series, each cell the reading at the end of
+    its share (as a dashboard samples a series at each step), so the last cell is the newest."""
+    count = len(values)
+    if count <= width or width <= 0:
+        return list(values)
+    return [values[count * (i + 1) // width - 1] for i in range(width)]
+
+
 def axis_labels(span: tuple[float, float] | None, width: int, label: Callable[[float], str]) -> str:
     """A one-line axis ``width`` cells wide under a chart of ``span``: the first x at the left, the
     last at the right and, when there is room, the middle one, each written by ``label``."""

@@ -8,6 +8,7 @@ from textual.containers import Horizontal, Vertical
 
 from hsmon.status_doc import JobStatus
 from hsmon.status_doc.numbers import clock_time, fmt_clock
+from hsmon.tui.series import fit
 from hsmon.tui.view import FINISHED_STATES, NO_PROGRESS, JobHistory, final_averages, fmt_byte_rate, fmt_rate
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
 from hsmon.tui.widgets.spark import QuietSparkline
@@ -65,4 +66,4 @@ class RatesPanel(Vertical):
             text = f"avg {text}" if finished else text
             label, spark = self._parts[key]
             label.show_text(f"{unit:<8}{text:>13}")
-            spark.data = list(series)
+            spark.data = fit(list(series), spark.size.width or 60)  # the whole run, the newest last

@@ -16,7 +16,7 @@ from textual.widget import Widget
 from hsmon.status_doc.figures import fmt_measure
 from hsmon.status_doc.numbers import fmt_count
 from hsmon.tui.history import UnrollHistory
-from hsmon.tui.series import axis_labels
+from hsmon.tui.series import axis_labels, fit
 from hsmon.tui.view import fmt_pct_of
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -48,15 +48,6 @@ def bars(values: Sequence[float], width: int, height: int, lo: float | None = No
         floor = (height - 1 - row) * len(BARS)
         rows.append("".join(" " if top <= floor else BARS[min(top - floor, len(BARS)) - 1] for top in tops))
     return rows
-
-
-def fit(values: Sequence[float], width: int) -> list[float]:
-    """``values`` in at most ``width`` cells: the whole series, each cell the mean of its share."""
-    count = len(values)
-    if count <= width:
-        return list(values)
-    return [sum(part) / len(part) for i in range(width)
-            if (part := values[count * i // width:count * (i + 1) // width])]
 
 
 class UnrollPlot(Widget):
