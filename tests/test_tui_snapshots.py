@@ -20,7 +20,7 @@ from hsmon.tui.app import HsmonApp
 
 # A fixed path (not tmp_path): it is printed in the form, and the form checks that it exists.
 DATA_DIR = Path("/tmp/hsmon-tui-snapshot/out")
-SIZES = [(80, 24), (160, 48)]
+SIZES = [(80, 24), (120, 40), (160, 48)]
 
 
 @pytest.fixture(scope="module", autouse=True)
