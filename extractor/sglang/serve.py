@@ -24,6 +24,7 @@ from extractor.sglang.speculative import DEFAULT_DRAFT_TOKENS, DraftError, SpecP
 from extractor.sglang.supervise import supervise
 from extractor.targets import ModelUnavailable, resolve_model
 from hsmon.contracts.capture_points import parse_capture_points
+from hsmon.contracts.port_holder import port_refusal
 from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -277,8 +278,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    refusal = dp_attention_refusal(extra)
-    if refusal:
+    refusal = dp_attention_refusal(extra) or port_refusal(args.host, args.port)
+    if refusal:  # a taken port said before SGLang loads the model (it would fail after loading)
         print(f"hsmon sglang-serve: {refusal}", file=sys.stderr)
         return 2
     python = sglang_python(args.python)
