@@ -1,5 +1,5 @@
-"""A taken port ends every command that serves one in one line naming the port and what holds it
-(issue 54, item 1): real commands on a port a real process holds, before anything heavy starts
+"""A taken port ends every command that serves one in one line naming the port and what holds it:
+real commands on a port a real process holds, before anything heavy starts
 (`sglang-serve` and `vllm-serve` used to load the model and die in the server's traceback; the daemon
 died in two tracebacks, `OSError: [Errno 98]` then `AttributeError: ... '_threads'`)."""
 
@@ -94,6 +94,18 @@ def test_a_server_on_a_taken_port_is_refused_before_the_engine_starts(command: s
         f"hsmon {command}: port {port} on 127.0.0.1 is taken by another hsmon daemon "
         f"(PID {other_daemon.proc.pid}, watching jobs extract-big): stop it, or give another --port")
     assert took < 20, took
+
+
+def test_the_demo_on_a_taken_port_says_so_before_it_prepares_anything(other_daemon: Daemon,
+                                                                      tmp_path: Path) -> None:
+    port = port_of(other_daemon)
+    done = subprocess.run([sys.executable, "-m", "hsmon.demo", str(tmp_path / "demo"), "--headless",
+                           "--port", str(port)], capture_output=True, text=True, timeout=60, env=child_env())
+    pid = other_daemon.proc.pid
+    assert one_line(done) == (
+        f"demo: port {port} on 127.0.0.1 is taken by another hsmon daemon (PID {pid}, watching "
+        'jobs extract-big): stop it, or give another --port (DEMO_ARGS="--port N"; 0: any free port)')
+    assert done.stdout == "" and not (tmp_path / "demo").exists()
 
 
 def test_a_daemon_on_a_free_port_given_by_number_serves(tmp_path: Path) -> None:
