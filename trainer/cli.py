@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hsmon.contracts import train_defaults as defaults
 from hsmon.contracts.heldout import DEFAULT_EVAL_FRACTION
+from hsmon.contracts.progress_line import is_terminal
 
 
 def _positive_int(text: str) -> int:
@@ -70,7 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"padded tokens per batch and process (default {defaults.BATCH_TOKENS})",
     )
     parser.add_argument("--events", metavar="FILE", default=None, help="append events here (default stdout)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out "
+                       "(none yet: start at step 0); an --out that holds a checkpoint needs --resume or "
+                       "--restart")
+    start.add_argument("--restart", action="store_true", help="start over at step 0: remove the checkpoints "
+                       "--out holds first")
+    parser.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)  # by the launch API
     parser.add_argument("--max-length", type=_positive_int, default=2048, help="truncate rows to N tokens")
     parser.add_argument("--warmup-ratio", type=float, default=0.03, help="share of steps spent warming up")
     parser.add_argument("--grad-clip", type=float, default=0.5, help="gradient-norm clipping")
@@ -149,6 +156,10 @@ def _run(args: argparse.Namespace) -> int:
         from hsmon.contracts.spool import train_events_path
 
         events = str(train_events_path(args.data_dir))
+    elif events is None and is_terminal(sys.stdout):  # JSON is no reading for a person: a file, a line
+        events = str(Path(args.out) / "events.jsonl")
+        print(f"hsmon train: events -> {events} (stdout is a terminal; --events FILE to choose, a pipe to "
+              "read them on stdout)", file=sys.stderr, flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -166,6 +177,8 @@ def _run(args: argparse.Namespace) -> int:
             batch_tokens=args.batch_tokens,
             events=events,
             resume=args.resume,
+            restart=args.restart,
+            launched=args.launched,
             warmup_ratio=args.warmup_ratio,
             grad_clip=args.grad_clip,
             max_length=args.max_length,

@@ -19,6 +19,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("e, enter", "the whole event of the highlighted (or newest) log line"),
     ("r", "read every source again now"),
     ("l", "launch the training in the form (training screen)"),
+    ("R", "resume from the checkpoint in the form's output directory"),
     ("s", "stop the training after a yes; it writes a checkpoint"),
     ("tab", "walk through fields and buttons; escape leaves a field"),
     ("ctrl+r", "reset the form to the job's values (training screen)"),
