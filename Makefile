@@ -25,7 +25,8 @@ $(VENV)/.hsmon-setup: pyproject.toml
 # Extraction, daemon and TUI, then a drafter training launched through the daemon and its
 # acceptance (eval-drafter), on the embedded target; headless (periodic status lines) when stdout
 # is not a terminal or with DEMO_ARGS=--headless; DEMO_ARGS=--no-train stops after the extraction;
-# DEMO_ARGS="--model smollm2" runs it on SmolLM2-135M-Instruct (converted on first use).
+# DEMO_ARGS="--model smollm2" runs it on SmolLM2-135M-Instruct (converted on first use);
+# DEMO_ARGS=--regenerate has the target answer the sample again first (hsmon regenerate, watched too).
 demo: setup
 	$(PY) -m hsmon.demo $(DEMO_ARGS)
 

@@ -32,7 +32,8 @@ from hsmon.online_progress import Progress, failure_line, summary_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", metavar="DATA.jsonl", help="the dataset (as `hsmon extract` takes it)")
+    parser.add_argument("data", metavar="DATA.jsonl", help="the dataset (as `hsmon extract` takes it: a "
+                        "JSON Lines file, or a finished regeneration's --out)")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="DIR/spool (rows), DIR/drafter (training)")
     parser.add_argument("--model", metavar="DIR", default=None,
@@ -58,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extract-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for `hsmon extract` (repeatable, e.g. "
                              "--extract-arg=--max-length=512)")
+    parser.add_argument("--regenerate", action="store_true",
+                        help="first the target's own answers: `hsmon regenerate DATA --out DIR/regen`, then "
+                             "extract and train on them (docs/regenerate.md)")
+    parser.add_argument("--regenerate-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for `hsmon regenerate` (repeatable, e.g. "
+                             "--regenerate-arg=--max-new-tokens=512, or --backend sglang --url URL)")
     parser.add_argument("--train-arg", action="append", default=[], metavar="ARG",
                         help="one more argument for `hsmon train` (repeatable, e.g. --train-arg=--lr=2e-3)")
 
@@ -113,14 +120,23 @@ def make_plan(args: argparse.Namespace, spool_max_ok: bool) -> Plan:
     return Plan(extract, train, passed, ext_threads, train_threads)
 
 
-def daemon_config(out: Path, extract_pid: int) -> Path:
+def daemon_config(out: Path, extract_pid: int | None, regenerate: bool = False) -> Path:
     """DIR/hsmon.toml: one online job, the extraction's; the daemon reads the following trainer from
-    the spool itself (its ledger, events and PID: docs/daemon.md, "An online job")."""
+    the spool itself (its ledger, events and PID: docs/daemon.md, "An online job"). With
+    ``regenerate``, a regeneration job before it (started first: the extraction's PID is then
+    read from its start event)."""
+    from hsmon import online_regenerate as regen
+
     path = out / "hsmon.toml"
-    path.write_text(
-        f'[[job]]\nname = "online"\nkind = "extract"\nout_dir = {json.dumps(str(out / "spool"))}\n'
-        f"events = {json.dumps(str(out / 'extract-events.jsonl'))}\npid = {extract_pid}\n"
-    )
+    jobs = []
+    if regenerate:
+        jobs.append(f'[[job]]\nname = "regenerate"\nkind = "regenerate"\n'
+                    f"out_dir = {json.dumps(str(regen.regen_dir(out)))}\n"
+                    f"events = {json.dumps(str(out / regen.EVENTS))}\n")
+    pid = f"pid = {extract_pid}\n" if extract_pid is not None else ""
+    jobs.append(f'[[job]]\nname = "online"\nkind = "extract"\nout_dir = {json.dumps(str(out / "spool"))}\n'
+                f"events = {json.dumps(str(out / 'extract-events.jsonl'))}\n{pid}")
+    path.write_text("\n".join(jobs))
     return path
 
 
@@ -146,8 +162,9 @@ def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 60) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if not Path(args.data).is_file():
-        print(f"hsmon online: {args.data}: no such file; pass the dataset (JSON Lines)", file=sys.stderr)
+    refusal = data_refusal(Path(args.data))
+    if refusal is not None:
+        print(f"hsmon online: {refusal}", file=sys.stderr)
         return 2
     if args.passes < 1 or args.chunk_size < 1:
         print("hsmon online: --passes and --chunk-size must be positive", file=sys.stderr)
@@ -158,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
               "the extraction would wait for ever once it is full; drop one of them", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
+    source = args.data
+    if args.regenerate:
+        from hsmon import online_regenerate
+
+        args.data = str(online_regenerate.regen_dir(out))  # what the extraction reads once it is done
     plan = make_plan(args, extractor_has_spool_max() if args.spool_max else False)
     if args.spool_max and not plan.spool_max_passed:
         print("hsmon online: this hsmon extract has no --spool-max; the spool is not bounded",
@@ -173,9 +195,15 @@ def run(args: argparse.Namespace) -> int:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         with open(out / "extract.log", "ab") as elog, open(out / "train.log", "ab") as tlog:
+            if args.daemon and args.regenerate:  # it watches the regeneration too
+                procs["daemon"] = _spawn_daemon(out, procs, regenerate=True)
+            if args.regenerate:
+                status = _regenerate(args, source, out, plan, stop)
+                if status is not None:
+                    return status
             procs["extract"] = _start(plan.extract, elog)
             procs["train"] = _start(plan.train, tlog)
-            if args.daemon:
+            if args.daemon and not args.regenerate:
                 procs["daemon"] = _spawn_daemon(out, procs)
             progress = Progress(out, 0.0 if args.daemon else args.progress_every)
             return _wait(procs, stop, out, progress, args.model)
@@ -185,15 +213,44 @@ def run(args: argparse.Namespace) -> int:
         stop_signals.restore(previous)
 
 
-def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]],
+                  regenerate: bool = False) -> subprocess.Popen[bytes]:
     from hsmon import daemon as daemon_process
 
-    config = daemon_config(out, procs["extract"].pid)
+    config = daemon_config(out, procs["extract"].pid if "extract" in procs else None, regenerate)
     with open(out / "daemon.log", "ab") as log:
         proc, url = daemon_process.spawn(["--config", str(config)], out / "daemon.port",
                                          stdout=log, stderr=log)
     print(f"hsmon online: daemon {url} (status {url}/api/v1/status, metrics {url}/metrics)", flush=True)
     return proc
+
+
+def data_refusal(data: Path) -> str | None:
+    """Why DATA cannot be this run's dataset (a missing file, an unfinished regeneration), or None."""
+    from hsmon.contracts import regen_layout
+
+    if data.is_dir() and regen_layout.is_regeneration(data):
+        unfinished = regen_layout.unfinished_reason(data)
+        return None if unfinished is None else (f"{data}: {unfinished}; finish it first (the same hsmon "
+                                                "regenerate), or pass --regenerate with its dataset")
+    if not data.is_file():
+        return f"{data}: no such file; pass the dataset (JSON Lines) or a finished regeneration's --out"
+    return None
+
+
+def _regenerate(args: argparse.Namespace, data: str, out: Path, plan: Plan,
+                stop: dict[str, int]) -> int | None:
+    """The regeneration before both sides (hsmon/online_regenerate.py); None when its dataset is ready."""
+    from hsmon import online_regenerate as regen
+
+    if args.resume and regen.finished(out):
+        print(f"hsmon online: the regeneration is done ({regen.regen_dir(out)}): not run again", flush=True)
+        return None
+    threads = plan.extract_threads  # the extraction's share: the in-process engines are alike
+    argv = regen.regenerate_command(args, data, out, threads)
+    print(f"hsmon online: regeneration ({threads} threads) -> {regen.regen_dir(out)}; then extraction and "
+          "training on the target's own answers", flush=True)
+    return regen.run_regeneration(argv, out, stop, 0.0 if args.daemon else args.progress_every, _start)
 
 
 def extractor_waits_for_room(events: Path) -> bool:

@@ -46,6 +46,15 @@ def pytest_configure(config: pytest.Config) -> None:
                             "answers (make test-sglang-matrix leaves it out on the older releases)")
 
 
+@pytest.fixture(scope="session")
+def vllm_llama_server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A vLLM capture server of a tiny Llama (points 2,4,5), shared by the vLLM lane's modules that need
+    one (tests/test_extract_vllm.py, tests/test_server_vllm.py): one start instead of two."""
+    from vllm_server import shared_llama_server
+
+    yield from shared_llama_server(tmp_path_factory)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy modules first (stable otherwise); one xdist group per module, the heavy ones in theirs."""

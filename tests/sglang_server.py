@@ -105,6 +105,8 @@ class SGLangServer:
     log: Path | None = None
     starts: int = 0
 
+    program = "sglang-serve"  # the hsmon command that starts it (tests/vllm_server.py: vllm-serve)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -132,7 +134,7 @@ class SGLangServer:
             raise RuntimeError("server already running")
         self.port = self.port or free_port()
         self.starts += 1
-        self.log = self.workdir / f"sglang-server-{self.port}-{self.starts}.log"
+        self.log = self.workdir / f"{self.program}-{self.port}-{self.starts}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         env.setdefault("OMP_NUM_THREADS", "1")
         with open(self.log, "wb") as log:
@@ -146,12 +148,12 @@ class SGLangServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"hsmon sglang-serve exited {self.proc.returncode}:\n{self.tail()}")
-            if "hsmon sglang-serve: ready at" in self.log.read_text(errors="replace"):
+                raise AssertionError(f"hsmon {self.program} exited {self.proc.returncode}:\n{self.tail()}")
+            if f"hsmon {self.program}: ready at" in self.log.read_text(errors="replace"):
                 return self
             time.sleep(0.5)
         self.stop()
-        raise AssertionError(f"SGLang not ready after {timeout:.0f} s:\n{self.tail()}")
+        raise AssertionError(f"hsmon {self.program}'s server not ready after {timeout:.0f} s:\n{self.tail()}")
 
     def tail(self, lines: int = 40) -> str:
         if self.log is None or not self.log.exists():
@@ -238,6 +240,31 @@ def crash(server: SGLangServer) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
     server.kill()
+
+
+CAPTURE_CHUNK = 64  # capture_server's --chunked-prefill-size
+CAPTURE_CONTEXT = 512  # capture_server's --context-length
+
+
+@pytest.fixture(scope="session")
+def capture_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """capture_server's directory: its dump root is ``dump`` in it (a module's dump dirs go there)."""
+    return tmp_path_factory.mktemp("sglang-capture")
+
+
+@pytest.fixture(scope="session")
+def capture_server(capture_workdir: Path) -> Iterator[SGLangServer]:
+    """The embedded target (fp32, capture points [2, 4, 5]) with a small --chunked-prefill-size and
+    --context-length 512, shared by the SGLang group's modules that extract and regenerate
+    (tests/test_extract_sglang.py, tests/test_regenerate_sglang.py: one xdist group, one worker, so one
+    server start a session). A test that stops, kills or slows it leaves it as it found it."""
+    server = start_sglang_server(EMBEDDED_MODEL, capture_workdir, chunked_prefill_size=CAPTURE_CHUNK,
+                                 dump_root=capture_workdir / "dump",
+                                 extra_args=("--context-length", str(CAPTURE_CONTEXT)))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")

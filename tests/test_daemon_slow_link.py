@@ -1,4 +1,4 @@
-"""Answers are written whole over a slow link, to a slow reader (issue 52, item 3).
+"""Answers are written whole over a slow link, to a slow reader.
 
 The daemon runs in a network namespace this test makes (ip netns, a veth pair), behind a link slowed
 by the kernel's own traffic control on the daemon's side: netem (delay and rate) where the kernel

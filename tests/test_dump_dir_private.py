@@ -1,4 +1,4 @@
-"""A dump directory that only its owner can touch (issue 52, item 5), on a real filesystem and with
+"""A dump directory that only its owner can touch, on a real filesystem and with
 a real `hsmon extract`: made 0700, refused in one line when another user owns it or its group or
 others may write it (by the client before any request, and by the capture plugin before any
 write); the plugin writes under the directory's descriptor, 0600, through no link; a dump belongs

@@ -1,4 +1,4 @@
-"""Children that end and never block (issue 52, item 6), with real processes: a process group whose
+"""Children that end and never block, with real processes: a process group whose
 leader has exited is still stopped whole; `eval-drafter --engine`'s own server writes its output
 to a file, never into a pipe read only until "ready"; an HTTP error from the server ends the run in
 one line. The server of the last two is a stand-in (a real process and a real HTTP server, named as

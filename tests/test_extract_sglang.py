@@ -36,10 +36,14 @@ from extract_helpers import (
     wait_for_event,
 )
 from fake_sglang_proxy import FakeSGLangProxy
-from sglang_server import (
+from sglang_server import (  # noqa: F401 (capture_workdir, capture_server: session fixtures)
+    CAPTURE_CHUNK,
+    CAPTURE_CONTEXT,
     EMBEDDED_MODEL,
     IDLE_ARGS,
     SGLangServer,
+    capture_server,
+    capture_workdir,
     free_port,
     sglang_python,
     start_sglang_server,
@@ -52,15 +56,16 @@ pytestmark = pytest.mark.slow
 # server only answers as on any release: run on the newest by make test, not again on each older
 # release by make test-sglang-matrix (its time).
 
-CHUNK = 64  # the server's --chunked-prefill-size
-CONTEXT = 512  # the server's --context-length
+CHUNK = CAPTURE_CHUNK  # the server's --chunked-prefill-size
+CONTEXT = CAPTURE_CONTEXT  # the server's --context-length
 SHORT = ("--max-length", "60")  # rows that fit one prefill chunk
 MODEL = EMBEDDED_MODEL
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("sglang-extract")
+def workdir(capture_workdir):  # noqa: F811
+    """The shared server's directory (its dump root is workdir/dump), this module's files in it."""
+    return capture_workdir
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +90,9 @@ def plain_server(workdir):
 
 
 @pytest.fixture(scope="module")
-def server(workdir, plain_server):
-    srv = start_sglang_server(MODEL, workdir, chunked_prefill_size=CHUNK, dump_root=workdir / "dump",
-                              extra_args=("--context-length", str(CONTEXT)))
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(plain_server, capture_server):  # noqa: F811
+    """The session's capture server (tests/sglang_server.py), after the plain launch has started."""
+    return capture_server
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from fake_sglang_proxy import FakeSGLangProxy
-from vllm_server import ROOT, VLLMServer, make_tiny_llama, make_tiny_qwen3_moe, vllm_python
+from vllm_server import ROOT, VLLMServer, make_tiny_qwen3_moe, vllm_python
 
 pytestmark = pytest.mark.vllm
 POINTS = [2, 4, 5]
@@ -100,21 +100,13 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def llama(work):
-    return make_tiny_llama(work / "tiny-llama")
+def server(vllm_llama_server):
+    return vllm_llama_server  # the session's: points 2,4,5, SERVER_CONTEXT tokens (tests/vllm_server.py)
 
 
 @pytest.fixture(scope="module")
-def server(work, llama):
-    srv = VLLMServer(
-        llama,
-        work,
-        layers=POINTS,
-        dump_root=work / "dump",
-        extra_args=("--max-model-len", str(SERVER_CONTEXT)),
-    ).start()
-    yield srv
-    srv.stop()
+def llama(server):
+    return server.model_dir
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +263,7 @@ def test_qwen3_moe_extraction_equals_in_process(work, dataset):
         assert leftovers(srv.dump_root) == []
     finally:
         srv.stop()
+    assert os.listdir(srv.dump_root) == []  # vllm-serve stopped: its description goes with it
     local = extract(dataset, work / "moe-hf", model, "--device", "cpu", "--dtype", "float32")
     assert local.returncode == 0, local.stderr
     assert worst_difference(work / "moe-hf", work / "moe-vllm") <= 1e-5

@@ -9,6 +9,7 @@ real process frozen with SIGSTOP. (kill -9, SIGTERM and the disk pause line: tes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -66,6 +67,28 @@ def test_status_of_a_finished_output_dir_is_done_with_totals(finished):
     assert ": DONE for " in text and f"rows         {ROWS} / {ROWS} (100.0 %)" in text, text
     assert f"tokens       {manifest.tokens} / {manifest.tokens}" in text and "chunks       3 / 3" in text
     assert "took " in text and "critical" not in text
+
+
+def test_a_run_that_finished_ten_minutes_ago_reads_done_for_ten_minutes_as_an_extraction(finished, tmp_path):
+    """The state's age is the job's own record (the manifest's done time), not the reader's start;
+    an output directory with hsmon's manifest is an extraction, not `[external]`."""
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    manifest = out / layout.MANIFEST_NAME
+    records = [json.loads(line) for line in manifest.read_text().splitlines()]
+    ended = time.time() - 600  # the run finished 10 minutes ago
+    for record in records:
+        if record.get("type") == "done":
+            record["ts"] = ended
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    rc, job = hsmon_status("--out", str(out), "--stall-after", "1")
+    assert rc == 0 and job["state"] == "done" and job["kind"] == "extract", job
+    assert job["state_since_ts"] == pytest.approx(ended, abs=0.01)
+    text = subprocess.run([sys.executable, "-m", "hsmon", "status", "--out", str(out)],
+                          capture_output=True, text=True, timeout=60).stdout
+    first = text.splitlines()[0]
+    assert first.startswith("job [extract]: DONE for 10m") and "finished 10m ago" in first, text
 
 
 def test_daemon_on_a_finished_output_stays_done_and_pages_nobody(procs, finished, tmp_path):  # noqa: F811

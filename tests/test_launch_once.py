@@ -1,4 +1,4 @@
-"""One launch at a time (issue 52, item 4), against a real daemon with a control token: two launches
+"""One launch at a time, against a real daemon with a control token: two launches
 into one directory at once start one training and answer the other 409 (neither connection
 dropped); two directories of the same last name are two jobs. Trainings are the stand-in
 tests/standin_train.py (HSMON_TRAIN_COMMAND), which runs until stopped."""

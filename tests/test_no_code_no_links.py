@@ -1,4 +1,4 @@
-"""Nothing in an output directory is code, and no link in it is followed (issue 52, item 2).
+"""Nothing in an output directory is code, and no link in it is followed.
 
 Output directories live on shared storage: whoever can write there can plant a pickle or a link.
 Real `hsmon train --resume` and `hsmon extract` processes meet a planted pickle and planted links;

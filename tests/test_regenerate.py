@@ -18,6 +18,7 @@ import pytest
 from extract_helpers import events_of, small_disk, wait_for_event  # noqa: F401 (small_disk: a fixture)
 from regen_helpers import (
     BAD_ROWS,
+    EMBEDDED,
     answers_of,
     chat_rows,
     dataset_rows,
@@ -117,7 +118,9 @@ def test_kill_9_half_way_then_resume_equals_an_uninterrupted_run(workdir, data, 
 def test_one_writer_per_output_and_a_resume_with_other_settings_is_refused(workdir, data):
     path, _ = data
     out, events = workdir / "locked", workdir / "locked.jsonl"
-    first = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.05")
+    # slowed so that its rows outlast the second command's start on any machine (0.2 s a step: an
+    # answer takes 5 s, the rows after the first a minute)
+    first = start_regenerate(path, out, events=events, HSMON_HF_FORWARD_DELAY_S="0.2")
     try:
         wait_for_event(events, lambda e: e["kind"] == "rows", first)
         second = run_regenerate(path, out)
@@ -266,3 +269,45 @@ def test_rows_finished_out_of_order_are_committed_in_order_each_once(tmp_path):
     totals: RegenTotals = read_totals(tmp_path)
     assert (totals.rows, totals.rejects, totals.last_row) == (5, 1, 5)
     assert totals.end == (tmp_path / "regenerated.jsonl").stat().st_size
+
+
+def test_sampled_answers_are_reproduced_by_their_seed_and_thinking_can_be_disabled(workdir, data, reference):
+    """--temperature above 0: each answer's seed comes from --seed, the row's id and its place, so a
+    repeated run draws the same answers, not greedy ones. --reasoning disable reaches the chat template
+    as enable_thinking=False (a copy of the embedded target whose template then closes an empty
+    thinking block in the generation prompt: its prompts grow by that block against the reference's)."""
+    import shutil
+
+    rows = chat_rows(3, start=30)
+    path = write_rows(workdir / "sampled.jsonl", rows)
+    runs = []
+    for name in ("a", "b"):
+        proc = run_regenerate(path, workdir / f"sampled-{name}", "--temperature", "0.9", "--seed", "7")
+        assert proc.returncode == 0, proc.stderr
+        runs.append([answers_of(r) for r in dataset_rows(workdir / f"sampled-{name}")])
+    assert runs[0] == runs[1] and runs[0] != transformers_answers(rows)
+    model = workdir / "thinking-target"
+    shutil.copytree(EMBEDDED, model)
+    template = (model / "chat_template.jinja").read_text().replace(
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}",
+        "{% if add_generation_prompt %}<|assistant|>"
+        "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+        "{% endif %}")
+    (model / "chat_template.jinja").write_text(template)
+    out = workdir / "thinking-disabled"
+    proc = run_regenerate(data[0], out, "--model", str(model), "--reasoning", "disable")
+    assert proc.returncode == 0, proc.stderr
+
+    def prompts(directory):
+        return [t["prompt_tokens"] for r in manifest(directory) if r["type"] == "row" for t in r["turns"]]
+
+    assert all(d > s for s, d in zip(prompts(reference[0]), prompts(out), strict=True))
+
+
+def test_a_thinking_block_is_saved_apart_or_dropped():
+    from extractor.regenerate.turns import split_reasoning
+
+    assert split_reasoning("<think>\nlet me see\n</think>\n\nThe answer.") == ("let me see", "The answer.")
+    assert split_reasoning("no block here") == (None, "no block here")
+    assert split_reasoning("reasoning without its opening tag</think>yes") == (
+        "reasoning without its opening tag", "yes")

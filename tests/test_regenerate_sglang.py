@@ -1,18 +1,17 @@
 """`hsmon regenerate --backend sglang` against a REAL SGLang server on CPU (the embedded target, through
 `hsmon sglang-serve`: the server that extracts generates too), watched by a real `hsmon daemon`:
 
-- the answers equal transformers' own greedy ones, in source order, with 4 answers in flight (rows of
-  two answers finish after the one-answer rows fed behind them);
 - a row the server refuses (longer than its context, its limits hidden so the client sends it) is a
   reject with the server's words, and the run goes on;
 - one run lives through everything a long regeneration meets: the server slowed (SGLang's own
   /slow_down: each forward sleeps, so an answer takes longer than --stall-after whatever the machine)
   reads silent ("the server decoded answers"), never stalled; its scheduler frozen (SIGSTOP) makes the
   server hung and the job stalled, the server named, a webhook with the run's figures; the server
-  killed (-9) pauses the run (reason server); started again, the run resumes and ends equal to an
-  uninterrupted one, each row once, in source order.
+  killed (-9) pauses the run (reason server); started again, the run resumes and ends equal to
+  transformers' own greedy answers (an uninterrupted run), each row once, in source order, with two
+  answers in flight (rows of two answers finish after the one-answer rows fed behind them).
 
-One server for the module (killed and started again by the last test)."""
+The SGLang group's shared server (tests/sglang_server.py), killed and started again by the last test."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from daemon_helpers import Daemon, Procs, WebhookReceiver, post_json, wait_until
 from extract_helpers import events_of, wait_for_event
 from fake_sglang_proxy import FakeSGLangProxy
 from regen_helpers import (
-    EMBEDDED,
     chat_rows,
     dataset_rows,
     manifest,
@@ -32,12 +30,18 @@ from regen_helpers import (
     start_regenerate,
     write_rows,
 )
-from sglang_server import crash, scheduler_of, start_sglang_server
+from sglang_server import (  # noqa: F401 (capture_workdir, capture_server: session fixtures)
+    CAPTURE_CONTEXT,
+    capture_server,
+    capture_workdir,
+    crash,
+    scheduler_of,
+)
 
 from hsmon.contracts import layout, regen_layout
 
 pytestmark = pytest.mark.slow
-CONTEXT = 512  # the server's --context-length
+CONTEXT = CAPTURE_CONTEXT  # the server's --context-length
 ROWS = 10
 
 
@@ -47,13 +51,10 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(workdir):
-    srv = start_sglang_server(EMBEDDED, workdir, dump_root=workdir / "dump",
-                              extra_args=("--context-length", str(CONTEXT)))
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(capture_server):  # noqa: F811
+    """The SGLang group's shared server (tests/sglang_server.py: --context-length 512): this module
+    kills and starts it again, as it found it."""
+    return capture_server
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +73,6 @@ def reference(workdir, data):
 
 def sglang(url: str, *extra: str) -> list[str]:
     return ["--backend", "sglang", "--url", url, *extra]
-
-
-def test_answers_from_sglang_equal_transformers_in_source_order(workdir, server, data, reference):
-    out, events = workdir / "sglang", workdir / "sglang.jsonl"
-    proc = run_regenerate(data, out, *sglang(server.url, "--concurrency", "4"), events=events)
-    assert proc.returncode == 0, proc.stderr
-    assert (out / regen_layout.DATA_NAME).read_bytes() == reference
-    provenance = manifest(out)[0]["provenance"]
-    assert provenance["engine"] == "sglang" and provenance["release"] and provenance["urls"] == [server.url]
-    assert provenance["deterministic"] is False  # no --enable-deterministic-inference: greedy only
-    last_rows = [e["last_row"] for e in events_of(events) if e["kind"] == "rows"]
-    assert last_rows == sorted(last_rows) and events_of(events)[0]["concurrency"] == 4
 
 
 def test_a_row_the_server_refuses_is_a_reject_and_the_run_goes_on(workdir, server):
@@ -143,9 +132,15 @@ def test_slow_reads_silent_frozen_reads_hung_killed_pauses_and_restarted_ends_eq
             proc.kill()
         procs.close()
         hook.close()
-    assert (out / regen_layout.DATA_NAME).read_bytes() == reference
+        leave_as_found(server)
+    assert (out / regen_layout.DATA_NAME).read_bytes() == reference  # transformers' greedy answers
     committed = [r["row"] for r in manifest(out) if r["type"] == "row"]
     assert committed == list(range(ROWS))  # each once, in source order
+    provenance = manifest(out)[0]["provenance"]
+    assert provenance["engine"] == "sglang" and provenance["release"] and provenance["urls"] == [server.url]
+    assert provenance["deterministic"] is False  # no --enable-deterministic-inference: greedy only
+    last_rows = [e["last_row"] for e in events_of(events) if e["kind"] == "rows"]
+    assert last_rows == sorted(last_rows) and events_of(events)[0]["concurrency"] == 2
     stalled = [b for b in hook.bodies if b.get("state") == "stalled"]
     assert stalled and stalled[0]["kind"] == "regenerate" and stalled[0]["regenerate"]
 
@@ -160,3 +155,17 @@ def watch_states(daemon: Daemon, seconds: float) -> list[tuple[str, str]]:
         time.sleep(0.3)
     return seen
 
+
+def leave_as_found(server) -> None:
+    """The shared server running, neither frozen nor slowed (a failure half-way must not leave the
+    group's next module a stopped scheduler): started again unless it answers at once."""
+    import urllib.request
+
+    try:
+        assert server.proc is not None and server.proc.poll() is None
+        post_json(server.url + "/slow_down", {"forward_sleep_time": None}, timeout=5)
+        with urllib.request.urlopen(server.url + "/health_generate", timeout=10) as resp:
+            assert resp.status == 200
+    except Exception:
+        crash(server)
+        server.start()

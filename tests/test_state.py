@@ -275,3 +275,30 @@ def test_a_watched_live_process_where_nothing_moves_still_stalls():
     frozen = ProcessFacts("extractor", 42, True, "stopped", seen_alive=True)
     d = decide(snap(processes=[frozen], evidence_of_job=True, last_work_ts=NOW - 1320, rows_done=3))
     assert d.state == "stalled" and "stalled" in hint_ids(d)
+
+
+def test_a_limit_the_user_set_is_the_reason_and_the_ending_its_own_clock():
+    """A training ended by --time-limit at 77 % reads done with that limit as its reason (not "the
+    job reported done" beside a bar at 77 %); the state's clock is the ending's own time."""
+    from hsmon.core.job_document import JobState
+    from hsmon.core.state_facts import DoneFacts
+
+    event = {"kind": "done", "step": 77, "total_steps": 100, "time_limit_reached": True,
+             "ended_by": "time_limit"}
+    decision = decide(snap(terminal_kind="done", terminal_ts=900.0, done=DoneFacts.of_event(event)))
+    assert decision.state == "done" and decision.since_ts == 900.0
+    assert decision.reason == "the training reached its time limit (--time-limit) at step 77 of 100 (77 %)"
+    older = {"kind": "done", "step": 3, "time_limit_reached": True}  # a trainer before ended_by
+    assert decide(snap(terminal_kind="done", done=DoneFacts.of_event(older))).reason == (
+        "the training reached its time limit (--time-limit) at step 3")
+    steps = {"kind": "done", "step": 40, "total_steps": 40, "ended_by": "max_steps"}
+    assert "its step limit (--max-steps) at step 40 of 40" in decide(
+        snap(terminal_kind="done", done=DoneFacts.of_event(steps))).reason
+    assert decide(snap(terminal_kind="done", done=DoneFacts.of_event({"kind": "done"}))).reason == (
+        "the job reported done")
+    state = JobState(since_ts=500.0, state="running")
+    state.move_to(decision, now=1500.0, job="t")
+    assert state.since_ts == 900.0  # done for 600 s at 1500, not for 0 s
+    state = JobState(since_ts=500.0, state="done")
+    state.move_to(type(decision)("running", "", [], since_ts=2000.0), now=1500.0, job="t")
+    assert state.since_ts == 1500.0  # a record from the future is not believed

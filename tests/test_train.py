@@ -38,13 +38,16 @@ def hsmon(*args: str, timeout: float = 300, check: bool = True) -> subprocess.Co
     return proc
 
 
-def hsmon_together(*commands: list[str], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+def hsmon_together(*commands: list[str], timeout: float = 300,
+                   umasks: tuple[int, ...] = ()) -> list[subprocess.CompletedProcess]:
     """Run independent ``hsmon`` commands at the same time (each with ``--threads 1`` or no torch
-    work to share: on 2 cores the second one costs little) and check each exits 0, as `hsmon` does."""
+    work to share: on 2 cores the second one costs little) and check each exits 0, as `hsmon` does.
+    ``umasks``: the umask of each command in turn (the rest inherit this process's)."""
     procs = [
         subprocess.Popen([sys.executable, "-m", "hsmon", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for args in commands
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=(lambda mask=mask: os.umask(mask)) if mask is not None else None)
+        for args, mask in itertools.zip_longest(commands, umasks[:len(commands)])
     ]
     results = []
     try:
@@ -411,7 +414,8 @@ def test_ddp_two_cpu_processes_on_gloo(setup, tmp_path):
 @pytest.fixture(scope="module")
 def trained(setup, tmp_path_factory):
     """An EAGLE 3 drafter (the architecture named: the default is eagle3.1, tested on its own) trained
-    for 80 steps and one trained for a single step, both exported."""
+    for 80 steps and one trained for a single step, both exported: the first under umask 022 (as
+    most users run), the second under 077."""
     base = tmp_path_factory.mktemp("trained")
     runs = {"trained": "80", "untrained": "1"}
     # the two trainings are independent: run side by side, then both exports
@@ -422,7 +426,7 @@ def trained(setup, tmp_path_factory):
     ))
     hsmon_together(*(
         ["export-drafter", str(base / name), "--out", str(base / f"{name}-export")] for name in runs
-    ))
+    ), umasks=(0o022, 0o077))
     return {name: base / f"{name}-export" for name in runs}
 
 
@@ -448,6 +452,18 @@ def test_export_layout(trained):
     assert estimate["accept_length"]["7"] == pytest.approx(done["accept_len_est"], abs=1e-3)
     lengths = estimate["accept_length"]
     assert 1.0 <= lengths["1"] <= lengths["3"] <= lengths["7"]
+
+
+@pytest.mark.slow
+def test_an_export_is_readable_by_others_as_the_umask_allows(trained):
+    """An SGLang server running as another user must read the drafter: written under umask 022 its
+    files are 0644 and its directory 0755 (safetensors alone writes 0600); under 077 it stays private."""
+    for name, file_mode, dir_mode in (("trained", 0o644, 0o755), ("untrained", 0o600, 0o700)):
+        export = trained[name]
+        assert export.stat().st_mode & 0o777 == dir_mode, name
+        for file in ("model.safetensors", "config.json"):
+            mode = (export / file).stat().st_mode & 0o777
+            assert mode == file_mode, (name, file, oct(mode))
 
 
 @pytest.mark.slow

@@ -229,3 +229,17 @@ def _complete(url: str, ids: list[int]) -> None:
         url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
     )
     urllib.request.urlopen(request, timeout=300).read()
+
+
+def test_vllms_layer_rules_are_derived_from_its_own_code():
+    """The vLLM contract (hsmon/contracts/vllm_classes.py, and the docs table rendered from it) is what
+    vLLM's code in .vllm-venv says today: `python -m extractor.vllm.rule_table --check`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "extractor.vllm.rule_table", "--check", "--python", str(vllm_python())],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

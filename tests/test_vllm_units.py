@@ -93,3 +93,30 @@ def test_extract_backend_vllm_refuses_bad_options_in_one_line(args, expected, tm
     done = hsmon("extract", str(data), "--out", str(tmp_path / "out"), *args)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def test_the_engines_layer_rules_in_the_docs_are_rendered_from_the_committed_contracts():
+    """docs/vllm.md's table of both engines' rules is what the contracts derived from each engine's code
+    render (hsmon/contracts/sglang_classes.py, hsmon/contracts/vllm_classes.py); the lane checks the
+    vLLM contract against vLLM's code itself."""
+    from extractor.vllm import rule_table
+    from hsmon.contracts import vllm_classes
+
+    assert rule_table.main(["--docs", "--check"]) == 0, "run python -m extractor.vllm.rule_table --docs"
+    assert (
+        vllm_classes.DECODER_RULES["llama.LlamaModel"]
+        == vllm_classes.DECODER_RULES["qwen3_moe.Qwen3MoeModel"]
+        == "vllm"
+    )  # the decoders whose capture test_extract_vllm measures
+
+
+def test_vllm_serve_refuses_a_class_that_vllm_cannot_capture_from(tmp_path):
+    model = tmp_path / "gpt2-like"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"], "num_hidden_layers": 8})
+    )
+    done = hsmon("vllm-serve", "--model-path", str(model), "--dump-dir", str(tmp_path / "d"))
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "GPT2LMHeadModel does not capture layers for EAGLE-3" in line and "\n" not in line, done.stderr

@@ -8,21 +8,15 @@ The server runs in its own process group; stop()/kill() end the whole group.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from extractor.sglang.ports import free_stable_port
+from sglang_server import SGLangServer
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = Path(os.environ.get("HSMON_VLLM_VENV") or ROOT / ".vllm-venv") / "bin" / "python"
@@ -106,103 +100,38 @@ def make_tiny_qwen3_moe(out: Path, seed: int = 7) -> Path:
     return out
 
 
+def shared_llama_server(tmp_path_factory):
+    """The session's tiny-Llama capture server (tests/conftest.py's ``vllm_llama_server``): points 2,4,5,
+    a 512-token context (a longer row is the server's to refuse), its own dump directory."""
+    vllm_python()
+    work = tmp_path_factory.mktemp("vllm-llama")
+    server = VLLMServer(
+        make_tiny_llama(work / "tiny-llama"),
+        work,
+        layers=[2, 4, 5],
+        dump_root=work / "dump",
+        extra_args=("--max-model-len", "512"),
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @dataclass
-class VLLMServer:
-    """One `hsmon vllm-serve` process (and vLLM's processes under it) on a port."""
+class VLLMServer(SGLangServer):
+    """One `hsmon vllm-serve` process (and vLLM's processes under it) on a port: the SGLang test server's
+    process handling (launch, ready, stop, kill, in a process group of its own) with vllm-serve's
+    command and vLLM's test settings."""
 
-    model_dir: Path
-    workdir: Path
-    layers: Sequence[int] | None = None
-    dump_root: Path | None = None
-    serve_args: Sequence[str] = ()
-    extra_args: Sequence[str] = ()
-    port: int = 0
-    proc: subprocess.Popen | None = field(default=None, repr=False)
-    log: Path | None = None
-    starts: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    program = "vllm-serve"
+    env: Mapping[str, str] = field(default_factory=lambda: dict(TEST_ENV))
 
     def command(self) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "hsmon",
-            "vllm-serve",
-            "--model-path",
-            str(self.model_dir),
-            "--port",
-            str(self.port),
-            "--python",
-            str(vllm_python()),
-            "--device",
-            "cpu",
-        ]
+        cmd = [sys.executable, "-m", "hsmon", "vllm-serve", "--model-path", str(self.model_dir),
+               "--port", str(self.port), "--python", str(vllm_python()), "--device", "cpu"]
         if self.layers:
             cmd += ["--layers", ",".join(str(p) for p in self.layers)]
         if self.dump_root is not None:
             cmd += ["--dump-dir", str(self.dump_root)]
         return [*cmd, *self.serve_args, "--", *TEST_ARGS, *self.extra_args]
-
-    def launch(self) -> VLLMServer:
-        self.port = self.port or free_stable_port()
-        self.starts += 1
-        self.log = self.workdir / f"vllm-server-{self.port}-{self.starts}.log"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), **TEST_ENV}
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
-        return self
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT) -> VLLMServer:
-        assert self.proc is not None and self.log is not None, "launch() first"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"hsmon vllm-serve exited {self.proc.returncode}:\n{self.tail()}")
-            if "hsmon vllm-serve: ready at" in self.log.read_text(errors="replace"):
-                return self
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"vLLM not ready after {timeout:.0f} s:\n{self.tail()}")
-
-    def start(self, timeout: float = READY_TIMEOUT) -> VLLMServer:
-        return self.launch().wait_ready(timeout)
-
-    def tail(self, lines: int = 40) -> str:
-        if self.log is None or not self.log.exists():
-            return ""
-        return "\n".join(line[:400] for line in self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def _signal_group(self, signum: int) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (a server crash)."""
-        self._signal_group(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
-
-    def stop(self, grace: float = 30) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-        self._signal_group(signal.SIGKILL)
-        self.proc.wait()
-
-    def description(self) -> dict:
-        assert self.dump_root is not None
-        return json.loads((self.dump_root / "hsmon-vllm-serve.json").read_text())

@@ -273,19 +273,22 @@ def compare(
     return results
 
 
-def run_engine(args, sets: dict[str, list[list[int]]], drafter: Path, target: Path, evaluate_fn) -> int:
-    """``--engine sglang``: measure on ``--server`` or on a server started for the drafter."""
+def run_engine(args, sets: dict[str, list[list[int]]], drafter: Path, target: Path, evaluate_fn,
+               engine: str = "sglang", compare_fn=None, command=None) -> int:
+    """``--engine sglang`` (``compare_fn`` and ``command(port)``: another engine's comparison and server,
+    trainer/engine_eval_vllm.py): measure on ``--server`` or on a server started for the drafter."""
     try:
-        server = nullcontext(args.server) if args.server else started_server(drafter, target, args.depth)
+        server = nullcontext(args.server) if args.server else started_server(
+            drafter, target, args.depth, command=command)
         with server as url:
-            results = compare(
+            results = (compare_fn or compare)(
                 url, sets, args.max_new_tokens, evaluate_fn, drafter, target, args.tolerance, args.ngram_max
             )
     except EngineError as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"engine": "sglang", "sets": results}))
+        print(json.dumps({"engine": engine, "sets": results}))
     else:
         print_report(results)
     return 0

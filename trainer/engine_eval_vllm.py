@@ -16,17 +16,15 @@ from __future__ import annotations
 import json
 import sys
 import urllib.request
-from contextlib import nullcontext
 from pathlib import Path
 
+from trainer import engine_eval
 from trainer.engine_eval import (
     EngineError,
     PromptFigure,
     SetFigures,
     _post,
-    print_report,
     report,
-    started_server,
 )
 
 SPEC = "vllm:spec_decode_num_"
@@ -163,27 +161,14 @@ def compare(
 
 
 def run_engine(args, sets: dict[str, list[list[int]]], drafter: Path, target: Path, evaluate_fn) -> int:
-    """``--engine vllm``: measure on ``--server`` or on a server started for the drafter."""
-    try:
-        server = (
-            nullcontext(args.server)
-            if args.server
-            else started_server(
-                drafter,
-                target,
-                args.depth,
-                command=lambda port: serve_command(drafter, target, args.depth, port),
-            )
-        )
-        with server as url:
-            results = compare(
-                url, sets, args.max_new_tokens, evaluate_fn, drafter, target, args.tolerance, args.ngram_max
-            )
-    except EngineError as exc:
-        print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({"engine": "vllm", "sets": results}))
-    else:
-        print_report(results)
-    return 0
+    """``--engine vllm``: engine_eval.run_engine with vLLM's comparison and server."""
+    return engine_eval.run_engine(
+        args,
+        sets,
+        drafter,
+        target,
+        evaluate_fn,
+        engine="vllm",
+        compare_fn=compare,
+        command=lambda port: serve_command(drafter, target, args.depth, port),
+    )

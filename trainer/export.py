@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,20 @@ def training_estimate(checkpoint: Path) -> dict[str, Any] | None:
             "source": "hsmon train's held-out evaluation at its last step"}
 
 
+def process_umask() -> int:
+    """The process's umask, read without changing it (Linux's /proc), else by setting it back."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfloat16",
                       serving_class: str = DEFAULT_SERVING_CLASS, engine: str = SGLANG) -> Path:
     """Write the SGLang draft-model directory for a checkpoint; returns ``out``."""
@@ -158,6 +173,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str = "bfl
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".model.safetensors.partial"
     save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "hsmon"})
+    # safetensors writes 0600; the engine that serves the drafter may run as another user
+    os.chmod(tmp, 0o666 & ~process_umask())
     tmp.replace(out / "model.safetensors")
     atomic_write(out / "config.json", lambda fh: fh.write((json.dumps(config, indent=2) + "\n").encode()))
     return out

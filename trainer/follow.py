@@ -244,7 +244,8 @@ class FollowRun:
                 self.writer.emit(ev.STOPPED, reason="signal", tokens=cursor.tokens, **fields)
             return exit_status(self.training.stop_requested)
         self.training.nonfinite_rows = len(self.window.nonfinite)
-        training._emit_done(guard, out_of_time=ended == "out_of_time")
+        training._emit_done(guard, out_of_time=ended == "out_of_time",
+                            ended_by="max_steps" if ended == "max_steps" else None)
         return 0
 
     def _iteration(self, guard: LossGuard, counters: dict[str, Any], interval: Interval,

@@ -288,7 +288,9 @@ class Training:
         )
         interval.start, interval.tokens, interval.wait = now, 0, 0.0
 
-    def _emit_done(self, guard: LossGuard, out_of_time: bool) -> None:
+    def _emit_done(self, guard: LossGuard, out_of_time: bool, ended_by: str | None = None) -> None:
+        """The held-out evaluation, the estimate and the ``done`` event; ``ended_by``: the limit that
+        ended the run (``time_limit``, ``max_steps``), None when its work was done."""
         stats = self.evaluate_and_emit()
         in_sync = ranks_in_sync(self.drafter, self.world)
         est = expected_accept_length(stats.accs) if stats else None
@@ -302,7 +304,9 @@ class Training:
                 step=self.cursor.step,
                 tokens=self.cursor.tokens,
                 epochs_done=self.cursor.epoch,
+                total_steps=self.total_steps,
                 time_limit_reached=out_of_time,
+                ended_by="time_limit" if out_of_time else ended_by,
                 eval_accs=stats.accs if stats else None,
                 skipped_steps=guard.skipped,
                 nonfinite_rows=self.nonfinite_rows,

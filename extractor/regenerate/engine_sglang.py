@@ -48,6 +48,7 @@ class SGLangEngine:
         self._nonce = os.urandom(4).hex()
         self._count = 0
         self._lock = threading.Lock()
+        self._in_flight: dict[str, str] = {}  # rid -> url: what a stop aborts on the servers
         self._local = threading.local()
         for fact in self.facts:
             print(f"hsmon regenerate: {fact.url}: SGLang {fact.raw.get('version') or 'unknown'}, model "
@@ -78,8 +79,15 @@ class SGLangEngine:
         timeout = self.options.request_timeout
 
         def post(url: str) -> bytes:
-            return post_generate(self._session(), url, self._body(self._rid(row), prompt, seed,
-                                                                  self.sampling.max_new_tokens), timeout)
+            rid = self._rid(row)
+            with self._lock:
+                self._in_flight[rid] = url
+            try:
+                return post_generate(self._session(), url, self._body(rid, prompt, seed,
+                                                                      self.sampling.max_new_tokens), timeout)
+            finally:
+                with self._lock:
+                    self._in_flight.pop(rid, None)
 
         def evidence(url: str) -> str:
             body = self._body(self._rid(row, "probe"), probe_ids(prompt), seed, 1)
@@ -110,7 +118,15 @@ class SGLangEngine:
                 "dtype": sorted({f.dtype for f in self.facts}), "deterministic": self.deterministic}
 
     def close(self) -> None:
-        return None
+        """Abort the answers still in flight (a stop: their rows are drawn again on resume), so that
+        the servers do not decode for nobody (SGLang's /abort_request, best effort)."""
+        with self._lock:
+            in_flight = dict(self._in_flight)
+        for rid, url in in_flight.items():
+            try:
+                requests.post(url + "/abort_request", json={"rid": rid}, timeout=2.0)
+            except requests.RequestException:
+                continue
 
 
 def default_concurrency(facts: list[Any], max_new_tokens: int) -> int:

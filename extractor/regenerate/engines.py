@@ -61,6 +61,7 @@ class HFEngine:
 
     name = "hf"
     concurrency = 1
+    drains_on_stop = True  # a stop waits for the step in progress (extractor/regenerate/run.py)
 
     def __init__(self, model_dir: Path, sampling: Sampling, device: str, dtype: Any, pad_id: int | None,
                  stop_event: threading.Event) -> None:

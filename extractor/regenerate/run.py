@@ -38,6 +38,7 @@ from hsmon.contracts import layout, nofollow, regen_layout
 from hsmon.contracts.rejects import TRUNCATED, summary
 from hsmon.contracts.units import format_duration
 
+DRAIN_S = 120.0  # at most, for an in-process answer to end after a stop (one decoding step)
 WINDOW_PER_WORKER = 8  # rows fed ahead of the commit, per worker (memory bound; a slow row holds the rest)
 
 
@@ -258,6 +259,11 @@ class Workers:
         for thread in threads:
             while thread.is_alive() and not self.halt_or_stop().is_set():
                 thread.join(0.2)
+        if getattr(self.engine, "drains_on_stop", False):
+            # in-process: the answer being drawn ends at its next step (the engine's stopping
+            # criterion); leaving the process meanwhile would tear torch down under a running thread
+            for thread in threads:
+                thread.join(DRAIN_S)
         return self.error
 
     def halt_or_stop(self) -> threading.Event:

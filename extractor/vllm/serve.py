@@ -112,6 +112,22 @@ def num_layers_of(model_path: Path) -> int:
     return int(config.get("text_config", config).get("num_hidden_layers", 0))
 
 
+def capture_refusal(model_path: Path) -> str | None:
+    """One line when vLLM's class for the model does not capture for EAGLE-3 (hsmon's table of vLLM's
+    classes, derived from its code: hsmon/contracts/vllm_classes.py), else None."""
+    from hsmon.contracts import vllm_classes
+
+    config = json.loads((model_path / "config.json").read_text())
+    arch = str((config.get("architectures") or ["?"])[0])
+    if arch in vllm_classes.EAGLE3_CLASSES:
+        return None
+    return (
+        f"--model-path {model_path}: vLLM {vllm_classes.RELEASE}'s {arch} does not capture layers for "
+        'EAGLE-3 (docs/vllm.md, "Layer ids per engine", lists the classes that do); serve it with '
+        "hsmon sglang-serve, or extract in-process (--backend hf)"
+    )
+
+
 def capture_args(points: list[int], num_layers: int, dump_root: str, cpu: bool) -> list[str]:
     """vLLM's extraction flags: the points' ids (vLLM's rule) and the last layer's (the client applies
     the model's final norm to it), and the hidden-states connector writing under ``dump_root``."""
@@ -209,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
                 json.dumps(speculative_config(Path(args.draft), args.draft_tokens, model_path)),
             ]
         else:
+            refusal = capture_refusal(model_path)
+            if refusal:
+                raise ServeError(refusal)
             engine_args = capture_args(points, num_layers, os.path.abspath(args.dump_dir), cpu)
     except (ServeError, ModelUnavailable, DraftError) as exc:
         print(f"hsmon vllm-serve: {exc}", file=sys.stderr)
@@ -225,11 +244,16 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"hsmon vllm-serve: {refusal}", file=sys.stderr)
         return 2
+    description = Path(os.path.abspath(args.dump_dir)) / DESCRIPTION
     if not args.draft:
-        describe(Path(os.path.abspath(args.dump_dir)), points, num_layers, model_path, args.host, args.port)
+        describe(description.parent, points, num_layers, model_path, args.host, args.port)
     env = build_env(dict(os.environ), cpu)
     cmd = build_command(python, str(model_path), args.host, args.port, extra, engine_args)
     print(f"hsmon vllm-serve: {plain_launch_line(cmd, env, dict(os.environ))}", file=sys.stderr, flush=True)
-    return supervise(
-        cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout, program="vllm-serve", loaded=None
-    )
+    try:
+        return supervise(
+            cmd, env, f"http://{args.host}:{args.port}", args.ready_timeout, program="vllm-serve", loaded=None
+        )
+    finally:
+        if not args.draft:  # once the server is gone, no one captures what the file says
+            description.unlink(missing_ok=True)

@@ -54,7 +54,9 @@ class JobState:
         # "starting" keeps that clock, or a reader sees the clock of an unchanged state move
         first_start = self.state is None and new == "starting"
         previous, self.state = self.state, new
-        self.since_ts = self.since_ts if first_start else now
+        if not first_start:  # from the job's own record (when it really ended) where it has one
+            own = decision.since_ts
+            self.since_ts = own if own is not None and own <= now else now
         self.transitions_total += 1
         self.transitions_by_state[new] = self.transitions_by_state.get(new, 0) + 1
         self.events.append(

@@ -23,7 +23,7 @@ from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.online_job import both_sides, slower_eta
 from hsmon.core.state import decide
 from hsmon.core.state_blind import blind_decision, blind_entries, stale_status
-from hsmon.core.state_facts import Decision, ProcessFacts, Snapshot, StopFacts
+from hsmon.core.state_facts import Decision, DoneFacts, ProcessFacts, Snapshot, StopFacts
 from hsmon.core.tracker_errors import TrackerErrors
 from hsmon.core.trackers import disk
 from hsmon.core.trackers.base import Tracker, poll_all, sections
@@ -40,8 +40,9 @@ log = logging.getLogger("hsmon.monitor")
 
 
 def _kind_of_output(out: OutputSection | None) -> str | None:
-    """The job kind an output directory shows by itself (a regeneration's manifest), else None."""
-    return "regenerate" if out is not None and out.layout == "regenerate" else None
+    """The job kind an output directory shows by itself: hsmon's manifest is an extraction's, a
+    regeneration's its own; None for another tool's layout (SpecForge, speculators) or none."""
+    return {"hsmon": "extract", "regenerate": "regenerate"}.get(out.layout) if out is not None else None
 
 
 class JobRuntime:
@@ -321,6 +322,7 @@ class JobRuntime:
             terminal_kind=pr.terminal_kind if pr else None,
             terminal_ts=pr.terminal_ts if pr else None,
             stopped=StopFacts.of_event(pr.terminal_event) if pr else None,
+            done=DoneFacts.of_event(pr.terminal_event) if pr else None,
             paused_reason=pr.paused_reason if pr else None,
             last_progress_ts=pr.last_progress_ts if pr else None,
             last_error=pr.last_error if pr else None,

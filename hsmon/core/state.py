@@ -30,7 +30,7 @@ from hsmon.contracts.units import format_duration
 from hsmon.core import logtail
 from hsmon.core.state_data import data_hints
 from hsmon.core.state_engine import engine_hints, server_blame
-from hsmon.core.state_facts import Decision, Hint, Snapshot, StopFacts, age, fmt_seconds
+from hsmon.core.state_facts import Decision, DoneFacts, Hint, Snapshot, StopFacts, age, fmt_seconds
 from hsmon.core.state_online import online_decision
 
 
@@ -167,13 +167,14 @@ def _decide_job(snap: Snapshot) -> Decision:
     hints = hints_for(snap)
 
     if snap.terminal_kind is not None:
+        # the state's clock (state_since_ts) is the ending's own time: the reason stays one line
         if snap.terminal_kind == "done":
-            return Decision("done", "the job reported done", hints)
-        # when it stopped is the state's own clock (state_since_ts): the reason stays the same line
-        return Decision("stopped", stopped_reason(snap, snap.stopped or StopFacts(), None), hints)
+            return Decision("done", done_reason(snap.done), hints, since_ts=snap.terminal_ts)
+        return Decision("stopped", stopped_reason(snap, snap.stopped or StopFacts(), None), hints,
+                        since_ts=snap.terminal_ts)
     ending = _output_ending(snap)
     if ending is not None:
-        return Decision(ending[0], ending[1], hints)
+        return Decision(ending[0], ending[1], hints, since_ts=snap.output_ending_ts)
 
     gone = _process_verdict(snap, hints)
     if gone is not None:
@@ -324,6 +325,20 @@ def _output_ending(snap: Snapshot) -> tuple[str, str] | None:
         facts.append(f"took {format_duration(snap.output_run_seconds)}")
     detail = f" ({', '.join(facts)})" if facts else ""
     return "done", f"the output's manifest says the run finished{when}{detail}"
+
+
+def done_reason(done: DoneFacts | None) -> str:
+    """"the job reported done", or the limit that ended it: "the training reached its time limit
+    (--time-limit) at step 77 of 100 (77 %)" (its bar short of the end is no failure)."""
+    if done is None or done.limit is None:
+        return "the job reported done"
+    what = "its time limit (--time-limit)" if done.limit == "--time-limit" else "its step limit (--max-steps)"
+    at = ""
+    if done.step is not None:
+        at = f" at step {done.step}"
+        if done.total_steps:
+            at += f" of {done.total_steps} ({100.0 * done.step / done.total_steps:.0f} %)"
+    return f"the training reached {what}{at}"
 
 
 def stopped_reason(snap: Snapshot, stop: StopFacts, ts: float | None, who: str = "the job") -> str:

@@ -64,6 +64,31 @@ class StopFacts:
 
 
 @dataclass
+class DoneFacts:
+    """What ended a run that reported done, from its ``done`` event: a limit the user set (the
+    training's ``--time-limit`` or ``--max-steps``) rather than its whole work, and how far it got."""
+
+    limit: str | None = None  # "--time-limit", "--max-steps"; None: the work was done
+    step: int | None = None
+    total_steps: int | None = None
+
+    @classmethod
+    def of_event(cls, e: dict[str, Any] | None) -> DoneFacts | None:
+        if not e or e.get("kind") != "done":
+            return None
+        ended_by = e.get("ended_by")
+        limit = {"time_limit": "--time-limit", "max_steps": "--max-steps"}.get(str(ended_by))
+        if limit is None and e.get("time_limit_reached") is True:  # a trainer older than ended_by
+            limit = "--time-limit"
+
+        def num(key: str) -> int | None:
+            v = e.get(key)
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+        return cls(limit=limit, step=num("step"), total_steps=num("total_steps"))
+
+
+@dataclass
 class ServerFacts:
     """One inference server the job talks to (hsmon/core/trackers/server.py measures it)."""
 
@@ -90,6 +115,7 @@ class Snapshot:
     terminal_kind: str | None = None  # done | stopped (after the last start)
     terminal_ts: float | None = None
     stopped: StopFacts | None = None  # the ``stopped`` event's word (terminal_kind "stopped")
+    done: DoneFacts | None = None  # the ``done`` event's word (terminal_kind "done")
     events_start_ts: float | None = None  # the last start event's time
     paused_reason: str | None = None
     last_progress_ts: float | None = None  # last event that moved a counter
@@ -135,6 +161,9 @@ class Decision:
     reason: str
     hints: list[Hint]
     online: OnlineSection | None = None  # an online job's section, made with its verdict
+    # when the state began by the job's own record (its done event, its manifest's ending), not
+    # when the monitor first saw it: a run that ended 28 minutes ago reads "done for 28m"
+    since_ts: float | None = None
 
 
 def age(now: float, ts: float | None) -> float | None:

@@ -75,6 +75,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the online recipe instead: `hsmon online` (extract and train --follow --passes 2 "
         "at once, with the daemon; 3x --train-seconds of steps at most), then eval-drafter (headless)",
     )
+    parser.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="the target's own answers first: `hsmon regenerate` of the sample (watched by the daemon and "
+        "the dashboard), then the extraction reads them (docs/regenerate.md)",
+    )
     parser.add_argument("--port", type=port_number, default=0, metavar="PORT",
                         help="the daemon's port (default 0: any free one; 9108 lets `hsmon status` and "
                         "`hsmon tui` in another terminal read it with their defaults)")
@@ -122,7 +128,9 @@ def fresh_start(base: Path) -> str:
     """Remove an earlier demo's extraction, training and events; a new control token (returned)."""
     shutil.rmtree(base / "extract", ignore_errors=True)
     shutil.rmtree(base / "drafter", ignore_errors=True)  # a fresh training, not a resumed one
-    (base / "events.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(base / "regen", ignore_errors=True)
+    for name in ("events.jsonl", "regen-events.jsonl"):
+        (base / name).unlink(missing_ok=True)
     token = secrets.token_hex(16)
     token_file = base / "control-token"
     token_file.write_text(token + "\n")
@@ -149,17 +157,20 @@ def start_extraction(base: Path, setup: dict[str, Any]) -> subprocess.Popen[byte
         )  # fmt: skip
 
 
-def start_daemon(base: Path, extraction_pid: int, port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
-    """A real `hsmon daemon` watching the extraction, with the control token, on ``port`` (0: any free
-    one); (process, URL)."""
+def start_daemon(base: Path, extraction_pid: int | None, port: int = 0,
+                 config: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A real `hsmon daemon` watching the extraction (and ``config``'s jobs), with the control token,
+    on ``port`` (0: any free one); (process, URL). No ``extraction_pid``: the extraction starts later,
+    its PID read from its events."""
     with open(base / "daemon.log", "ab") as log:
         return daemon_process.spawn(
             [
+                *(["--config", str(config)] if config is not None else []),
                 "--job", "extract",
                 "--kind", "extract",
                 "--out", str(base / "extract"),
                 "--events", str(base / "events.jsonl"),
-                "--pid", str(extraction_pid),
+                *(["--pid", str(extraction_pid)] if extraction_pid is not None else []),
                 "--control-token-file", str(base / "control-token"),
                 "--scan-interval", "1",
             ],
@@ -236,7 +247,7 @@ def run_in_tui(pipeline: Pipeline, stop: DemoStop) -> None:
     stop.app = None
     if stop.signum is None and pipeline.thread.is_alive() and pipeline.phase == "evaluating":
         finish_eval_in_terminal(pipeline)
-    if pipeline.thread.is_alive() and pipeline.extraction.poll() is None:
+    if pipeline.thread.is_alive() and pipeline.extraction is not None and pipeline.extraction.poll() is None:
         print("demo: stopping the extraction (run `make demo` again to start over)")
 
 
@@ -305,17 +316,27 @@ def run_demo(args: argparse.Namespace, base: Path, interactive: bool, stop: Demo
 
         return run_online(base, setup, args.train_seconds, args.eval_prompts)
     token = fresh_start(base)
-    extraction = daemon = None
+    extraction = daemon = regeneration = None
     pipeline: Pipeline | None = None
     try:
-        extraction = start_extraction(base, setup)
+        if args.regenerate:
+            from hsmon.demo.regenerate import daemon_config, start_regeneration
+
+            regeneration = start_regeneration(base, setup)
+            (base / "extract").mkdir()  # watched from the start: written once the answers are in
+            print(f"demo: regeneration pid {regeneration.pid} ({setup['rows']} rows) -> {base / 'regen'}; "
+                  "then the extraction of the target's own answers", flush=True)
+        else:
+            extraction = start_extraction(base, setup)
         try:
-            daemon, url = start_daemon(base, extraction.pid, args.port)
+            daemon, url = start_daemon(base, extraction.pid if extraction else None, args.port,
+                                       daemon_config(base) if regeneration else None)
         except daemon_process.DaemonStartError as exc:
             print(f"demo: {exc}; see {base / 'daemon.log'}", file=sys.stderr)
             return 1
         out = base / "extract"
-        print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
+        if extraction is not None:
+            print(f"demo: extraction pid {extraction.pid} ({setup['rows']} rows) -> {out}", flush=True)
         print(f"demo: daemon {url} (metrics {url}/metrics); logs in {base}", flush=True)
         if not args.no_train:
             print(
@@ -324,7 +345,9 @@ def run_demo(args: argparse.Namespace, base: Path, interactive: bool, stop: Demo
                 flush=True,
             )
         started = time.monotonic()
-        run = DemoRun(base, url, token, setup, extraction)
+        regenerated = {**setup, "data": str(base / "regen")}
+        run = DemoRun(base, url, token, setup, extraction, regeneration,
+                      lambda: start_extraction(base, regenerated))
         pipeline = make_pipeline(run, args, interactive, stop)
         if interactive:
             run_in_tui(pipeline, stop)
@@ -339,7 +362,10 @@ def run_demo(args: argparse.Namespace, base: Path, interactive: bool, stop: Demo
         return 0 if ok else 1
     finally:
         stop.stopped = pipeline.stop() if pipeline is not None else []
-        for proc, name in ((extraction, "the extraction"), (daemon, "the daemon")):
+        if pipeline is not None:
+            extraction = pipeline.extraction  # started by the pipeline after a regeneration
+        for proc, name in ((regeneration, "the regeneration"), (extraction, "the extraction"),
+                           (daemon, "the daemon")):
             if _stop(proc, name):
                 stop.stopped.append(name)
 

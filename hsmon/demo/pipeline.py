@@ -78,7 +78,10 @@ class DemoRun:
     url: str
     token: str
     setup: dict[str, Any]
-    extraction: subprocess.Popen[bytes]
+    extraction: subprocess.Popen[bytes] | None
+    # DEMO_ARGS=--regenerate: the regeneration runs first; the extraction starts once it is done
+    regeneration: subprocess.Popen[bytes] | None = None
+    start_extraction: Callable[[], subprocess.Popen[bytes]] | None = None
 
 
 class Pipeline:
@@ -96,11 +99,12 @@ class Pipeline:
         base = run.base
         self.base, self.url, self.token, self.setup = base, run.url, run.token, run.setup
         self.extraction, self.train, self.train_seconds = run.extraction, train, train_seconds
+        self.regeneration, self.start_extraction = run.regeneration, run.start_extraction
         self.say, self.on_launched = say, on_launched
         self.profile = PROFILES[run.setup.get("preset", "embedded")]
         self.out, self.events = base / "extract", base / "events.jsonl"
         self.drafter = base / "drafter"
-        self.phase = "extracting"
+        self.phase = "regenerating" if self.regeneration is not None else "extracting"
         self.phase_started = time.monotonic()
         self.results: dict[str, Any] = {}
         self.ok: bool | None = None
@@ -135,6 +139,14 @@ class Pipeline:
                 return state
 
     def _run(self) -> bool:
+        if self.regeneration is not None:  # the target's own answers first (hsmon/demo/regenerate.py)
+            from hsmon.demo.regenerate import finish_regeneration
+
+            if not finish_regeneration(self) or self.start_extraction is None or self.cancel.is_set():
+                return False
+            self.extraction = self.start_extraction()
+            self._phase("extracting")
+        assert self.extraction is not None
         started = time.monotonic()
         while self.extraction.poll() is None:
             if self.cancel.wait(0.5):

@@ -27,6 +27,11 @@ def summary(pipeline: Pipeline) -> list[str]:
             f"  target      {setup.get('preset', 'embedded')}: {setup['model']} "
             f"(prepared with {setup['rows']} rows in {setup['prepare_seconds']:.1f} s)"
         )
+    r = pipeline.results.get("regeneration")
+    if r:
+        from hsmon.demo.regenerate import summary_line
+
+        lines.append(summary_line(r))
     x = pipeline.results.get("extraction")
     if x:
         lines.append(

@@ -81,15 +81,19 @@ class RegenerateTracker:
             return None
         figures, rate = from_manifest if from_manifest is not None else (events, None)
         assert figures is not None
+        eta = None if figures["done"] else token_eta(figures, rate)
         if tick.progress is not None and self.rt.progress is not None and self.rt.progress.started:
-            rate = tick.progress.tokens_per_s  # the events' own clock: finer than the manifest's polls
+            # the events' own clock, finer than the manifest's polls; the job's ETA is already by tokens
+            # (hsmon/core/eta.py: the run sends its tokens' estimate), one figure everywhere
+            rate = tick.progress.tokens_per_s
+            eta = 0.0 if figures["done"] else tick.progress.eta_s
             if tick.progress.rows_total is not None:
                 figures["rows_total"] = tick.progress.rows_total
         compared, compared_tokens, source = figures["compared"]
         return RegenerateSection(
             rows_done=figures["rows_done"], rows_total=figures["rows_total"], rejects=figures["rejects"],
             answers=figures["answers"], generated_tokens=figures["generated_tokens"], tokens_per_s=rate,
-            eta_s=0.0 if figures["done"] else token_eta(figures, rate), finish=figures["finish"],
+            eta_s=0.0 if figures["done"] else eta, finish=figures["finish"],
             truncated_rows=figures["truncated_rows"],
             mean_answer_tokens=compared_tokens / compared if compared else None,
             mean_source_tokens=source / compared if compared else None,

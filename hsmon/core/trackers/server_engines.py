@@ -18,12 +18,11 @@ import itertools
 import json
 import os
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from hsmon.core.trackers.server_http import Unreachable, http_get
+from hsmon.core.trackers.server_http import Unreachable, http_get, listening_pids
 
 SGLANG, VLLM = "sglang", "vllm"
 _health_ids = itertools.count(1)
@@ -103,16 +102,8 @@ def vllm_launch(url: str) -> dict[str, Any] | None:
     started with it; None when the server is not local, not readable here, or decodes plainly."""
     import psutil
 
-    parts = urllib.parse.urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
-        return None
     try:
-        pids = {
-            c.pid
-            for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid
-        }
-        for pid in sorted(pids):
+        for pid in listening_pids(url):
             args = psutil.Process(pid).cmdline()
             for i, arg in enumerate(args):
                 text = args[i + 1] if arg == "--speculative-config" and i + 1 < len(args) else None

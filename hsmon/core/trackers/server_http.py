@@ -26,22 +26,25 @@ def http_get(url: str, timeout: float) -> tuple[int, bytes]:
         raise Unreachable(str(reason) or type(exc).__name__) from None
 
 
+def listening_pids(url: str) -> list[int]:
+    """The processes that listen on a local URL's port (none for a remote URL); psutil.Error may rise."""
+    import psutil
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
+        return []
+    return sorted({c.pid for c in psutil.net_connections(kind="tcp")
+                   if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid})
+
+
 def sglang_timeout_of(url: str) -> tuple[float, str] | None:
     """SGLang's own /health_generate timeout for a server on this machine: SGLANG_HEALTH_CHECK_TIMEOUT
     in the environment of the process that listens on the URL's port (``hsmon sglang-serve`` passes
     its environment on), else SGLang's default. None when not local or not readable."""
     import psutil
 
-    parts = urllib.parse.urlsplit(url)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or parts.port is None:
-        return None
     try:
-        pids = {
-            c.pid
-            for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid
-        }
-        for pid in sorted(pids):
+        for pid in listening_pids(url):
             value = psutil.Process(pid).environ().get("SGLANG_HEALTH_CHECK_TIMEOUT")
             if value is None:
                 return SGLANG_DEFAULT_HEALTH_TIMEOUT, f"SGLang's default (unset for PID {pid})"
