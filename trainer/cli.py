@@ -138,7 +138,25 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def over_checkpoint(args: argparse.Namespace) -> str | None:
+    """No silent restart: why a run into an --out that holds a checkpoint is refused (before torch
+    loads: at once), unless --resume or --restart says what to do with it."""
+    step = defaults.checkpoint_step_in(args.out)
+    if step is None or args.resume or args.restart or args.follow:
+        return None
+    name = f"step-{step:08d}.pt"
+    held = f"--out {args.out} holds a checkpoint at step {step} ({name})"
+    if args.launched:
+        return f"{held}: Resume in the dashboard's training form goes on from it"
+    return (f"{held}: add --resume to go on from step {step}, or --restart to start over at step 0 (its "
+            "checkpoints are removed)")
+
+
 def _run(args: argparse.Namespace) -> int:
+    refusal = over_checkpoint(args)
+    if refusal:
+        print(f"hsmon train: {refusal}", file=sys.stderr)
+        return 2
     import torch
 
     from trainer.checkpoint import CheckpointRefused

@@ -308,6 +308,9 @@ def _run(args: argparse.Namespace, progress: EvalProgress) -> int:
         tokenize = chat = None
         try:
             from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # one progress line of its own (trainer/eval_progress.py)
 
             tokenizer = AutoTokenizer.from_pretrained(target_dir)
             tokenize = lambda text: tokenizer(text)["input_ids"]  # noqa: E731

@@ -68,7 +68,7 @@ def train(settings: TrainSettings, body: Any = None) -> int:
         if world.main:
             locks = hold_outputs(settings)
         if not settings.follow:
-            over_checkpoint(settings, world)
+            restart_over_checkpoint(settings, world)
     except (DataError, CheckpointRefused):
         for lock in locks:
             lock.release()
@@ -106,24 +106,17 @@ def train(settings: TrainSettings, body: Any = None) -> int:
             lock.release()
 
 
-def over_checkpoint(settings: TrainSettings, world: Dist) -> None:
-    """No silent restart: an --out that holds a checkpoint is refused (CheckpointRefused, naming the
-    step and both ways on) unless --resume goes on from it or --restart removes it first."""
+def restart_over_checkpoint(settings: TrainSettings, world: Dist) -> None:
+    """--restart: the checkpoints of --out removed first, under its lock (trainer/cli.py refuses a
+    run over a checkpoint without --resume or --restart before torch loads)."""
     found = latest_checkpoint(settings.out)
-    if found is None or settings.resume:
+    if found is None or settings.resume or not settings.restart:
         return
-    step = checkpoint_step(found)
-    if not settings.restart:
-        how = ("Resume in the dashboard's training form goes on from it" if settings.launched else
-               f"add --resume to go on from step {step}, or --restart to start over at step 0 (its "
-               "checkpoints are removed)")
-        raise CheckpointRefused(f"--out {settings.out} holds a checkpoint at step {step} "
-                                f"({found.name}): {how}")
     world.barrier()  # every rank has seen it before rank 0 removes it
     if world.main:
         removed = remove_checkpoints(settings.out)
         print(f"hsmon train: --restart: removed {removed} checkpoint(s) of {settings.out} (up to step "
-              f"{step}); starting at step 0", file=sys.stderr, flush=True)
+              f"{checkpoint_step(found)}); starting at step 0", file=sys.stderr, flush=True)
     world.barrier()
 
 

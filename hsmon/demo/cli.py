@@ -274,9 +274,6 @@ def main(argv: list[str] | None = None) -> int:
     if stop.signum is not None:
         stop_signals.say(stop.line(stop.stopped))
         return stop_signals.exit_status(stop.signum)
-    hint = path_hint()
-    if hint:
-        print(hint, flush=True)
     return code
 
 
@@ -358,6 +355,9 @@ def run_demo(args: argparse.Namespace, base: Path, interactive: bool, stop: Demo
         ok = bool(pipeline.ok)
         verdict = "OK" if ok else "FAILED or interrupted"
         if stop.signum is None:
+            hint = path_hint()
+            if hint:
+                print(hint, flush=True)
             print(f"demo: {verdict} in {time.monotonic() - started:.0f} s", flush=True)
         return 0 if ok else 1
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -25,6 +24,7 @@ from typing import Any
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.contracts.train_defaults import checkpoint_step_in
 from hsmon.launch import unit as launch_unit
 from hsmon.launch.child import LOG_NAME, LaunchSpec, open_child, write_pidfile
 from hsmon.launch.paths import PathRule, checked_paths
@@ -51,7 +51,6 @@ FIELDS = (
 # drafter architectures of `hsmon train --arch` (trainer/model.py ARCHS; no torch import here)
 ARCHS = ("eagle3", "eagle3.1")
 EVENTS_NAME = "events.jsonl"
-CHECKPOINT_NAME = re.compile(r"^step-(\d+)\.pt$")  # trainer/checkpoint.py's names (no torch here)
 
 
 @dataclass
@@ -202,18 +201,6 @@ def validate_training_request(
         restart=restart,
         roots=rule.roots,
     ), {}
-
-
-def checkpoint_step_in(out_dir: str | os.PathLike[str]) -> int | None:
-    """The step of the newest checkpoint a training left in ``out_dir`` (by its name, as hsmon train
-    names them: checkpoints/step-00000013.pt), or None when it holds none."""
-    directory = Path(out_dir) / "checkpoints"
-    try:
-        found = [CHECKPOINT_NAME.match(name) for name in os.listdir(directory)]
-    except OSError:
-        return None
-    steps = [int(match.group(1)) for match in found if match]
-    return max(steps) if steps else None
 
 
 def over_checkpoint_error(out_dir: str, step: int, form: bool) -> str:
