@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from extract_helpers import events_of, make_dataset, run_extract, tiny_model  # noqa: F401
+import train_helpers
+from extract_helpers import events_of, make_dataset, tiny_model  # noqa: F401
 from regen_helpers import EMBEDDED, chat_rows, env, regen_cmd, write_rows
 from stop_helpers import Foreground
 
@@ -31,12 +32,11 @@ REFERENCE_DRAFTER = Path(__file__).resolve().parents[1] / "hsmon" / "demo" / "re
 
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:  # noqa: F811
-    """A finished extraction of the tiny target (a real `hsmon extract`): what the trainings read."""
-    base = tmp_path_factory.mktemp("ctrl-c")
-    data = make_dataset(base / "data.jsonl", 48, min_lines=2, max_lines=4)
-    done = run_extract(data, base / "data", tiny_model, "--chunk-size", "16")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return base / "data"
+    """Rows of the tiny target in hsmon extract's layout (written in-process: the trainer is the
+    process under test)."""
+    data = tmp_path_factory.mktemp("rows") / "data"
+    train_helpers.write_rows(tiny_model, data, train_helpers.markov_sequences(32, 40, seed=3))
+    return data
 
 
 def hsmon(*argv: str) -> list[str]:

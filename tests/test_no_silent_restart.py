@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from extract_helpers import events_of, make_dataset, run_extract, tiny_model  # noqa: F401
+from extract_helpers import events_of, tiny_model  # noqa: F401
 from regen_helpers import env
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
+from train_helpers import markov_sequences, write_rows
 
 from hsmon.core.config import JobConfig
 from hsmon.launch.training import validate_training_request
@@ -35,11 +37,26 @@ SAID: list[str] = []  # the dashboard's notifications (they fade from the screen
 
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:  # noqa: F811
-    base = tmp_path_factory.mktemp("restart")
-    data = make_dataset(base / "data.jsonl", 48, min_lines=2, max_lines=4)
-    done = run_extract(data, base / "data", tiny_model, "--chunk-size", "16")
-    assert done.returncode == 0, done.stderr[-2000:]
-    return base / "data"
+    """Rows of the tiny target in hsmon extract's layout (written in-process: the trainer is the
+    process under test)."""
+    data = tmp_path_factory.mktemp("rows") / "data"
+    write_rows(tiny_model, data, markov_sequences(32, 40, seed=3))
+    return data
+
+
+@pytest.fixture(scope="module")
+def checkpointed(extracted: Path, tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:  # noqa: F811
+    """A training's --out after 2 steps (its checkpoint at step 2); each test works on a copy."""
+    out = tmp_path_factory.mktemp("first") / "drafter"
+    first = train(extracted, out, tiny_model, "--max-steps", "2")
+    assert first.returncode == 0, first.stderr[-2000:]
+    return out
+
+
+def copy_of(checkpointed: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "drafter"
+    shutil.copytree(checkpointed, out, ignore=shutil.ignore_patterns("*.lock", "train.pid"))
+    return out
 
 
 def train(extracted: Path, out: Path, model: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -48,11 +65,9 @@ def train(extracted: Path, out: Path, model: Path, *extra: str) -> subprocess.Co
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env())
 
 
-def test_a_training_over_a_checkpoint_is_refused_unless_resume_or_restart(extracted: Path, tmp_path: Path,
-                                                                         tiny_model: Path) -> None:  # noqa: F811
-    out = tmp_path / "drafter"
-    first = train(extracted, out, tiny_model, "--max-steps", "2")
-    assert first.returncode == 0, first.stderr[-2000:]
+def test_a_training_over_a_checkpoint_is_refused_unless_resume_or_restart(
+        extracted: Path, checkpointed: Path, tmp_path: Path, tiny_model: Path) -> None:  # noqa: F811
+    out = copy_of(checkpointed, tmp_path)
     latest = (out / "checkpoints" / "LATEST").read_text()
     again = train(extracted, out, tiny_model, "--max-steps", "4")
     assert again.returncode == 2, again.stderr
@@ -102,10 +117,9 @@ async def wait_for(pilot: Pilot, condition: Callable[[], Any], what: str, timeou
 
 @pytest.mark.asyncio
 async def test_the_dashboard_resumes_and_draws_a_run_started_again_as_a_new_run(
-        extracted: Path, tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    out = tmp_path / "drafter"
-    first = train(extracted, out, tiny_model, "--max-steps", "2")
-    assert first.returncode == 0, first.stderr[-2000:]
+        extracted: Path, checkpointed: Path, tmp_path: Path, tiny_model: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = copy_of(checkpointed, tmp_path)
     for name, value in env(HSMON_TRAIN_STEP_DELAY_S="0.5").items():
         monkeypatch.setenv(name, value)  # the launched trainings' environment: slow steps
     monkeypatch.delenv("HSMON_TRAIN_COMMAND", raising=False)
@@ -123,6 +137,7 @@ async def test_the_dashboard_resumes_and_draws_a_run_started_again_as_a_new_run(
             form = app.screen
             form.query_one("#field-out_dir", Input).value = str(out)
             form.query_one("#field-target_model", Input).value = str(tiny_model)
+            form.query_one("#field-epochs", Input).value = "100"  # steps enough to stop it mid-run
             await pilot.pause(0.2)
             error = form.query_one("#error-out_dir", Static)
             said = str(error.render())

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from extract_helpers import make_dataset, run_extract, tiny_model  # noqa: F401
+from extract_helpers import tiny_model  # noqa: F401
 from regen_helpers import env
+from train_helpers import markov_sequences, write_rows
 
 pytestmark = pytest.mark.slow
 REFERENCE_DRAFTER = Path(__file__).resolve().parents[1] / "hsmon" / "demo" / "reference-drafter"
@@ -46,8 +47,7 @@ def on_terminal(argv: list[str], extra_env: dict[str, str] | None = None) -> tup
 
 def test_train_on_a_terminal_draws_a_line_and_writes_its_events_to_a_file(tmp_path: Path,
                                                                           tiny_model: Path) -> None:  # noqa: F811
-    data = make_dataset(tmp_path / "data.jsonl", 32, min_lines=2, max_lines=3)
-    assert run_extract(data, tmp_path / "data", tiny_model).returncode == 0
+    write_rows(tiny_model, tmp_path / "data", markov_sequences(24, 40, seed=4))  # the extractor's layout
     out = tmp_path / "drafter"
     code, text = on_terminal(hsmon("train", str(tmp_path / "data"), "--out", str(out), "--target-model",
                                    str(tiny_model), "--max-steps", "6", "--threads", "1"))
