@@ -250,7 +250,7 @@ def _regenerate(args: argparse.Namespace, data: str, out: Path, plan: Plan,
     argv = regen.regenerate_command(args, data, out, threads)
     print(f"hsmon online: regeneration ({threads} threads) -> {regen.regen_dir(out)}; then extraction and "
           "training on the target's own answers", flush=True)
-    return regen.run_regeneration(argv, out, stop, 0.0 if args.daemon else args.progress_every, _start)
+    return regen.run_regeneration(argv, out, stop, 0.0 if args.daemon else args.progress_every, _start, _stop)
 
 
 def extractor_waits_for_room(events: Path) -> bool:

@@ -67,10 +67,10 @@ def finished(out: Path) -> bool:
 
 
 def run_regeneration(argv: list[str], out: Path, stop: dict[str, int], every: float,
-                     start: Any, stream: IO[str] | None = None) -> int | None:
+                     start: Any, end: Any, stream: IO[str] | None = None) -> int | None:
     """Run the regeneration to its end, saying how far it is every ``every`` seconds (a line redrawn
     each second on a terminal); None when it finished well, else `hsmon online`'s exit status.
-    ``start(argv, log)`` starts a side (hsmon.online's, with its environment)."""
+    ``start(argv, log)`` starts a side and ``end(proc)`` stops one (hsmon.online's own)."""
     stream = stream or sys.stdout
     terminal = bool(getattr(stream, "isatty", lambda: False)())
     tracker = ProgressTracker(str(out / EVENTS))
@@ -105,10 +105,4 @@ def run_regeneration(argv: list[str], out: Path, stop: dict[str, int], every: fl
         print(f"hsmon online: regeneration done: {progress_text(tracker)} -> {regen_dir(out)}", flush=True)
         return None
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        end(proc)  # SIGTERM (it records where it stopped), SIGKILL if it does not end

@@ -4,7 +4,7 @@
 - a row the server refuses (longer than its context, its limits hidden so the client sends it) is a
   reject with the server's words, and the run goes on;
 - one run lives through everything a long regeneration meets: the server slowed (SGLang's own
-  /slow_down: each forward sleeps, so an answer takes longer than --stall-after whatever the machine)
+  /slow_down: each forward sleeps, so rows come further apart than --stall-after whatever the machine)
   reads silent ("the server decoded answers"), never stalled; its scheduler frozen (SIGSTOP) makes the
   server hung and the job stalled, the server named, a webhook with the run's figures; the server
   killed (-9) pauses the run (reason server); started again, the run resumes and ends equal to
@@ -106,9 +106,10 @@ def test_slow_reads_silent_frozen_reads_hung_killed_pauses_and_restarted_ends_eq
                                          "0.5", "--health-interval", "1", "--health-timeout", "4",
                                          "--notify-webhook", hook.url])
         wait_for_event(events, lambda e: e["kind"] == "rows", proc)
-        # slowed: each forward sleeps 0.3 s, an answer of 24 tokens takes 7 s, over --stall-after 3
-        post_json(server.url + "/slow_down", {"forward_sleep_time": 0.3})
-        states = watch_states(daemon, seconds=10)
+        # slowed: each forward sleeps 0.4 s, an answer of 24 tokens takes 10 s; two in flight, rows are
+        # committed at least 5 s apart once a cycle, over --stall-after 3: silent then, whatever the machine
+        post_json(server.url + "/slow_down", {"forward_sleep_time": 0.4})
+        states = watch_states(daemon, least=10, most=40, until="silent")
         assert "silent" in {s for s, _ in states} and "stalled" not in {s for s, _ in states}, states
         assert any("the server decoded answers" in why for s, why in states if s == "silent"), states
         scheduler = scheduler_of(server)
@@ -145,13 +146,16 @@ def test_slow_reads_silent_frozen_reads_hung_killed_pauses_and_restarted_ends_eq
     assert stalled and stalled[0]["kind"] == "regenerate" and stalled[0]["regenerate"]
 
 
-def watch_states(daemon: Daemon, seconds: float) -> list[tuple[str, str]]:
-    """The job's (state, reason) every 0.3 s for ``seconds``."""
-    seen = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+def watch_states(daemon: Daemon, least: float, most: float, until: str) -> list[tuple[str, str]]:
+    """The job's (state, reason) every 0.3 s, for ``least`` seconds and until state ``until`` was seen
+    (``most`` seconds at most)."""
+    seen: list[tuple[str, str]] = []
+    started = time.monotonic()
+    while time.monotonic() - started < most:
         job = daemon.job()
         seen.append((job["state"], job["reason"]))
+        if time.monotonic() - started >= least and any(s == until for s, _ in seen):
+            break
         time.sleep(0.3)
     return seen
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -69,7 +70,8 @@ def test_pool_spreads_by_load_pauses_when_all_down_resumes_and_gives_up(capsys):
     assert "waiting for one to answer (gives up after 0.2s" in line
     assert line.endswith("checking with backoff, at most every 5s")
     pool.succeeded("http://a")
-    assert capsys.readouterr().err.startswith("hsmon extract: resumed (server) after 0s: http://a answers")
+    resumed = capsys.readouterr().err  # "after 0s", or more where the machine stalled this thread
+    assert re.match(r"hsmon extract: resumed \(server\) after \d+s: http://a answers", resumed)
     resume = [e for e in kinds(stream) if e["kind"] == "resume"]
     assert progress.paused is None and resume[0]["reason"] == "server" and resume[0]["url"] == "http://a"
     assert "retry" in [e["kind"] for e in kinds(stream)]
@@ -167,7 +169,9 @@ def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, c
     big.write_bytes(b"x" * 500)
     waiter = threading.Thread(target=dump.wait_for_room)
     waiter.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30  # the waiter's first look can come late on a loaded machine
+    while progress.paused != "shm" and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert waiter.is_alive() and progress.paused == "shm"
     big.unlink()
     waiter.join(5)
@@ -180,7 +184,7 @@ def test_dump_dir_backpressure_pauses_until_files_are_consumed(tmp_path: Path, c
         f"hsmon extract: paused (shm): the dump directory {d} holds 500 B, over --max-dump-bytes 100 B; "
         "waiting for the server's dump files to be consumed (stop with SIGTERM), checking every 0.02s"
     )
-    assert resumed.startswith("hsmon extract: resumed (shm) after 0s: room again in ")
+    assert re.match(r"hsmon extract: resumed \(shm\) after \d+s: room again in ", resumed)
 
 
 def test_longest_input_from_server_info_sets_the_default_and_refuses_a_longer_option():
