@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout, spool
+from hsmon.contracts import layout, spool, stop_signals
 from hsmon.online_progress import Progress, failure_line, summary_lines
 
 
@@ -141,7 +141,7 @@ def daemon_config(out: Path, extract_pid: int | None, regenerate: bool = False) 
 
 
 # what a side that a signal stopped exits with (128 + SIGINT, 128 + SIGTERM): stopped, not failed
-STOPPED_STATUSES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+STOPPED_STATUSES = tuple(stop_signals.exit_status(s) for s in stop_signals.STOP_SIGNALS)
 
 
 def _start(argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         stop["signal"] = signum
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = stop_signals.install(on_signal)  # SIGINT, SIGTERM, and SIGHUP (a lost terminal)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         with open(out / "extract.log", "ab") as elog, open(out / "train.log", "ab") as tlog:
@@ -210,8 +210,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for name in ("train", "extract", "daemon"):
             _stop(procs.get(name))
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        stop_signals.restore(previous)
 
 
 def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]],
@@ -273,11 +272,11 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             progress.end_line()
         if stop["signal"]:
             name = signal.Signals(stop["signal"]).name
-            print(f"hsmon online: stopping both sides ({name}; resume with the same command and --resume)",
-                  flush=True)
+            stop_signals.say(f"hsmon online: stopping both sides ({name}; resume with the same command and "
+                             "--resume)")
             _stop(train)
             _stop(extract)
-            return 128 + stop["signal"]  # stopped, not done: a wrapping script sees no success
+            return stop_signals.exit_status(stop["signal"])  # stopped, not done: no success for a script
         ext_rc, train_rc = extract.poll(), train.poll()
         for side, rc, other in (("extraction", ext_rc, train), ("training", train_rc, extract)):
             if rc in STOPPED_STATUSES:  # a side stopped by a signal someone sent it alone

@@ -128,7 +128,6 @@ def test_cli_bad_input_gives_one_clear_line() -> None:
     import sys
 
     cases = {
-        (): "nothing to show: give --url URL",
         ("--url", "localhost:9108"): "--url localhost:9108: give a full URL",
         ("--url", "http://127.0.0.1:1", "--refresh", "0"): "--refresh 0.0: must be a positive number",
         ("--status-file", "/nonexistent/status.json"): "--status-file /nonexistent/status.json:",

@@ -47,6 +47,7 @@ class HsmonApp(App[None]):
         Binding("r", "poll_now", "refresh", show=False),  # in the help (the footer fits 80 columns)
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as htop and k9s: Ctrl-C quits
     ]
 
     # A var, not a reactive: a reactive on the app repaints the whole screen whenever it is set;

@@ -68,6 +68,8 @@ class JobHistory:
         if generated_ts is not None and generated_ts == self.last_generated_ts:
             return False
         self.last_generated_ts = generated_ts
+        if self.finished and job.state not in FINISHED_STATES:
+            self._new_run()  # started again after it ended (Resume, a new launch): never joined
         self._add_events(job.recent_events)
         self.finished = job.state in FINISHED_STATES
         if self.finished:
@@ -87,6 +89,15 @@ class JobHistory:
                 series.setdefault(srv.url, Series()).add(generated_ts, float(value or 0.0))
         self._add_training(job)
         return True
+
+    def _new_run(self) -> None:
+        """Forget the figures of the run that ended (its events stay in the log)."""
+        for series in self._series():
+            series.clear()
+        self.server_queued.clear()
+        self.server_tokens_per_s.clear()
+        self.unroll.clear()
+        self.last_step = None
 
     def _series(self) -> list[Series]:
         return [self.rows_per_s, self.tokens_per_s, self.bytes_per_s, self.dump_files,

@@ -25,19 +25,21 @@ PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
 
 
 class ProgressTracker:
-    def __init__(self, path: str, recent: int = 50) -> None:
+    def __init__(self, path: str, recent: int = 50, start: int = 0) -> None:
         self.path = path
-        self.reader = ev.EventFileReader(path)
+        self.reader = ev.EventFileReader(path, offset=start)  # ``start``: the job's first byte
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.exists = False
         self.job_id: str | None = None
         self.pid: int | None = None
         self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
+        self.dump_dir: str | None = None  # the start event's `dump_dir` (the same)
         self.started = False
         self.started_as: str | None = None  # the job kind its start event shows (extract, train)
         self.arch: str | None = None  # a trainer's start event's drafter architecture
         self.start_ts: float | None = None
+        self.wall_start_ts: float | None = None  # its process's start: the model load included
         self.rows_done = 0
         self.rows_total: int | None = None
         self.tokens_done = 0
@@ -144,6 +146,9 @@ class ProgressTracker:
 
     def _on_start(self, e: dict[str, Any], ts: float) -> None:
         self.started, self.start_ts = True, ts
+        self.training = None  # a new run of a training: the last one's figures are not its own
+        launched = ev.event_number(e, "process_started_ts")  # the load before the start event counts
+        self.wall_start_ts = launched if launched is not None and launched <= ts else ts
         self.started_as = started_as(e)
         arch = e.get("arch")  # a trainer's drafter architecture (eagle3, eagle3.1)
         self.arch = arch if isinstance(arch, str) else None
@@ -154,6 +159,8 @@ class ProgressTracker:
         self.runner_pid = runner if isinstance(runner, int) else None
         self.log_path = e.get("log") if isinstance(e.get("log"), str) else None
         self.log_lines = 0
+        dump = e.get("dump_dir")
+        self.dump_dir = dump if isinstance(dump, str) and dump.startswith("/") else None
         urls = e.get("urls")
         if isinstance(urls, list):
             self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
@@ -290,7 +297,7 @@ class ProgressTracker:
                 rows_per_s=rows_per_s,
                 tokens_per_s=tokens_per_s,
                 bytes_per_s=self._bytes_rate.rate(),
-                elapsed_s=((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
+                elapsed_s=((self.terminal_ts or now) - self.wall_start_ts) if self.wall_start_ts else None,
                 eta_s=eta,
                 last_progress_ts=self.last_progress_ts,
                 eta_low_s=low,

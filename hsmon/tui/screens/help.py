@@ -21,6 +21,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("e, enter", "the whole event of the highlighted (or newest) line"),
     ("r", "read every source again now"),
     ("l", "launch the training in the form (training screen)"),
+    ("R", "resume from the checkpoint in the form's output directory"),
     ("s", "stop the training after a yes; it writes a checkpoint"),
     ("tab", "into the event log (arrows, pgup/pgdn), fields, buttons"),
     ("escape", "leaves a field"),

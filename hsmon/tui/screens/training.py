@@ -43,6 +43,7 @@ class TrainingScreen(Screen[None]):
 
     BINDINGS: ClassVar = [
         Binding("l", "launch", "launch"),
+        Binding("R", "resume", "resume"),
         Binding("s", "stop", "stop"),
         Binding("ctrl+r", "prefill", "reset form", show=False),
         Binding("escape", "leave_field", "leave field", show=False),
@@ -136,6 +137,9 @@ class TrainingScreen(Screen[None]):
 
     def action_launch(self) -> None:
         self.query_one(TrainingForm).request_launch()
+
+    def action_resume(self) -> None:
+        self.query_one(TrainingForm).request_launch(resume=True)
 
     def on_training_form_launch_requested(self, message: TrainingForm.LaunchRequested) -> None:
         self.app.launch_training(message.fields)

@@ -54,6 +54,8 @@ class TrainingForm(Vertical):
     """
 
     class LaunchRequested(Message):
+        """Launch (``fields`` as typed) or Resume (with ``resume: yes``: from the checkpoint there)."""
+
         def __init__(self, fields: dict[str, str]) -> None:
             super().__init__()
             self.fields = fields
@@ -73,6 +75,7 @@ class TrainingForm(Vertical):
         yield Static("", id="form-warning", classes="warning")
         with Horizontal(classes="buttons"):
             yield Button("Launch (l)", id="launch", variant="success")
+            yield Button("Resume (R)", id="resume", variant="primary")
             yield Button("Stop (s)", id="stop", variant="error")
 
     def on_mount(self) -> None:
@@ -129,12 +132,16 @@ class TrainingForm(Vertical):
         self.request_launch()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "launch":
+        if event.button.id in ("launch", "resume"):
             event.stop()
-            self.request_launch()
+            self.request_launch(resume=event.button.id == "resume")
 
-    def request_launch(self) -> None:
-        if self.validate():
+    def request_launch(self, resume: bool = False) -> None:
+        """Launch a new training, or (``resume``) go on from the checkpoint of the output directory."""
+        fields = {**self.values, "resume": "yes"} if resume else self.values
+        if self.validator is not None:
+            self.show_errors(self.validator(fields))
+        if self.errors:
             self.app.notify("fix the fields marked in red first", severity="error")
             return
-        self.post_message(self.LaunchRequested(self.values))
+        self.post_message(self.LaunchRequested(fields))
