@@ -134,6 +134,16 @@ def test_regenerate_stopped_mid_run_records_it_and_leaves_nothing(tmp_path: Path
     assert "stopped" in last and "resume" in last, last
 
 
+def test_regenerate_stopped_while_its_model_loads_ends_in_one_line(tmp_path: Path) -> None:
+    data = write_rows(tmp_path / "chat.jsonl", chat_rows(4))
+    out, events = tmp_path / "out", tmp_path / "events.jsonl"
+    job = Foreground(regen_cmd(data, out, "--model", str(EMBEDDED), events=events), tmp_path, env())
+    job.wait_for(lambda: "answers) ->" in job.stderr_path.read_text(), "its plan, before the model loads")
+    job.signal(signal.SIGINT)
+    last = ended(job, signal.SIGINT)
+    assert "stopped" in last and "SIGINT" in last, last
+
+
 def test_online_whose_terminal_went_away_stops_both_sides(tmp_path: Path, tiny_model: Path) -> None:  # noqa: F811
     data = make_dataset(tmp_path / "data.jsonl", 300, min_lines=1, max_lines=2)
     out = tmp_path / "online"
