@@ -29,6 +29,7 @@ from typing import IO, Any
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool, stop_signals
 from hsmon.online_progress import Progress, failure_line, summary_lines
+from hsmon.status_doc.numbers import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
     if args.spool_max and not plan.spool_max_passed:
         print("hsmon online: this hsmon extract has no --spool-max; the spool is not bounded",
               file=sys.stderr)
-    print(f"hsmon online: extraction ({plan.extract_threads} threads) -> {out / 'spool'}; following "
-          f"training ({plan.train_threads} threads) -> {out / 'drafter'}; logs in {out}", flush=True)
+    extracting, training = counted(plan.extract_threads, "thread"), counted(plan.train_threads, "thread")
+    print(f"hsmon online: extraction ({extracting}) -> {out / 'spool'}; following "
+          f"training ({training}) -> {out / 'drafter'}; logs in {out}", flush=True)
     stop = {"signal": 0}
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -248,8 +250,8 @@ def _regenerate(args: argparse.Namespace, data: str, out: Path, plan: Plan,
         return None
     threads = plan.extract_threads  # the extraction's share: the in-process engines are alike
     argv = regen.regenerate_command(args, data, out, threads)
-    print(f"hsmon online: regeneration ({threads} threads) -> {regen.regen_dir(out)}; then extraction and "
-          "training on the target's own answers", flush=True)
+    print(f"hsmon online: regeneration ({counted(threads, 'thread')}) -> {regen.regen_dir(out)}; then "
+          "extraction and training on the target's own answers", flush=True)
     return regen.run_regeneration(argv, out, stop, 0.0 if args.daemon else args.progress_every, _start, _stop)
 
 

@@ -29,7 +29,7 @@ def test_online_extracts_and_trains_every_row_then_exits_0(tmp_path, tiny_model)
         capture_output=True, text=True, timeout=300, env=extract_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "extraction (1 threads)" in proc.stdout and "training (1 threads)" in proc.stdout
+    assert "extraction (1 thread)" in proc.stdout and "training (1 thread)" in proc.stdout  # not "1 threads"
     assert ("not bounded" in proc.stderr) != extractor_has_spool_max()
     ledger = spool.read_ledger(out / "spool")
     assert ledger.ended == "done" and ledger.passes and set(ledger.passes.values()) == {1}

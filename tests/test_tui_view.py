@@ -202,3 +202,14 @@ def test_event_log_lines_are_the_segments_rich_would_render() -> None:
                     want = Strip(text.render(console), text.cell_len).extend_cell_length(width, base)
                     got = line_strip(plain, name, highlighted, width, base)
                     assert list(got) == list(want.apply_style(base)), (name, plain, width, highlighted)
+
+
+def test_plurals_agree_with_their_number() -> None:
+    from hsmon.status_doc.numbers import counted
+
+    assert [counted(n, "chunk") for n in (0, 1, 2, 34_662)] == ["0 chunks", "1 chunk", "2 chunks",
+                                                                 "34.7k chunks"]
+    chunk = {"kind": "chunk", "chunk": "rows_0-1", "rows": 1}
+    assert view.event_summary(chunk) == "chunk rows_0-1 closed: 1 row"
+    start = {"kind": "start", "rows_total": 1, "chunks_total": 1}
+    assert view.event_summary(start) == "start: 1 row, 1 chunk"

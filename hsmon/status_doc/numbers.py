@@ -149,3 +149,9 @@ def clock_time(ts: float | None, span_s: float = 0.0) -> str:
     if span_s >= 86400:
         return time.strftime("%a %H:%M", moment)
     return time.strftime("%H:%M" if span_s >= 600 else "%H:%M:%S", moment)
+
+
+def counted(n: float | None, singular: str, plural: str | None = None) -> str:
+    """'1 chunk', '3 chunks', '34.7k rows' (``fmt_count``'s number, the word agreeing with it)."""
+    word = singular if n == 1 else (plural or singular + "s")
+    return f"{fmt_count(n)} {word}"

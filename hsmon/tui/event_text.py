@@ -14,7 +14,15 @@ from typing import Any
 from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc.figures import fmt_measure
-from hsmon.status_doc.numbers import clock_time, fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.status_doc.numbers import (
+    clock_time,
+    counted,
+    fmt_clock,
+    fmt_count,
+    fmt_num,
+    fmt_pct_of,
+    shorten_path,
+)
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
@@ -76,9 +84,9 @@ def _start(e: dict[str, Any]) -> str:
         return (
             "start training: "
             + _join(
-                f"{fmt_count(_n(e, 'total_rows', 'rows_total'))} rows"
+                counted(_n(e, 'total_rows', 'rows_total'), "row")
                 + (f" (+{fmt_count(held)} held out)" if held else ""),
-                f"{fmt_count(_n(e, 'total_steps'))} steps" if _n(e, "total_steps") is not None else None,
+                counted(_n(e, 'total_steps'), "step") if _n(e, "total_steps") is not None else None,
                 f"unroll {e['ttt_length']}" if "ttt_length" in e else None,
                 f"arch {e['arch']}" if e.get("arch") else None,
             )
@@ -86,22 +94,22 @@ def _start(e: dict[str, Any]) -> str:
         )
     if e.get("backend") == "eval-drafter" or "drafter" in e:
         return "start eval-drafter: " + _join(
-            f"{fmt_count(_n(e, 'prompts'))} prompts" if _n(e, "prompts") is not None else None,
+            counted(_n(e, 'prompts'), "prompt") if _n(e, "prompts") is not None else None,
             f"depths 1..{e['depth']}" if "depth" in e else None,
-            f"{fmt_count(_n(e, 'rows_total'))} decodes" if _n(e, "rows_total") is not None else None,
+            counted(_n(e, 'rows_total'), "decode") if _n(e, "rows_total") is not None else None,
             f"drafter {_path(e['drafter'])}" if e.get("drafter") else None,
         )
     rows_done = _n(e, "rows_done")
     return (
         "start: "
         + _join(
-            f"{fmt_count(_n(e, 'rows_total', 'total_rows', 'rows'))} rows"
+            counted(_n(e, 'rows_total', 'total_rows', 'rows'), "row")
             if _n(e, "rows_total", "total_rows", "rows") is not None
             else None,
             f"{fmt_count(_n(e, 'tokens_total', 'total_tokens'))} tok"
             if _n(e, "tokens_total", "total_tokens") is not None
             else None,
-            f"{fmt_count(_n(e, 'chunks_total'))} chunks" if _n(e, "chunks_total") is not None else None,
+            counted(_n(e, 'chunks_total'), "chunk") if _n(e, "chunks_total") is not None else None,
             f"resuming at {fmt_count(rows_done)}" if rows_done else None,
             str(e["backend"]) if e.get("backend") else None,
         )
@@ -127,7 +135,7 @@ def _row(e: dict[str, Any]) -> str:
 def _chunk(e: dict[str, Any]) -> str:
     rejects = _n(e, "rejects")
     return f"chunk {e.get('chunk', '?')} closed: " + _join(
-        f"{fmt_count(_n(e, 'rows'))} rows",
+        counted(_n(e, 'rows'), "row"),
         f"{fmt_count(_n(e, 'tokens'))} tok" if _n(e, "tokens") is not None else None,
         format_bytes(_n(e, "bytes")) if _n(e, "bytes") is not None else None,
         f"{fmt_count(rejects)} rejected" if rejects else None,

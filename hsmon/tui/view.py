@@ -26,6 +26,7 @@ from hsmon.status_doc import (
 )
 from hsmon.status_doc.figures import fmt_loss, fmt_lr, fmt_measure
 from hsmon.status_doc.numbers import (  # noqa: F401
+    counted,
     fmt_clock,
     fmt_count,
     fmt_num,
@@ -250,7 +251,7 @@ def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
         return []
     head = "held-out eval" + (f" at step {fmt_count(evaluation['step'])}" if "step" in evaluation else "")
     if isinstance(evaluation.get("rows"), (int, float)):
-        head += f" ({fmt_count(evaluation['rows'])} rows)"
+        head += f" ({counted(evaluation['rows'], 'row')})"
     lines = [head]
     accs, losses = evaluation.get("accs"), evaluation.get("losses")
     if isinstance(accs, list) and accs:
