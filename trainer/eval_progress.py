@@ -24,6 +24,8 @@ class EvalProgress:
         self.args, self.started = args, time.monotonic()
         self.writer: ev.EventWriter | None = None
         self.done, self.total = 0, 0
+        self.tokens = 0  # new tokens decoded so far, every decode counted
+        self.measured: dict[tuple[str, int], list[int]] = {}  # (drafter, depth) -> [accepted, rounds]
         self.line = ProgressLine("eval-drafter", "decodes")
         self.first_decode: float | None = None
 
@@ -38,10 +40,22 @@ class EvalProgress:
             self.writer.emit(ev.START, backend="eval-drafter", pid=os.getpid(), drafter=str(drafter),
                              target_model=str(target), prompts=prompts, depth=args.depth,
                              max_new_tokens=args.max_new_tokens, rows_total=self.total,
+                             tokens_total=self.total * args.max_new_tokens,
                              process_started_ts=ev.process_started())
 
-    def decoded(self) -> None:
+    def decoded(self, drafter: str | None = None, depth: int | None = None, result: Any = None) -> None:
+        """One decode done (``drafter`` and ``depth`` None: the target's greedy reference), with
+        its ``DecodeResult``: the tokens decoded so far and the acceptance measured so far."""
         self.done += 1
+        self.tokens += len(result.tokens) if result is not None else 0
+        so_far: dict[str, Any] = {}
+        if drafter is not None and depth is not None and result is not None:
+            sums = self.measured.setdefault((drafter, depth), [0, 0])
+            sums[0] += result.accepted
+            sums[1] += result.rounds
+            # tokens per target forward: each round its accepted drafts plus the target's own token
+            so_far = {"drafter": drafter, "depth": depth,
+                      "accept_len": round((sums[0] + sums[1]) / max(sums[1], 1), 4)}
         now = time.monotonic()
         if self.first_decode is None:
             self.first_decode = now
@@ -51,7 +65,10 @@ class EvalProgress:
             eta = f"eta {format_duration((self.total - self.done) * per_decode)}"
         self.line.update(self.done, self.total, eta)
         if self.writer:
-            self.writer.emit(ev.ROWS, rows=1, rows_done=self.done, rows_total=self.total)
+            new = len(result.tokens) if result is not None else None
+            planned = self.total * self.args.max_new_tokens  # at most: a decode may end at the EOS
+            self.writer.emit(ev.ROWS, rows=1, rows_done=self.done, rows_total=self.total, tokens=new,
+                             tokens_done=self.tokens, tokens_total=planned, **so_far)
 
     def finished(self, result: dict[str, Any]) -> None:
         self.line.close()

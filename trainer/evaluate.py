@@ -208,12 +208,14 @@ def evaluate(
     depth: int,
     max_new: int,
     ngram_max: int = 3,
-    on_decode: Callable[[], None] | None = None,
+    on_decode: Callable[[str | None, int | None, Any], None] | None = None,
     depths: list[int] | None = None,
     drafters: tuple[str, ...] = ("eagle3", "ngram"),
 ) -> dict[str, Any]:
     """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth;
-    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes.
+    ``on_decode(drafter, depth, result)`` is called after each of the ``len(prompts) * (1 + 2 *
+    depth)`` decodes (drafter and depth None for the target's own greedy decode; result a
+    ``DecodeResult``: its tokens, rounds and accepted drafts).
     ``depths``/``drafters``: only these (bench/online.py measures eagle3 at depth 7 alone);
     ``per_prompt`` holds each prompt's [accepted, rounds] per drafter and depth (for a spread)."""
     drafter, points = load_drafter(drafter_dir, target_dir)
@@ -223,12 +225,13 @@ def evaluate(
 
     delay = float(os.environ.get(DECODE_DELAY_ENV) or 0)  # tests: decodes that last, whatever the machine
 
-    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]]) -> Any:
+    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]], name: str | None = None,
+               d: int | None = None) -> Any:
         if delay:
             time.sleep(delay)
         out = speculative_decode(target, prompt, max_new, draft)
         if on_decode is not None:
-            on_decode()
+            on_decode(name, d, out)
         return out
 
     reference: list[list[int]] = [decode(p, lambda t, f: []).tokens for p in prompts]
@@ -260,7 +263,7 @@ def evaluate(
             rounds = accepted = 0
             per_prompt[str(d)] = []
             for prompt, ref in zip(prompts, reference, strict=True):
-                out = decode(prompt, make(d))
+                out = decode(prompt, make(d), name, d)
                 if out.tokens != ref:
                     result["outputs_match_greedy"] = False
                 rounds += out.rounds

@@ -287,6 +287,17 @@ def is_acceptance_job(job: JobStatus) -> bool:
     return start.get("backend") == "eval-drafter" or acceptance_result(job) is not None
 
 
+def acceptance_so_far(job: JobStatus) -> str | None:
+    """'drafter 1.82 at depth 3' (tokens per target forward over that drafter's and depth's decodes
+    so far, from eval-drafter's newest decode event); None before a drafter's first decode."""
+    for event in reversed(job.recent_events):
+        if event.get("kind") == "rows" and isinstance(event.get("accept_len"), (int, float)):
+            drafter = str(event.get("drafter"))
+            name = {"eagle3": "drafter", "ngram": "n-gram"}.get(drafter, drafter)
+            return f"{name} {fmt_num(event['accept_len'])} at depth {event.get('depth', '?')}"
+    return None
+
+
 def acceptance_lines(result: dict[str, Any] | None) -> list[str]:
     """Acceptance length per depth, the drafter beside the n-gram drafter, as a table."""
     if not result:
@@ -319,6 +330,9 @@ def status_line(job: JobStatus) -> str:
         parts.append(f"{label} {progress_label(progress.rows_done, progress.rows_total)}")
     if progress is not None and progress.tokens_per_s:
         parts.append(fmt_rate(progress.tokens_per_s, " tok/s"))
+    so_far = acceptance_so_far(job) if acceptance and acceptance_result(job) is None else None
+    if so_far:
+        parts.append(f"acceptance so far: {so_far}")
     if training is not None and training.step is not None:
         loss = fmt_loss(training.loss)  # as `hsmon status` and the training tab write it
         parts.append(f"step {progress_label(training.step, sent(training.total_steps))}"

@@ -9,7 +9,15 @@ from textual.containers import Horizontal, Vertical
 from hsmon.status_doc import JobStatus
 from hsmon.status_doc.numbers import clock_time, fmt_clock
 from hsmon.tui.series import fit
-from hsmon.tui.view import FINISHED_STATES, NO_PROGRESS, JobHistory, final_averages, fmt_byte_rate, fmt_rate
+from hsmon.tui.view import (
+    FINISHED_STATES,
+    NO_PROGRESS,
+    JobHistory,
+    final_averages,
+    fmt_byte_rate,
+    fmt_rate,
+    is_acceptance_job,
+)
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
 from hsmon.tui.widgets.spark import QuietSparkline
 
@@ -61,7 +69,9 @@ class RatesPanel(Vertical):
         if not self._parts:  # found once: this runs at every document
             self._parts = {key: (self.query_one(f"#rate-{key}", QuietStatic),
                                  self.query_one(f"#spark-{key}", QuietSparkline)) for key, _ in RATES}
+        decodes = is_acceptance_job(job)  # eval-drafter: decodes and the tokens they decoded
         for key, unit in RATES:
+            unit = "decode/s" if decodes and key == "rows" else unit
             text, series = values[key]
             text = f"avg {text}" if finished else text
             label, spark = self._parts[key]
