@@ -202,6 +202,7 @@ def make_pipeline(run: DemoRun, args: argparse.Namespace, interactive: bool, sto
         hooks = TuiHooks(stop.app, run.base / "demo.log")
         pipeline = Pipeline(run, not args.no_train, args.train_seconds, hooks.notify, hooks.follow_training)
         pipeline.on_eval_started = hooks.watch_eval
+        pipeline.on_finished = lambda: hooks.finished(pipeline)
     pipeline.eval_prompts = args.eval_prompts
     pipeline.thread.start()
     return pipeline
@@ -229,6 +230,18 @@ class TuiHooks:
             self.app.switch_mode("training")
 
         self._call(show)
+
+    def finished(self, pipeline: Pipeline) -> None:
+        """Every step ended: the verdict as a banner over the summary, on screen until q or escape."""
+        from hsmon.tui.screens.banner import BannerScreen
+
+        ok = bool(pipeline.ok)
+        title = "demo: OK: every step went through" if ok else "demo: FAILED (see the notices and the logs)"
+        with open(self.demo_log, "a") as fh:
+            fh.write(title + "\n")
+        closing = ("q quits (the summary is printed again in the terminal) · escape: back to the dashboard, "
+                   "whose jobs keep their last state")
+        self._call(self.app.push_screen, BannerScreen(title, summary(pipeline), ok, closing))
 
     def watch_eval(self, pid: int, events: Path) -> None:
         # The measurement is a job of this dashboard (a monitor in this process watches its

@@ -114,6 +114,7 @@ class Pipeline:
         self.eval_events = base / "eval-events.jsonl"  # eval-drafter --events: the measurement as a job
         # called with the eval's PID and events file once it runs: the TUI watches it as a job
         self.on_eval_started: Callable[[int, Path], None] = lambda pid, events: None
+        self.on_finished: Callable[[], None] = lambda: None  # once every step ended (the TUI's banner)
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run_safely, name="demo-pipeline", daemon=True)
 
@@ -128,6 +129,8 @@ class Pipeline:
             self.ok = False
         finally:
             self._phase("finished")
+            if not self.cancel.is_set():
+                self.on_finished()
 
     def _wait_state(self, job: str, seconds: float = 15.0) -> str | None:
         """The daemon's state of ``job`` once it ended (done, stopped, dead, exited), else the last
