@@ -176,7 +176,7 @@ def emit_start(prep: Prepared, events: ev.EventWriter, progress: Any, backend_na
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
                 bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects),
-                process_started_ts=ev.process_started(), **backend_facts)
+                process_started_ts=ev.process_started(), log=ev.own_log(), **backend_facts)
 
 
 def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any, events: ev.EventWriter,

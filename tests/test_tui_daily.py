@@ -82,6 +82,7 @@ async def test_the_event_log_has_clock_times_searches_and_scrolls() -> None:
         for key in "reject":
             await pilot.press(key)
         await wait_for(pilot, lambda: lines.line_count < total)
+        assert log.search == "reject"  # the "/" that opened the field is not part of it
         shown = [lines.line_text(i) for i in range(lines.line_count)]
         assert shown and all("reject" in line.lower() for line in shown), shown
         assert "/reject" in screen_text(app) and f"({lines.line_count} found" in screen_text(app)

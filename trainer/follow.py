@@ -142,6 +142,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     if writer:
         writer.emit(
             ev.START, backend="train", mode="follow", pid=os.getpid(), output_dir=str(settings.out),
+            log=ev.own_log(),
             data_dir=str(settings.data_dir), target_model=str(settings.target), total_rows=plan_rows,
             passes=settings.follow_passes, consume=settings.follow_consume, window_rows=window.size,
             heldout=state.heldout.to_record(), hidden_size=training.cfg.hidden_size, layers=index.num_aux,

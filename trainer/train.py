@@ -184,7 +184,7 @@ def _train(
     )
     if writer:
         writer.emit(
-            ev.START, backend="train", pid=os.getpid(), output_dir=str(settings.out),
+            ev.START, backend="train", pid=os.getpid(), output_dir=str(settings.out), log=ev.own_log(),
             data_dir=str(settings.data_dir), target_model=str(settings.target), total_rows=len(train_rows),
             eval_rows=len(held_rows), total_tokens=sum(r.length for r in train_rows),
             nonfinite_rows=len(index.nonfinite_rows), nonfinite_row_ids=index.nonfinite_rows[:20],

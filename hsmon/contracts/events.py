@@ -151,6 +151,20 @@ def parse_event_line(line: str | bytes) -> dict[str, Any] | None:
     return obj
 
 
+def own_log() -> str | None:
+    """Where this process's output goes when that is a file (its log: a start event names it, so
+    that the dashboard can show it even once the process is gone); None on a terminal or a pipe."""
+    import stat
+
+    for fd in (1, 2):
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+    return None
+
+
 def process_started() -> float:
     """When this process started (wall clock): a start event carries it as ``process_started_ts``, so
     that the time a job took counts its model load, which comes before the start event."""

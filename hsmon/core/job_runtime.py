@@ -18,7 +18,7 @@ from hsmon.core import job_trackers
 from hsmon.core.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.core.job_activity import ActivityClocks
 from hsmon.core.job_document import JobState, Sections, job_status, not_measured, with_live
-from hsmon.core.job_ending import EndingWatch, merge_output_progress
+from hsmon.core.job_ending import EndingWatch, job_logs, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.online_job import both_sides, slower_eta
 from hsmon.core.state import decide
@@ -257,6 +257,7 @@ class JobRuntime:
             started_as=(prog.started_as if prog else None) or _kind_of_output(out),
             online=self.decision.online,
             regenerate=sec.get("regenerate"),
+            logs=job_logs(self.progress.log_path if self.progress else None, self.processes),
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         if blind:

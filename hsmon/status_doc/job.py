@@ -165,6 +165,13 @@ class BlindTracker(Section):
     stale: list[str]  # the job's sections it feeds, standing on old figures
 
 
+class LogFile(Section):
+    """A file the job's output goes to: what `hsmon tui`'s Logs view tails."""
+
+    path: str
+    what: str  # "extractor output (PID 4242)", "the command's log (hsmon run)", "the job's log"
+
+
 class JobStatus(Section):
     """One job: its state and why, and every tracker's section (null when not watched)."""
 
@@ -195,3 +202,11 @@ class JobStatus(Section):
     online: OnlineSection | UnsetType = UNSET
     # a regeneration's figures (status_doc/regenerate.py); omitted for any other job (``regenerate_of``)
     regenerate: RegenerateSection | UnsetType = UNSET
+    # added after v1 (optional; omitted while none is known): the job's logs: the one its start event
+    # names, then where its processes' stdout and stderr go (files only) (readers: ``logs_of(job)``)
+    logs: list[LogFile] | UnsetType = UNSET
+
+
+def logs_of(job: JobStatus) -> list[LogFile]:
+    """The job's logs (none from an older daemon)."""
+    return [] if job.logs is UNSET else job.logs

@@ -14,7 +14,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
+from hsmon.status_doc import logs_of
 from hsmon.tui.screens.event_detail import EventDetailScreen
+from hsmon.tui.screens.logs import LogScreen
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
@@ -32,9 +34,10 @@ class OverviewScreen(Screen[None]):
     """A tab per job (per job and host with several daemons)."""
 
     BINDINGS: ClassVar = [
-        Binding("f", "cycle_filter", "filter"),
+        Binding("f", "cycle_filter", "filter", show=False),  # the events panel's title says it
         Binding("slash", "search", "search", key_display="/"),
         Binding("e", "open_event", "event", show=False),
+        Binding("l", "logs", "logs"),
         Binding("n", "next_tab", "next job"),
         Binding("p", "previous_tab", "prev job", show=False),
         # the panels below the first screen (the page scrolls): without the focus anywhere
@@ -163,6 +166,15 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def action_logs(self) -> None:
+        """The selected job's log, tailed (hsmon/tui/screens/logs.py)."""
+        key = self._app.selected
+        job = self._app.job(key)
+        if key is None or job is None:
+            self.app.notify("no job selected", severity="warning")
+            return
+        self.app.push_screen(LogScreen(job.job, logs_of(job), self._app.sources[key[0]].is_local))
 
     def action_search(self) -> None:
         overview = self._active_overview()

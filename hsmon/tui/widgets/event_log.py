@@ -252,6 +252,9 @@ class EventLog(Vertical):
 
     def on_input_changed(self, message: Input.Changed) -> None:
         message.stop()
+        if message.value.startswith("/"):  # the key that opened the field reaches it too
+            message.input.value = message.value[1:]
+            return
         self.search = message.value
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
