@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+# --dtype's names: auto and extractor.backends.hf.DTYPES' keys (here without torch: the parser loads fast)
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `hsmon extract` (names fixed by the docs and scripts that call it)."""
     from extractor.prepare import DEFAULT_BATCH_TOKENS, DEFAULT_MIN_FREE
 
     parser.add_argument("data", metavar="DATA.jsonl", help="dataset: one JSON object per line "
-                        "({'text'}, {'conversations'} or {'input_ids'}); see docs/extract.md")
+                        "({'text'}, {'conversations'} or {'messages'}, or {'input_ids'}); "
+                        "see docs/extract.md")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (rows_a-b/data_i.ckpt)")
     parser.add_argument("--model", metavar="DIR", help="Hugging Face causal-LM directory "
                         "(default: the embedded target, built on first use)")
@@ -32,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS, metavar="N",
                         help="token budget of a batch, padding included")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (default auto)")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_NAMES, metavar="DTYPE",
+                        help="auto (the computing engine's: bf16 on GPU, fp32 on CPU in-process), float32, "
+                        "bfloat16 or float16 (fp32, bf16, fp16)")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the model "
                         "(default: torch's choice; 1 is often fastest on a small shared machine)")
     parser.add_argument("--min-free", default=DEFAULT_MIN_FREE, metavar="SIZE",

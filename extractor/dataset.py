@@ -129,7 +129,7 @@ def render_line(raw: bytes, tokenizer: Tokenizer, limits: Limits) -> Rendered | 
         if not text.strip():
             raise RowError("empty text")
         return Rendered(text, None, True)
-    raise RowError("missing field: a row needs 'text', 'conversations' or 'input_ids'")
+    raise RowError("missing field: a row needs 'text', 'conversations' (or 'messages') or 'input_ids'")
 
 
 def json_object(raw: bytes) -> dict[str, Any]:

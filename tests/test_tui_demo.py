@@ -46,6 +46,9 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
     assert any("training train-drafter launched through 127.0.0.1:" in line for line in lines), out
     assert any("train-drafter: RUNNING" in line and "step " in line for line in lines), out
     assert any("train-drafter: DONE" in line for line in lines), out
+    # its 5 s time limit ended it: the daemon names the limit, not "the job reported done"
+    assert any("train-drafter: DONE" in line and "reached its time limit (--time-limit) at step " in line
+               for line in lines), out
     assert any("training train-drafter: the daemon says done: OK" in line for line in lines), out
     assert (tmp_path / "demo" / "drafter" / "train.pid").is_file()
     steps = re.search(r"training +(\d+) steps, ([\d.]+) s", out)

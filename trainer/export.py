@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_SERVING_CLASS})")
 
 
+# export-drafter's refusals of CKPT (docs/train.md quotes them; tests/test_docs_agree.py checks it)
+NO_CHECKPOINT_IN = ("no checkpoint in it: pass the --out directory of a `hsmon train` that wrote one, "
+                    "or a checkpoint file")
+NO_SUCH_CHECKPOINT = ("no such checkpoint: pass the --out directory of a `hsmon train` (its newest "
+                      "checkpoint), or a checkpoint file (OUT/checkpoints/step-N.pt)")
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint file, or the latest checkpoint of a training output directory."""
     from trainer.checkpoint import latest_checkpoint
@@ -55,12 +62,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_dir():
         found = latest_checkpoint(path)
         if found is None:
-            raise FileNotFoundError(f"{path}: no checkpoint in it; pass a file from "
-                                    f"{path}/checkpoints or the --out of a finished `hsmon train`")
+            raise FileNotFoundError(f"{path}: {NO_CHECKPOINT_IN}")
         return found
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint; pass a file from "
-                                "OUT/checkpoints of `hsmon train`")
+        raise FileNotFoundError(f"{path}: {NO_SUCH_CHECKPOINT}")
     return path
 
 

@@ -41,7 +41,7 @@ def parse_source(raw: bytes, index: int) -> Source:
     key = next((k for k in ("conversations", "messages") if k in obj), None)
     if key is None:
         what = ("a pre-tokenized row (input_ids)" if "input_ids" in obj
-                else "a text row" if "text" in obj else "a row without 'conversations'")
+                else "a text row" if "text" in obj else "a row without 'conversations' or 'messages'")
         raise RowError(f"no user turn: {what} has no turns to answer; give "
                        '{"conversations": [{"role": "user", "content": ...}, ...]}')
     messages = normalize_messages(obj[key], key)

@@ -346,5 +346,7 @@ def status_line(job: JobStatus) -> str:
         parts.append(f"{line.role} {line.free} free ({line.verdict})")
     for severity, message in alerts(job):
         parts.append(f"{severity.upper()}: {message}")
+    if job.state in ENDED_STATES and job.reason:  # how it ended: its work done, or a limit reached
+        parts.append(f"({job.reason})")
     return "  ".join(parts)
 
