@@ -9,7 +9,6 @@ sharding) is refused, because its rows would not match the ones already written.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ from extractor.errors import UsageError, log
 from extractor.plan import plan_batches
 from extractor.prepare import Prepared, dry_run, headroom_line, prepare
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout
+from hsmon.contracts import layout, progress_line, stop_signals
 from hsmon.contracts.rejects import count_by_class, summary
 from hsmon.contracts.units import format_bytes, format_duration
 
@@ -39,11 +38,13 @@ def clean_temporaries(out: Path, book_starts: list[int], chunk_size: int) -> Non
 
 
 class ProgressLine:
-    """A one-line progress display on stderr, only when stderr is a terminal."""
+    """The run's progress line on a terminal (hsmon/contracts/progress_line.py: the one every long
+    command draws): rows, tokens/s measured since the line started, bytes written, ETA, a pause."""
 
-    def __init__(self, progress: Any) -> None:
+    def __init__(self, progress: Any, name: str = "extract") -> None:
         self.progress = progress
-        self.enabled = sys.stderr.isatty()
+        self.line = progress_line.ProgressLine(name, "rows")
+        self.enabled = self.line.enabled
         self.started = time.monotonic()
         self.first_tokens: int | None = None
 
@@ -56,17 +57,13 @@ class ProgressLine:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = (snap["tokens_done"] - self.first_tokens) / elapsed
         left = snap["tokens_total"] - snap["tokens_done"]
-        pct = 100.0 * snap["rows_done"] / max(snap["rows_total"], 1)
         eta = format_duration(left / rate) if rate > 0 else "-"
-        state = f"  PAUSED ({snap['paused']})" if snap["paused"] else ""
-        sys.stderr.write(f"\r{snap['rows_done']}/{snap['rows_total']} rows {pct:5.1f}%  {rate:,.0f} tok/s  "
-                         f"{format_bytes(snap['bytes_done'])}  eta {eta}{state}   ")
-        sys.stderr.flush()
+        state = f" · PAUSED ({snap['paused']})" if snap["paused"] else ""
+        self.line.update(snap["rows_done"], snap["rows_total"],
+                         f"{rate:,.0f} tok/s · {format_bytes(snap['bytes_done'])} · eta {eta}{state}")
 
     def end(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        self.line.close()
 
 
 def heartbeat_loop(events: ev.EventWriter, progress: Any, interval: float, quit_event: threading.Event,
@@ -86,7 +83,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.dry_run:
         return dry_run(prep)
-    log(f"{len(prep.scan.rows or ())} rows, {prep.scan.tokens} tokens -> {prep.out}; {headroom_line(prep)}")
+    resumed = (f"; resuming: {len(prep.done)} rows were written by an earlier run, {left} to go"
+               if prep.done and (left := len(prep.scan.rows or ()) - len(prep.done)) >= 0 else "")
+    log(f"{len(prep.scan.rows or ())} rows, {prep.scan.tokens} tokens -> {prep.out}; {headroom_line(prep)}"
+        f"{resumed}")
     return extract(prep, args)
 
 
@@ -176,7 +176,7 @@ def emit_start(prep: Prepared, events: ev.EventWriter, progress: Any, backend_na
                 model=str(prep.model_dir), device=prep.device, chunk_size=prep.chunk_size,
                 shard=[prep.shard.index, prep.shard.count], bytes_needed=prep.bytes_needed,
                 bytes_free=prep.bytes_free, resumed=bool(prep.done or prep.manifest.rejects),
-                **backend_facts)
+                process_started_ts=ev.process_started(), log=ev.own_log(), **backend_facts)
 
 
 def run_rows(prep: Prepared, args: argparse.Namespace, book: Any, progress: Any, events: ev.EventWriter,
@@ -299,9 +299,10 @@ def end_run(prep: Prepared, writer: Any, events: ev.EventWriter, snap: dict[str,
     writer.record_ending("done", snap, seconds)
     events.emit(ev.DONE, seconds=seconds, out_dir=str(prep.out.resolve()), **snap)
     why = summary(snap["rejects_by_reason"])
+    where = f"; each with its reason in {writer.rejects_path}" if snap["rejects"] else ""
     log(f"done: {snap['rows_done']} rows, {snap['tokens_done']} tokens, "
         f"{format_bytes(snap['bytes_done'])} in {prep.out} ({snap['rejects']} rejected"
-        f"{': ' + why if why else ''})")
+        f"{': ' + why if why else ''}{where})")
     return 0
 
 
@@ -363,26 +364,22 @@ class StopRequest(threading.Event):
 
 
 def install_stop_handlers(stop_event: StopRequest) -> dict[int, Any]:
-    """First SIGTERM/SIGINT: stop at the next row boundary. The same signal again (a second Ctrl-C):
-    leave at once. The other signal after the first is the same request: Ctrl-C reaches every
-    process of the terminal's group, and a parent (`hsmon online`, a unit) then forwards SIGTERM;
-    taking that for a second request would leave before the run records how it stopped."""
+    """First SIGTERM/SIGINT/SIGHUP (a lost terminal): stop at the next row boundary. The same
+    SIGINT or SIGTERM again (a second Ctrl-C): leave at once. Any other signal after the first is the
+    same request: Ctrl-C reaches every process of the terminal's group, and a parent (`hsmon online`,
+    a unit) then forwards SIGTERM; a hang-up comes from the kernel and again from the shell; taking
+    those for a second request would leave before the run records how it stopped."""
 
     def handler(signum: int, _frame: Any) -> None:
         if stop_event.is_set():
-            if signum == stop_event.signum:
+            if signum == stop_event.signum and signum != signal.SIGHUP:
                 os._exit(128 + signum)
             return
         stop_event.signum = signum
         stop_event.set()
 
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(ValueError):  # not the main thread (tests calling main in a thread)
-            previous[signum] = signal.signal(signum, handler)
-    return previous
+    return stop_signals.install(handler)
 
 
 def restore_handlers(previous: dict[int, Any]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
+    stop_signals.restore(previous)

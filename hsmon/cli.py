@@ -11,10 +11,12 @@ import argparse
 import difflib
 import importlib
 import re
+import signal
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hsmon import __version__
+from hsmon.contracts import stop_signals
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -39,12 +41,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class SuggestingParser(argparse.ArgumentParser):
     """An argparse parser whose refusal of a mistyped option is one line with the nearest options
-    ("did you mean --chunk-size?"), and of a mistyped choice the same way (what Python 3.14's
-    ``suggest_on_error`` does for choices, on every Python); other errors keep argparse's usage."""
+    ("did you mean --chunk-size?"), also when the option misspelled is a required one (argparse says
+    it is missing), and of a mistyped choice the same way (what Python 3.14's ``suggest_on_error``
+    does for choices, on every Python); every other refusal is one line too, never a screen of usage."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)  # for error(): what was typed
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments: "):
             self.exit(2, f"{self.prog}: {self.suggest(message.split(': ', 1)[1].split())}\n")
+        if message.startswith("the following arguments are required: "):
+            # a misspelled required option (--otu) is reported as the missing one (--out): say both
+            typed = [w.split("=", 1)[0] for w in getattr(self, "_argv", []) if w.startswith("--")]
+            unknown = [w for w in typed if w not in self._option_string_actions]
+            if unknown:
+                self.exit(2, f"{self.prog}: {self.suggest(unknown)}\n")
+            missing = message.split(": ", 1)[1]
+            self.exit(2, f"{self.prog}: {missing} missing (`{self.prog} --help` lists the options)\n")
         choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
         if choice:  # one line too: the value, the nearest choice, all of them
             names = re.findall(r"'([^']*)'", choice.group(3))
@@ -52,7 +67,7 @@ class SuggestingParser(argparse.ArgumentParser):
             hint = f"did you mean {near[0]}? " if near else ""
             self.exit(2, f"{self.prog}: {choice.group(1)} {choice.group(2)}: not a choice; {hint}"
                          f"(choose from {', '.join(names)})\n")
-        super().error(message)
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
 
     def suggest(self, unknown: list[str]) -> str:
         """'unrecognized argument --chunksize: did you mean --chunk-size? (...)' for each unknown."""
@@ -92,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"did you mean {near[0]!r}? " if near else ""
         print(f"hsmon: unknown command {name!r}; {hint}run 'hsmon --help' for the list", file=sys.stderr)
         return 2
+    try:
+        return _run_command(name, argv[1:])
+    except (KeyboardInterrupt, stop_signals.Interrupted) as exc:
+        # a stop signal before the command installed its own handlers (while Python imports torch,
+        # a model loads), or in a command with nothing to save: one line, 128 + the signal
+        signum = getattr(exc, "signum", signal.SIGINT)
+        stop_signals.say(f"hsmon {name}: stopped by {stop_signals.described(signum)}")
+        return stop_signals.exit_status(signum)
+
+
+def _run_command(name: str, argv: list[str]) -> int:
     module_name, helptext = COMMANDS[name]
     try:
         module = importlib.import_module(module_name)
@@ -102,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     parser = SuggestingParser(prog=f"hsmon {name}", description=helptext)
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    args = parser.parse_args(argv)
     return int(module.run(args) or 0)
 
 

@@ -87,8 +87,10 @@ def job_from_args(args: argparse.Namespace) -> JobConfig | None:
     keys = ("dump_dir", "out", "events", "pid", "pidfile", "match", "server")
     if not any(getattr(args, k, None) for k in keys):
         return None
+    named = args.job or _job_id_from_events(args.events)
     job = JobConfig(
-        name=args.job or _job_id_from_events(args.events) or "job",
+        name=named or "job",
+        name_from_events=not named and bool(args.events),
         kind=args.kind,
         dump_dir=_abs(args.dump_dir),
         out_dir=_abs(args.out),

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import layout, spool
+from hsmon.contracts import layout, spool, stop_signals
 from hsmon.online_progress import Progress, failure_line, summary_lines
+from hsmon.status_doc.numbers import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,7 +142,7 @@ def daemon_config(out: Path, extract_pid: int | None, regenerate: bool = False) 
 
 
 # what a side that a signal stopped exits with (128 + SIGINT, 128 + SIGTERM): stopped, not failed
-STOPPED_STATUSES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+STOPPED_STATUSES = tuple(stop_signals.exit_status(s) for s in stop_signals.STOP_SIGNALS)
 
 
 def _start(argv: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -184,14 +185,15 @@ def run(args: argparse.Namespace) -> int:
     if args.spool_max and not plan.spool_max_passed:
         print("hsmon online: this hsmon extract has no --spool-max; the spool is not bounded",
               file=sys.stderr)
-    print(f"hsmon online: extraction ({plan.extract_threads} threads) -> {out / 'spool'}; following "
-          f"training ({plan.train_threads} threads) -> {out / 'drafter'}; logs in {out}", flush=True)
+    extracting, training = counted(plan.extract_threads, "thread"), counted(plan.train_threads, "thread")
+    print(f"hsmon online: extraction ({extracting}) -> {out / 'spool'}; following "
+          f"training ({training}) -> {out / 'drafter'}; logs in {out}", flush=True)
     stop = {"signal": 0}
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop["signal"] = signum
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = stop_signals.install(on_signal)  # SIGINT, SIGTERM, and SIGHUP (a lost terminal)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         with open(out / "extract.log", "ab") as elog, open(out / "train.log", "ab") as tlog:
@@ -210,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for name in ("train", "extract", "daemon"):
             _stop(procs.get(name))
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        stop_signals.restore(previous)
 
 
 def _spawn_daemon(out: Path, procs: dict[str, subprocess.Popen[bytes]],
@@ -249,8 +250,8 @@ def _regenerate(args: argparse.Namespace, data: str, out: Path, plan: Plan,
         return None
     threads = plan.extract_threads  # the extraction's share: the in-process engines are alike
     argv = regen.regenerate_command(args, data, out, threads)
-    print(f"hsmon online: regeneration ({threads} threads) -> {regen.regen_dir(out)}; then extraction and "
-          "training on the target's own answers", flush=True)
+    print(f"hsmon online: regeneration ({counted(threads, 'thread')}) -> {regen.regen_dir(out)}; then "
+          "extraction and training on the target's own answers", flush=True)
     return regen.run_regeneration(argv, out, stop, 0.0 if args.daemon else args.progress_every, _start, _stop)
 
 
@@ -273,11 +274,11 @@ def _wait(procs: dict[str, subprocess.Popen[bytes]], stop: dict[str, int], out: 
             progress.end_line()
         if stop["signal"]:
             name = signal.Signals(stop["signal"]).name
-            print(f"hsmon online: stopping both sides ({name}; resume with the same command and --resume)",
-                  flush=True)
+            stop_signals.say(f"hsmon online: stopping both sides ({name}; resume with the same command and "
+                             "--resume)")
             _stop(train)
             _stop(extract)
-            return 128 + stop["signal"]  # stopped, not done: a wrapping script sees no success
+            return stop_signals.exit_status(stop["signal"])  # stopped, not done: no success for a script
         ext_rc, train_rc = extract.poll(), train.poll()
         for side, rc, other in (("extraction", ext_rc, train), ("training", train_rc, extract)):
             if rc in STOPPED_STATUSES:  # a side stopped by a signal someone sent it alone

@@ -2,8 +2,8 @@
 
 `Progress` reads both sides' events (the extraction's DIR/extract-events.jsonl, the trainer's
 DIR/spool/hsmon-train-events.jsonl) with the monitor's reader (hsmon.core.trackers.progress) and,
-every ``every`` seconds, prints one line per side; on a terminal one line for both, redrawn in
-place every second. `failure_line` is the one-line error a failed side left at the end of its log
+every ``every`` seconds, prints one line per side; on a terminal one progress line for both,
+redrawn every second. `failure_line` is the one-line error a failed side left at the end of its log
 (the refusal or the exception), repeated where the user looks. `summary_lines` ends a finished
 run: the passes, the last loss, the estimated acceptance and the next command.
 """
@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from hsmon.contracts import events as ev
 from hsmon.contracts import spool
+from hsmon.contracts.progress_line import ProgressLine
 from hsmon.contracts.units import format_duration
 from hsmon.core.trackers.progress import ProgressTracker
 from hsmon.status_doc.figures import fmt_measure
@@ -47,7 +48,7 @@ class Progress:
         self.ledger = spool.LedgerReader(out / "spool", track_passes=False)
         self.started = time.monotonic()
         self._last = self.started
-        self._drawn = False
+        self.line = ProgressLine("online", "rows", stream=self.stream, enabled=self.terminal)
 
     def tick(self, now: float | None = None) -> None:
         """Print when it is time: a redrawn line each second on a terminal, else every ``every`` s."""
@@ -59,29 +60,20 @@ class Progress:
         self.extract.poll()
         self.train.poll()
         self.ledger.poll()
-        if self.terminal:
-            line = f"extraction: {self.extract_text()} | training: {self.train_text()}"
-            width = max(20, self._columns() - 1)
-            self.stream.write("\r" + line[:width].ljust(width))
-            self._drawn = True
+        if self.terminal:  # the one progress line of every long command (hsmon/contracts/progress_line.py)
+            x = self.extract
+            state = self.extract_text().split(", ", 1)[1] if ", " in self.extract_text() else "extracting"
+            self.line.update(x.rows_done, x.rows_total, f"extraction {state} | training: {self.train_text()}")
+            return
         else:
             at = format_duration(now - self.started)
             self.stream.write(f"hsmon online: [{at}] extraction: {self.extract_text()}\n"
                               f"hsmon online: [{at}] training: {self.train_text()}\n")
         self.stream.flush()
 
-    def _columns(self) -> int:
-        try:
-            return os.get_terminal_size(self.stream.fileno()).columns or 200
-        except (OSError, ValueError):
-            return 200
-
     def end_line(self) -> None:
         """Leave the redrawn line (before any other line is printed)."""
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        self.line.close()
 
     def extract_text(self) -> str:
         x = self.extract

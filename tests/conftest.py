@@ -18,6 +18,7 @@ reviewed reason; tests/test_no_silent_skip.py proves it in a pytest subprocess.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -116,3 +117,9 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"module skipped under CI=true/HSMON_NO_SKIP=1, not on ALLOWED_SKIPS: {reason}"
+
+
+# Clock times on the dashboard (event times, chart axes) are local times: one zone for every test,
+# so that a snapshot reads the same on any machine (subprocesses inherit it).
+os.environ["TZ"] = "UTC"
+time.tzset()

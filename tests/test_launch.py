@@ -318,8 +318,9 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
         # stopped from the TUI's path (the control API) long before its 50 epochs: never done
         assert job["state"] == "stopped" and "stopped on request (SIGTERM)" in job["reason"], job["reason"]
         step, total = job["training"]["step"], job["training"]["total_steps"]
-        resume = f"at step {step} of {total}: rerun the same `hsmon train` command with --resume"
-        assert resume in job["reason"], job["reason"]
+        # launched through the API (the dashboard's form): its Resume, never a command nobody typed
+        resume = f"at step {step} of {total}: Resume (the dashboard's training form, or resume: yes in"
+        assert resume in job["reason"] and "hsmon train" not in job["reason"], job["reason"]
         assert step < total and job["training"]["eta_s"] is None and not (job["progress"] or {}).get("eta_s")
         assert job["training"]["last_checkpoint"]
     finally:

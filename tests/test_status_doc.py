@@ -109,7 +109,7 @@ def test_hsmon_status_renders_every_section_of_the_typed_document() -> None:
     text = render(doc)
     for expected in ("extract [extract]: RUNNING", "69 / 100000 (0.1 %)", "dump", "disk shm",
                      "events", "server http://127.0.0.1:", "KV 19 %",
-                     "step 21 / 10.0k, epoch 0", "figures   loss 0.095 (step 0)",
+                     "step 21 / 10.0k, epoch 0", "figures   loss 0.095 (pos 0)",
                      "! warning: the extractor process ended", "gpu 0  NVIDIA H100 80GB HBM3: util 97 %"):
         assert expected in text, (expected, text)
     table = render_many([("http://a:1", doc, None), ("http://b:2", None, "down")])

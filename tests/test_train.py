@@ -19,6 +19,7 @@ from train_helpers import make_tiny_target, markov_sequences, write_rows
 
 from hsmon.contracts.events import iter_events
 from hsmon.contracts.layout import MANIFEST_NAME
+from hsmon.status_doc.numbers import fmt_num
 from trainer.data import RowRef, build_draft_vocab, build_index, plan_epoch
 from trainer.loop import STEP_DELAY_ENV
 from trainer.speculative import ngram_draft
@@ -472,6 +473,29 @@ def test_sglang_own_eagle3_class_loads_every_exported_tensor(trained):
     assert_sglang_loads_export(trained["trained"])
 
 
+def _assert_an_evaluation_shows_its_own_figures(events: Path, seen: list[dict], result: dict, tmp_path: Path):
+    """Mid-measurement (its events up to the drafter's last decode at depth 3 of the first prompt
+    set), the monitor and the dashboard show an evaluation's own figures: decodes, the tokens
+    decoded against those planned, and the acceptance so far (not 'tokens 0 / ?')."""
+    from hsmon.status_doc import decode
+    from hsmon.tui.view import acceptance_so_far, status_line
+
+    at = 4 * (1 + 3)  # the first set's 4 prompts: greedy, then the drafter at depths 1, 2, 3
+    assert seen[at]["drafter"] == "eagle3" and seen[at]["depth"] == 3 and seen[at + 1]["drafter"] == "ngram"
+    expected = result["sets"]["prompts"]["acceptance_length"]["eagle3"]["3"]
+    assert seen[at]["accept_len"] == pytest.approx(expected, abs=1e-4)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(line + "\n" for line in events.read_text().splitlines()[:at + 1]))
+    proc = subprocess.run([sys.executable, "-m", "hsmon", "status", "--events", str(partial), "--json"],
+                          capture_output=True, timeout=60, cwd=ROOT)
+    (job,) = decode(proc.stdout).jobs
+    decoded = sum(e["tokens"] for e in seen[1:at + 1])
+    assert job.progress.tokens_done == decoded > 0 and job.progress.tokens_total == seen[0]["tokens_total"]
+    assert acceptance_so_far(job) == f"drafter {fmt_num(seen[at]['accept_len'])} at depth 3"
+    line = status_line(job)
+    assert f"decodes {at} / {seen[0]['rows_total']}" in line and "acceptance so far: drafter " in line, line
+
+
 @pytest.mark.slow
 def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
     target, _, prompts = setup
@@ -501,6 +525,7 @@ def test_eval_drafter_trained_beats_untrained(setup, trained, tmp_path):
         assert results[name]["sets"]["prompts"]["acceptance_length"] == results[name]["acceptance_length"]
         lengths = results[name]["acceptance_length"]
         assert seen[-2]["acceptance_length"] == seen[-1]["acceptance_length"] == lengths
+        _assert_an_evaluation_shows_its_own_figures(events, seen, results[name], tmp_path)
     good, bad = results["trained"], results["untrained"]
     for res in (good, bad):
         assert (

@@ -62,7 +62,7 @@ def test_status_and_the_webhook_write_the_same_figures(finished):
     texts = body["training"]
     assert texts[0].startswith("step 2 / 2, epoch 0, ") and texts[0].endswith(" tok/s"), texts
     assert f"loss {fmt_loss(training['loss'])}" in texts and f"acc {fmt_acc(training['acc'])}" in texts
-    assert re.fullmatch(r"\d\.\d{3} \(step 0\), mean \d\.\d{3}", fmt_loss(training["loss"]))
+    assert re.fullmatch(r"\d\.\d{3} \(pos 0\), mean \d\.\d{3}", fmt_loss(training["loss"]))
     assert f"lr {fmt_lr(training['lr'])}" in texts
     text = status_text(daemon)
     for figure in texts:
@@ -89,9 +89,17 @@ async def test_the_dashboard_shows_steps_and_the_same_strings(finished):
         overview = screen_text(app)  # the training's progress panel counts steps, not rows or chunks
         assert re.search(r"steps\s+━+ 2 / 2 \(100\.0%\)", overview), overview
         assert not re.search(r"\b(rows|chunks|tokens)\s+[━─]", overview), overview
+        # one loss: the event log's step line says the loss the training tab shows (the first draft
+        # position's), never the weighted sum under the same name
+        loss = fmt_loss(daemon.job()["training"]["loss"]).split(" (pos 0)")[0]
+        assert f"step 2/2: loss {loss}, acc " in overview, overview
         await pilot.press("t")
         await wait_for(pilot, lambda: body["training"][1] in screen_text(app), 10)
         text = screen_text(app)
+        assert f"loss {loss} (pos 0), mean " in text, text
+        # "step" is the optimizer's alone: the plot's rows are the draft positions
+        assert "│ pos 0 " in text and "│ pos 1 " in text, text
+        assert not re.search(r"│ step \d +[▁▂▃▄▅▆▇█]", text), text
         for figure in body["training"]:
             assert figure in text, (figure, text)
         assert not LONG_FLOAT.search(text), text

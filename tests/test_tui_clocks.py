@@ -105,17 +105,23 @@ def test_a_source_sends_changes_and_the_minute_and_counts_what_it_skipped() -> N
 
 
 def test_skipped_documents_still_count_in_the_sparklines() -> None:
+    """Documents skipped while nothing changed are the last reading's time in the charts (a chart
+    is along the documents' time), and a history settles once every reading is the same."""
     doc = documents(3)
     history = JobHistory()
     history.add(typed(doc[0]).jobs[0], doc[0]["generated_ts"])
-    history.add(typed(doc[1]).jobs[0], doc[1]["generated_ts"], skipped=3)
+    history.add(typed(doc[1]).jobs[0], doc[0]["generated_ts"] + 4, skipped=3)
     first = doc[0]["jobs"][0]["progress"]["rows_per_s"]
-    assert list(history.rows_per_s) == [first] * 4 + [doc[1]["jobs"][0]["progress"]["rows_per_s"]]
+    values = list(history.rows_per_s)  # the 4 s between read as the first reading, then the new one
+    assert set(values[:-1]) == {first} and values[-1] == doc[1]["jobs"][0]["progress"]["rows_per_s"]
+    assert history.rows_per_s.span == (doc[0]["generated_ts"], doc[0]["generated_ts"] + 4)
     assert not history.settled()
-    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"], skipped=HISTORY_POINTS)
+    history.add(typed(doc[2]).jobs[0], doc[0]["generated_ts"] + 4 + HISTORY_POINTS, skipped=HISTORY_POINTS)
     assert not history.settled()  # the newest reading differs
-    history.add(typed(doc[2]).jobs[0], doc[2]["generated_ts"] + 1, skipped=HISTORY_POINTS)
-    assert history.settled()
+    steady = JobHistory()
+    for ts in (doc[2]["generated_ts"], doc[2]["generated_ts"] + 60):
+        steady.add(typed(doc[2]).jobs[0], ts, skipped=HISTORY_POINTS)
+    assert steady.settled()
 
 
 def test_short_clocks_are_the_ones_below_a_minute() -> None:

@@ -52,7 +52,7 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
     assert steps and int(steps.group(1)) > 0 and float(steps.group(2)) > 0, out
     held = re.search(r"held out +(\d+) of (\d+) extracted rows, not trained on .*; 4 held-out prompts", out)
     assert held and 0 < int(held.group(1)) < int(held.group(2)), out
-    accs = re.search(r"held-out accuracy per unroll step +(.+)", out)
+    accs = re.search(r"held-out accuracy per draft position +(.+)", out)
     assert accs and all(0 <= float(a) <= 1 for a in accs.group(1).split()), out
     figures = {}
     for name, note in (("EAGLE-3", "this demo's"), ("EAGLE-3", "reference drafter: the same command trained"),
@@ -76,8 +76,9 @@ def test_demo_headless_extracts_trains_through_the_daemon_and_evaluates(tmp_path
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make test installs it)")
 def test_demo_tui_in_tmux_shows_the_finished_training_and_its_acceptance(tmp_path: Path) -> None:
     """The real TUI in tmux at 120x40 through the whole demo (a 5 s training, eval-drafter on one
-    prompt): eval-drafter is a job of the dashboard while it runs, and the finished-training screen
-    shows DONE without an ETA, the held-out eval and the acceptance table, in readable numbers."""
+    prompt): eval-drafter is a job of the dashboard while it runs, the demo ends with a banner over
+    its summary (on screen until q or escape, not a notice that fades), and the finished-training
+    screen shows DONE without an ETA, the held-out eval and the acceptance table, in readable numbers."""
     env = repo_env()
     command = (
         f"cd {tmp_path} && env PYTHONPATH={env['PYTHONPATH']} TERM=xterm-256color "
@@ -90,7 +91,12 @@ def test_demo_tui_in_tmux_shows_the_finished_training_and_its_acceptance(tmp_pat
         # the training screen comes up by itself at the launch
         term.wait_for(lambda s: "train-drafter" in s and "launch a drafter" in s, "the training", timeout=300)
         term.wait_for(lambda s: "eval-drafter" in s and "measuring acceptance" in s, "the eval", timeout=300)
-        screen = term.wait_for(lambda s: "acceptance: tokens per" in s, "the acceptance", timeout=300)
+        banner = term.wait_for(lambda s: "demo: OK: every step went through" in s, "the banner", timeout=300)
+        assert "summary" in banner and re.search(r"EAGLE-3 drafter +depth 1 \d\.\d+ +depth 7 \d\.\d+", banner)
+        assert "q quits" in banner, banner
+        term.keys("Escape")  # back to the dashboard, the training screen as the demo left it
+        screen = term.wait_for(lambda s: "acceptance: tokens per" in s and "demo: OK" not in s,
+                               "the acceptance")
         lines = screen.splitlines()
         badge = next(line for line in lines if "train-drafter" in line and "elapsed" in line)
         assert "DONE" in badge and "ETA" not in badge, screen  # a finished training has no ETA

@@ -156,6 +156,21 @@ def tui_command(url: str, tmp_path: Path) -> str:
     )
 
 
+def rejects_alone_and_searched(term: Terminal) -> None:
+    """With the rejects filter, the job's row events ("14:02:31 row 12") are filtered out; `/` and
+    a row's number keep the one line that holds it; escape gives every reject back."""
+    clock = r"\d\d:\d\d:\d\d"
+    term.wait_for(lambda s: (re.search(rf"{clock} reject row \d+: too long", s)
+                             and not re.search(rf"{clock} row \d+", s)),
+                  "the rejects alone, each at its clock time")
+    row = re.findall(r"reject row (\d+): too long", term.screen())[-1]
+    term.keys("/", *f"row {row}:")
+    term.wait_for(lambda s: f"/row {row}: (1 found" in s and len(re.findall(r"reject row \d+", s)) == 1,
+                  "the one line the search finds")
+    term.keys("Escape")
+    term.wait_for(lambda s: len(re.findall(r"reject row \d+", s)) > 1, "the search cleared")
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (make test installs it)")
 def test_tui_in_tmux_against_a_real_daemon(tmp_path: Path, job: subprocess.Popen[bytes]) -> None:
     daemon = Daemon(tmp_path, job.pid)
@@ -190,11 +205,7 @@ def test_tui_in_tmux_against_a_real_daemon(tmp_path: Path, job: subprocess.Popen
         # Event filter: rejects only (the wide layout shows the log).
         term.wait_for(lambda s: "show:  all" in s and "─ rates ─" in s, "the 160x48 layout")
         term.keys("f", "f")
-        # rejects only: the job's row events ("-1s row 12") are filtered out
-        term.wait_for(
-            lambda s: "reject row " in s and ": too long" in s and not re.search(r"(s|now) row \d+", s),
-            "the rejects alone",
-        )
+        rejects_alone_and_searched(term)
 
         # Resizes cleanly to 80x24: panels stack, nothing runs past the right edge.
         term.resize(80, 24)

@@ -111,7 +111,7 @@ SUMMARIES = [
             time_limit_reached=True,
             eval_accs=[0.26489531993865967],
         ),
-        "done: step 74, 128.6k tok, time limit reached, held-out acc 26.5% at step 0",
+        "done: step 74, 128.6k tok, time limit reached, held-out acc 26.5% (pos 0)",
     ),
     (
         ev(
@@ -145,7 +145,7 @@ SUMMARIES = [
             tokens_s=2123.456789,
             data_wait_frac=0.01,
         ),
-        "step 29/76: loss 21.81, acc 26.5% (step 0), 2,123 tok/s",
+        "step 29/76: loss 5.400, acc 26.5% (pos 0), 2,123 tok/s",
     ),
     (
         ev("checkpoint", step=40, path="/tmp/nc/demo-out/drafter/checkpoint-40", epoch=0),
@@ -179,7 +179,8 @@ def test_unknown_kinds_and_odd_fields_keep_the_raw_form() -> None:
     # a writer's odd types do not break the log: the raw form instead of an exception
     assert event_summary(ev("rows", rows="many", rows_done=[1])).startswith("rows rows=many")
     detail = event_detail(ev("rows", rows=15, rows_done=256, rows_total=300), 103.0)
-    assert "rows event of j, 3s ago" in detail and '"rows_done": 256' in detail  # every field, whole
+    assert "rows event of j at 00:01:40, 3s ago" in detail  # its clock time and its age
+    assert '"rows_done": 256' in detail  # every field, whole
 
 
 def test_numbers_have_at_most_four_significant_digits() -> None:
@@ -210,7 +211,7 @@ def test_a_finished_job_has_no_eta_and_keeps_its_history() -> None:
     training = run.training()  # its training section keeps a stale estimate
     assert training["training"]["eta_s"] > 1 and view.job_eta_s(typed_job(training)) is None
     # rates fell to 0 once done; the history still holds the run, not a flat line of zeros
-    assert len(history.rows_per_s) == run.RUN_SECONDS and min(history.rows_per_s) > 20
+    assert history.rows_per_s.added == run.RUN_SECONDS and min(history.rows_per_s) > 20
     assert history.finished
     averages = view.final_averages(typed_done)
     assert averages["rows"] == pytest.approx(300 / 12.123456) and averages["bytes"] == pytest.approx(

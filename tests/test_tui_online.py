@@ -198,6 +198,6 @@ async def test_the_training_tab_shows_the_online_trainer_rather_than_inviting_a_
         assert "a training already follows this extraction" in text
         assert "step 41, eagle3.1, 18.25 rows/s consumed" in text
         assert "spool: 96 of 180 rows consumed, 84 waiting, 2 passes per row" in text
-        assert "loss 5.444 (step 0), mean 5.472" in text and "acc 26.5% (step 0), mean 23.2%" in text
+        assert "loss 5.444 (pos 0), mean 5.472" in text and "acc 26.5% (pos 0), mean 23.2%" in text
         assert "lr 1.235e-4" in text
         assert "a training already follows extraction extract" in text  # the form's warning

@@ -167,7 +167,7 @@ async def test_training_screen_prefilled_and_warns_unfinished_extraction() -> No
         assert screen.query_one("#field-target_model", Input).value == "/models/target"
         assert "unfinished" in str(screen.query_one("#form-warning", Static).render())
         text = screen_text(app)
-        assert "step 0" in text and "step 6" in text  # loss/acc per unroll step
+        assert "pos 0" in text and "pos 6" in text  # loss/acc per draft position
         assert "tok/s" in text and "ckpt-40" in text
         await pilot.press("o")
         await wait_for(pilot, lambda: isinstance(app.screen, OverviewScreen))

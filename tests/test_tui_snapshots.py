@@ -20,7 +20,7 @@ from hsmon.tui.app import HsmonApp
 
 # A fixed path (not tmp_path): it is printed in the form, and the form checks that it exists.
 DATA_DIR = Path("/tmp/hsmon-tui-snapshot/out")
-SIZES = [(80, 24), (160, 48)]
+SIZES = [(80, 24), (120, 40), (160, 48)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,7 +38,7 @@ async def all_documents_shown(pilot: Pilot) -> None:
     app = pilot.app
     for _ in range(200):
         history = app.histories.get((0, "extract"))
-        if history is not None and len(history.rows_per_s) == 12 and app.query("JobOverview"):
+        if history is not None and history.rows_per_s.added == 12 and app.query("JobOverview"):
             break
         await pilot.pause(0.05)
     await pilot.pause(0.2)

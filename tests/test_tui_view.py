@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tui_complete import typed, typed_job
 from tui_documents import document, extraction_job, training_job
 
@@ -49,8 +51,13 @@ def test_event_filters() -> None:
     assert [e["kind"] for e in view.filtered_events(events, "rejects", 10)] == ["reject", "reject"]
     assert [e["kind"] for e in view.filtered_events(events, "errors", 10)] == ["retry"]
     assert len(view.filtered_events(events, "all", 3)) == 3
-    line = view.event_line(events[-1], events[-1]["ts"] + 65)
-    assert line == "    -1m reject row 2417: too long"  # past a minute, ages change once a minute
+    line = view.event_line(events[-1])
+    stamp = time.strftime("%H:%M:%S", time.localtime(events[-1]["ts"]))
+    assert line == f"{stamp} reject row 2417: too long"  # the clock time, not only an age
+    # search: the lines that hold the text, whatever its case, the clock time included
+    assert [e["row"] for e in view.filtered_events(events, "all", 10, search="ROW 2417")] == [2417]
+    assert view.filtered_events(events, "all", 10, search=stamp)[-1] is events[-1]
+    assert view.filtered_events(events, "errors", 10, search="too long") == []
     heartbeat = {"v": 1, "ts": 1.0, "job": "x", "kind": "heartbeat", "rows_done": 3}
     assert not view.filtered_events([heartbeat], "all", 10)  # hidden by default
     assert view.filtered_events([heartbeat], "+heartbeats", 10) == [heartbeat]
@@ -77,10 +84,11 @@ def test_history_ignores_repeated_documents_and_tracks_unroll_steps() -> None:
     for step in (0, 0, 1, 2):
         doc = document(step)
         history.add(typed(doc).jobs[1], doc["generated_ts"])
-    assert len(history.rows_per_s) == 3
-    series = view.unroll_series(history.training, "loss")
+    assert history.rows_per_s.added == 3
+    series = [[value for _step, value in s.readings()] for s in history.unroll.loss]
     assert len(series) == 7 and len(series[0]) == 3
     assert series[0][0] > series[0][-1]  # the fixture's loss falls
+    assert history.unroll.loss[0].span == (40.0, 60.0)  # along the optimizer's steps
 
 
 def test_sparkline_scales() -> None:
@@ -120,7 +128,6 @@ def test_cli_bad_input_gives_one_clear_line() -> None:
     import sys
 
     cases = {
-        (): "nothing to show: give --url URL",
         ("--url", "localhost:9108"): "--url localhost:9108: give a full URL",
         ("--url", "http://127.0.0.1:1", "--refresh", "0"): "--refresh 0.0: must be a positive number",
         ("--status-file", "/nonexistent/status.json"): "--status-file /nonexistent/status.json:",
@@ -165,9 +172,10 @@ def test_rate_history_from_a_big_events_file_reads_a_bounded_sample(tmp_path) ->
     assert path.stat().st_size > 61 * WINDOW_BYTES  # a sample, not the whole file, is read
     series = events_rate_history(str(path), 60)
     assert series is not None and len(series.rows_per_s) == 60
-    assert series.rows_per_s[0] == pytest.approx(100, rel=0.02)
-    assert series.rows_per_s[-1] == pytest.approx(10, rel=0.02)
-    assert series.tokens_per_s[0] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
+    assert series.rows_per_s[0][1] == pytest.approx(100, rel=0.02)
+    assert series.rows_per_s[-1][1] == pytest.approx(10, rel=0.02)
+    assert series.rows_per_s[-1][0] == pytest.approx(1000 + 400 + 400, abs=1)  # the last reading's time
+    assert series.tokens_per_s[0][1] == pytest.approx(700, rel=0.02) and series.bytes_per_s == []
 
 
 def test_event_log_lines_are_the_segments_rich_would_render() -> None:
@@ -194,3 +202,14 @@ def test_event_log_lines_are_the_segments_rich_would_render() -> None:
                     want = Strip(text.render(console), text.cell_len).extend_cell_length(width, base)
                     got = line_strip(plain, name, highlighted, width, base)
                     assert list(got) == list(want.apply_style(base)), (name, plain, width, highlighted)
+
+
+def test_plurals_agree_with_their_number() -> None:
+    from hsmon.status_doc.numbers import counted
+
+    assert [counted(n, "chunk") for n in (0, 1, 2, 34_662)] == ["0 chunks", "1 chunk", "2 chunks",
+                                                                 "34.7k chunks"]
+    chunk = {"kind": "chunk", "chunk": "rows_0-1", "rows": 1}
+    assert view.event_summary(chunk) == "chunk rows_0-1 closed: 1 row"
+    start = {"kind": "start", "rows_total": 1, "chunks_total": 1}
+    assert view.event_summary(start) == "start: 1 row, 1 chunk"

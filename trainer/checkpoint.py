@@ -74,6 +74,24 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint's name records (step-00000013.pt: 13)."""
+    found = CHECKPOINT_RE.match(Path(path).name)
+    return int(found.group(1)) if found else 0
+
+
+def remove_checkpoints(out: Path) -> int:
+    """Remove a training output's checkpoints and LATEST (`hsmon train --restart`); how many went."""
+    directory = Path(out) / CHECKPOINT_DIR
+    removed = 0
+    for path in sorted(directory.glob("step-*")) if directory.is_dir() else []:
+        if CHECKPOINT_RE.match(path.name) or path.name.endswith(".eval.json"):
+            path.unlink(missing_ok=True)
+            removed += path.suffix == ".pt"
+    (directory / LATEST_NAME).unlink(missing_ok=True)
+    return removed
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint hsmon wrote, loaded as data only (``weights_only``: no pickled code runs);
     CheckpointRefused (one line) for any other file."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hsmon.contracts import train_defaults as defaults
 from hsmon.contracts.heldout import DEFAULT_EVAL_FRACTION
+from hsmon.contracts.progress_line import is_terminal
 
 
 def _positive_int(text: str) -> int:
@@ -70,7 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"padded tokens per batch and process (default {defaults.BATCH_TOKENS})",
     )
     parser.add_argument("--events", metavar="FILE", default=None, help="append events here (default stdout)")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out "
+                       "(none yet: start at step 0); an --out that holds a checkpoint needs --resume or "
+                       "--restart")
+    start.add_argument("--restart", action="store_true", help="start over at step 0: remove the checkpoints "
+                       "--out holds first")
+    parser.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)  # by the launch API
     parser.add_argument("--max-length", type=_positive_int, default=2048, help="truncate rows to N tokens")
     parser.add_argument("--warmup-ratio", type=float, default=0.03, help="share of steps spent warming up")
     parser.add_argument("--grad-clip", type=float, default=0.5, help="gradient-norm clipping")
@@ -131,7 +138,25 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def over_checkpoint(args: argparse.Namespace) -> str | None:
+    """No silent restart: why a run into an --out that holds a checkpoint is refused (before torch
+    loads: at once), unless --resume or --restart says what to do with it."""
+    step = defaults.checkpoint_step_in(args.out)
+    if step is None or args.resume or args.restart or args.follow:
+        return None
+    name = f"step-{step:08d}.pt"
+    held = f"--out {args.out} holds a checkpoint at step {step} ({name})"
+    if args.launched:
+        return f"{held}: Resume in the dashboard's training form goes on from it"
+    return (f"{held}: add --resume to go on from step {step}, or --restart to start over at step 0 (its "
+            "checkpoints are removed)")
+
+
 def _run(args: argparse.Namespace) -> int:
+    refusal = over_checkpoint(args)
+    if refusal:
+        print(f"hsmon train: {refusal}", file=sys.stderr)
+        return 2
     import torch
 
     from trainer.checkpoint import CheckpointRefused
@@ -149,6 +174,10 @@ def _run(args: argparse.Namespace) -> int:
         from hsmon.contracts.spool import train_events_path
 
         events = str(train_events_path(args.data_dir))
+    elif events is None and is_terminal(sys.stdout):  # JSON is no reading for a person: a file, a line
+        events = str(Path(args.out) / "events.jsonl")
+        print(f"hsmon train: events -> {events} (stdout is a terminal; --events FILE to choose, a pipe to "
+              "read them on stdout)", file=sys.stderr, flush=True)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -166,6 +195,8 @@ def _run(args: argparse.Namespace) -> int:
             batch_tokens=args.batch_tokens,
             events=events,
             resume=args.resume,
+            restart=args.restart,
+            launched=args.launched,
             warmup_ratio=args.warmup_ratio,
             grad_clip=args.grad_clip,
             max_length=args.max_length,

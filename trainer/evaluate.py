@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hsmon.contracts import stop_signals
 from hsmon.contracts.capture_points import capture_points_of, default_capture_points
+from trainer.eval_progress import EvalProgress
 from trainer.speculative import Target, ngram_draft, speculative_decode
 
 
@@ -78,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, default=0.15,
                         help="with --engine sglang: the relative engine/evaluator difference reported as a "
                         "finding (default 0.15)")
+
+
+DECODE_DELAY_ENV = "HSMON_EVAL_DECODE_DELAY_S"  # read by tests only (docs/development.md, "Signals mid-run")
 
 
 class PromptError(ValueError):
@@ -203,12 +208,14 @@ def evaluate(
     depth: int,
     max_new: int,
     ngram_max: int = 3,
-    on_decode: Callable[[], None] | None = None,
+    on_decode: Callable[[str | None, int | None, Any], None] | None = None,
     depths: list[int] | None = None,
     drafters: tuple[str, ...] = ("eagle3", "ngram"),
 ) -> dict[str, Any]:
     """Acceptance lengths of the EAGLE-3 drafter and the n-gram drafter for depths 1..depth;
-    ``on_decode`` is called after each of the ``len(prompts) * (1 + 2 * depth)`` decodes.
+    ``on_decode(drafter, depth, result)`` is called after each of the ``len(prompts) * (1 + 2 *
+    depth)`` decodes (drafter and depth None for the target's own greedy decode; result a
+    ``DecodeResult``: its tokens, rounds and accepted drafts).
     ``depths``/``drafters``: only these (bench/online.py measures eagle3 at depth 7 alone);
     ``per_prompt`` holds each prompt's [accepted, rounds] per drafter and depth (for a spread)."""
     drafter, points = load_drafter(drafter_dir, target_dir)
@@ -216,10 +223,15 @@ def evaluate(
     target = Target(target_dir, points or default_capture_points(int(target_config["num_hidden_layers"])))
     import torch
 
-    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]]) -> Any:
+    delay = float(os.environ.get(DECODE_DELAY_ENV) or 0)  # tests: decodes that last, whatever the machine
+
+    def decode(prompt: list[int], draft: Callable[[list[int], Any], list[int]], name: str | None = None,
+               d: int | None = None) -> Any:
+        if delay:
+            time.sleep(delay)
         out = speculative_decode(target, prompt, max_new, draft)
         if on_decode is not None:
-            on_decode()
+            on_decode(name, d, out)
         return out
 
     reference: list[list[int]] = [decode(p, lambda t, f: []).tokens for p in prompts]
@@ -251,7 +263,7 @@ def evaluate(
             rounds = accepted = 0
             per_prompt[str(d)] = []
             for prompt, ref in zip(prompts, reference, strict=True):
-                out = decode(prompt, make(d))
+                out = decode(prompt, make(d), name, d)
                 if out.tokens != ref:
                     result["outputs_match_greedy"] = False
                 rounds += out.rounds
@@ -264,42 +276,25 @@ def evaluate(
     return result
 
 
-class _Progress:
-    """Contract-1 events of a measurement (with --events): start, rows (one per decode), then
-    eval and done carrying the result, or error."""
-
-    def __init__(self, args: argparse.Namespace, drafter: Path, target: Path, prompts: int) -> None:
-        from hsmon.contracts import events as ev
-
-        self.ev, self.started = ev, time.monotonic()
-        self.writer = ev.EventWriter(args.job, path=args.events) if args.events else None
-        self.done, self.total = 0, prompts * (1 + 2 * args.depth)  # the reference, then 2 drafters x depths
-        if self.writer:
-            self.writer.emit(ev.START, backend="eval-drafter", pid=os.getpid(), drafter=str(drafter),
-                             target_model=str(target), prompts=prompts, depth=args.depth,
-                             max_new_tokens=args.max_new_tokens, rows_total=self.total)
-
-    def decoded(self) -> None:
-        self.done += 1
-        if self.writer:
-            self.writer.emit(self.ev.ROWS, rows=1, rows_done=self.done, rows_total=self.total)
-
-    def finished(self, result: dict[str, Any]) -> None:
-        if self.writer:
-            self.writer.emit(self.ev.EVAL, **result)
-            self.writer.emit(self.ev.DONE, seconds=round(time.monotonic() - self.started, 3), **result)
-            self.writer.close()
-
-    @staticmethod
-    def failed(args: argparse.Namespace, message: str) -> None:
-        if args.events:
-            from hsmon.contracts import events as ev
-
-            with ev.EventWriter(args.job, path=args.events) as writer:
-                writer.emit(ev.ERROR, message=message, pid=os.getpid())
-
-
 def run(args: argparse.Namespace) -> int:
+    """Measure; Ctrl-C, SIGTERM or a lost terminal (SIGHUP) end it in one line with 128 + the signal
+    (nothing to save: an evaluation is measured again from the start), its events saying `stopped`."""
+    previous = stop_signals.raise_on_stop()
+    progress = EvalProgress(args)
+    try:
+        return _run(args, progress)
+    except stop_signals.Interrupted as exc:
+        progress.stopped(exc.signum)
+        how = stop_signals.described(exc.signum)
+        at = f" after {progress.done} of {progress.total} decodes" if progress.total else " while loading"
+        stop_signals.say(f"hsmon eval-drafter: stopped by {how}{at}; nothing is saved: rerun to measure")
+        return stop_signals.exit_status(exc.signum)
+    finally:
+        progress.close()
+        stop_signals.restore(previous)
+
+
+def _run(args: argparse.Namespace, progress: EvalProgress) -> int:
     import torch
 
     from trainer.target import TargetError, resolve_target, trained_for
@@ -311,9 +306,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         target_dir = resolve_target(args.target_model or trained_for(Path(args.drafter)))
+        print(f"hsmon eval-drafter: loading the target {target_dir} and the drafter {args.drafter}",
+              file=sys.stderr, flush=True)
         tokenize = chat = None
         try:
             from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # one progress line of its own (trainer/eval_progress.py)
 
             tokenizer = AutoTokenizer.from_pretrained(target_dir)
             tokenize = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
@@ -340,19 +340,19 @@ def run(args: argparse.Namespace) -> int:
 
             runner = engine_eval_vllm.run_engine if args.engine == "vllm" else engine_eval.run_engine
             return runner(args, sets, drafter_dir, target_dir, evaluate)
-        events = _Progress(args, drafter_dir, target_dir, sum(len(p) for p in sets.values()))
+        progress.begin(drafter_dir, target_dir, sum(len(p) for p in sets.values()))
         results = {
             name: evaluate(drafter_dir, target_dir, prompts, args.depth, args.max_new_tokens, args.ngram_max,
-                           events.decoded)
+                           progress.decoded)
             for name, prompts in sets.items()
         }
     except (PromptError, TargetError, FileNotFoundError) as exc:
         print(f"hsmon eval-drafter: {exc}", file=sys.stderr)
-        _Progress.failed(args, str(exc))
+        progress.failed(str(exc))
         return 2
     # the first set's figures at the top (as with one --prompts), every set under "sets"
     result = {**next(iter(results.values())), "sets": results}
-    events.finished(result)
+    progress.finished(result)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -55,6 +55,13 @@ from trainer.window import ChunkRows, SpoolSource, Window
 # what resumes a following trainer that stopped (the ledger keeps every row's passes)
 FOLLOW_RESUME = ("rerun the same `hsmon train --follow` command with --resume: the ledger keeps every row's "
                  "passes")
+FOLLOW_RESUME_LAUNCHED = ("Resume (the dashboard's training form, or resume: yes in the launch API) goes on: "
+                          "the ledger keeps every row's passes")
+
+
+def follow_resume(settings: TrainSettings) -> str:
+    """How a stopped following trainer goes on, in the words of whoever started it."""
+    return FOLLOW_RESUME_LAUNCHED if settings.launched else FOLLOW_RESUME
 NO_EPOCHS = 1 << 62  # the cursor's epoch never wraps: a following trainer has no epochs
 # tests: kill -9 of this process at a named point of a save (``trained``: after a trained record;
 # ``final``: after the final save's; ``checkpoint``: after a checkpoint; ``consumed``: after a
@@ -108,7 +115,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
                         ledger.ended("stopped", int(ckpt["step"]) if ckpt else 0, reason="stopped")
                     if writer:
                         writer.emit(ev.STOPPED, reason="signal", tokens=0,
-                                    **stopped_fields(stop_requested, 0, None, FOLLOW_RESUME))
+                                    **stopped_fields(stop_requested, 0, None, follow_resume(settings)))
                     return exit_status(stop_requested)
                 if arrival.ended:
                     raise DataError(f"{settings.data_dir}: the extraction ended without a usable row")
@@ -135,6 +142,7 @@ def follow(settings: TrainSettings, world: Dist, writer: ev.EventWriter | None,
     if writer:
         writer.emit(
             ev.START, backend="train", mode="follow", pid=os.getpid(), output_dir=str(settings.out),
+            log=ev.own_log(),
             data_dir=str(settings.data_dir), target_model=str(settings.target), total_rows=plan_rows,
             passes=settings.follow_passes, consume=settings.follow_consume, window_rows=window.size,
             heldout=state.heldout.to_record(), hidden_size=training.cfg.hidden_size, layers=index.num_aux,
@@ -240,7 +248,8 @@ class FollowRun:
             self.ledger.ended("stopped" if ended == "stopped" else "done", cursor.step, reason=ended)
         if ended == "stopped":
             if self.writer:
-                fields = stopped_fields(self.training.stop_requested, cursor.step, None, FOLLOW_RESUME)
+                fields = stopped_fields(self.training.stop_requested, cursor.step, None,
+                                        follow_resume(self.settings))
                 self.writer.emit(ev.STOPPED, reason="signal", tokens=cursor.tokens, **fields)
             return exit_status(self.training.stop_requested)
         self.training.nonfinite_rows = len(self.window.nonfinite)

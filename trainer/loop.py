@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import train_defaults
+from hsmon.contracts import stop_signals, train_defaults
 from hsmon.contracts.layout import atomic_write
 from trainer.checkpoint import latest_checkpoint, save_checkpoint
 from trainer.data import Batch, Prefetcher, RowRef, plan_epoch
@@ -165,22 +166,31 @@ class Training:
             time.monotonic() + self.settings.time_limit_s if self.settings.time_limit_s is not None else None
         )
         interval = Interval(time.perf_counter())
-        ended: str | None = None
+        ended: str | None = "stopped" if self._stop_asked() else None  # while it loaded: no step at all
         while self.cursor.step < self.total_steps and ended is None:
             ended, saved = self._epoch(guard, counters, interval, deadline)
             last_ckpt_step = saved if saved is not None else last_ckpt_step
         heartbeat.close()
-        if last_ckpt_step != self.cursor.step:
+        if last_ckpt_step != self.cursor.step and self.cursor.step > 0:  # step 0: nothing learned to keep
             self.checkpoint()
         if ended == "stopped":
+            resume = resume_text(self.settings, self.cursor.step)
             if self.writer:
-                resume = (f"rerun the same `hsmon train` command with --resume: it goes on from step "
-                          f"{self.cursor.step}'s checkpoint")
                 fields = stopped_fields(self.stop_requested, self.cursor.step, self.total_steps, resume)
                 self.writer.emit(ev.STOPPED, reason="signal", tokens=self.cursor.tokens, **fields)
+            if self.world.main:
+                signum = getattr(self.stop_requested, "signum", None) or signal.SIGTERM
+                of = f" of {self.total_steps}" if self.total_steps else ""
+                stop_signals.say(f"hsmon train: stopped by {stop_signals.described(signum)} at step "
+                                 f"{self.cursor.step}{of}: {resume}")
             return exit_status(self.stop_requested)
         self._emit_done(guard, out_of_time=ended == "out_of_time")
         return 0
+
+    def _stop_asked(self) -> bool:
+        """Whether any rank was asked to stop (every rank learns it: they stop at the same step)."""
+        asked = torch.tensor([1.0 if self.stop_requested.is_set() else 0.0])
+        return bool(self.world.all_sum(asked)[0] > 0)
 
     def _epoch(
         self, guard: LossGuard, counters: dict[str, Any], interval: Interval, deadline: float | None
@@ -336,6 +346,17 @@ def evaluate(
         prefetch.close()
     drafter.train()
     return step_stats(sums)
+
+
+def resume_text(settings: TrainSettings, step: int) -> str:
+    """How a stopped training goes on, in the words of whoever started it: the command line's
+    --resume, or the dashboard's Resume button for a training launched through the daemon."""
+    if step == 0:
+        return "nothing trained yet (no checkpoint): start it again as before"
+    if settings.launched:
+        return (f"Resume (the dashboard's training form, or resume: yes in the launch API) goes on from "
+                f"step {step}'s checkpoint")
+    return f"rerun the same `hsmon train` command with --resume: it goes on from step {step}'s checkpoint"
 
 
 def done_line(settings: TrainSettings, step: int, stats: StepStats | None, advice: str | None) -> str:

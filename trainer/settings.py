@@ -28,6 +28,8 @@ class TrainSettings:
     batch_tokens: int = defaults.BATCH_TOKENS
     events: str | None = None
     resume: bool = False
+    restart: bool = False  # --restart: the checkpoints of --out are removed, the run starts at step 0
+    launched: bool = False  # started through the daemon's launch API (the TUI's form): say its buttons
     warmup_ratio: float = 0.03
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0

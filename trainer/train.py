@@ -9,7 +9,6 @@ trainer/runtime.py.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from typing import Any
@@ -17,9 +16,15 @@ from typing import Any
 import torch
 
 from hsmon.contracts import events as ev
-from hsmon.contracts import train_defaults, writer_lock
+from hsmon.contracts import stop_signals, train_defaults, writer_lock
 from hsmon.contracts.nofollow import LinkRefused
-from trainer.checkpoint import latest_checkpoint, load_checkpoint
+from trainer.checkpoint import (
+    CheckpointRefused,
+    checkpoint_step,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_checkpoints,
+)
 from trainer.data import (
     INDEX_NAME,
     DataError,
@@ -38,6 +43,9 @@ from trainer.nonfinite import (
 )
 from trainer.runtime import Dist, StopRequest
 from trainer.settings import TrainSettings
+from trainer.train_line import TrainLine
+
+LOAD_DELAY_ENV = "HSMON_TRAIN_LOAD_DELAY_S"  # read by tests only (docs/development.md, "Signals mid-run")
 
 
 def _prepare_index(settings: TrainSettings, world: Dist) -> DataIndex:
@@ -55,12 +63,21 @@ def train(settings: TrainSettings, body: Any = None) -> int:
     """Run (or resume) a training; returns the process exit code. ``body`` replaces the offline
     set-up and loop (`hsmon train --follow`: trainer/follow.py), with the same signals and events."""
     world = Dist()
+    locks: list[writer_lock.WriterLock] = []
     try:
-        locks = hold_outputs(settings) if world.main else []
-    except DataError:
+        if world.main:
+            locks = hold_outputs(settings)
+        if not settings.follow:
+            restart_over_checkpoint(settings, world)
+    except (DataError, CheckpointRefused):
+        for lock in locks:
+            lock.release()
         world.close()
         raise
     writer = ev.EventWriter(settings.job, settings.events) if world.main else None
+    line = TrainLine() if writer is not None else None
+    if line is not None and writer is not None:
+        writer.listeners.append(line.event)  # a progress line on a terminal, from the events
     stop_requested = StopRequest()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -68,7 +85,7 @@ def train(settings: TrainSettings, body: Any = None) -> int:
             stop_requested.signum = signum
         stop_requested.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = stop_signals.install(on_signal)  # SIGINT, SIGTERM, SIGHUP (a lost terminal)
     finished = False
     try:
         code = (body or _train)(settings, world, writer, stop_requested)
@@ -79,13 +96,28 @@ def train(settings: TrainSettings, body: Any = None) -> int:
             writer.emit(ev.ERROR, message=str(exc))
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        stop_signals.restore(previous)
+        if line is not None:
+            line.close()
         if writer:
             writer.close()
         world.close(finished)
         for lock in locks:
             lock.release()
+
+
+def restart_over_checkpoint(settings: TrainSettings, world: Dist) -> None:
+    """--restart: the checkpoints of --out removed first, under its lock (trainer/cli.py refuses a
+    run over a checkpoint without --resume or --restart before torch loads)."""
+    found = latest_checkpoint(settings.out)
+    if found is None or settings.resume or not settings.restart:
+        return
+    world.barrier()  # every rank has seen it before rank 0 removes it
+    if world.main:
+        removed = remove_checkpoints(settings.out)
+        print(f"hsmon train: --restart: removed {removed} checkpoint(s) of {settings.out} (up to step "
+              f"{checkpoint_step(found)}); starting at step 0", file=sys.stderr, flush=True)
+    world.barrier()
 
 
 def hold_outputs(settings: TrainSettings) -> list[writer_lock.WriterLock]:
@@ -109,6 +141,8 @@ def hold_outputs(settings: TrainSettings) -> list[writer_lock.WriterLock]:
 def _train(
     settings: TrainSettings, world: Dist, writer: ev.EventWriter | None, stop_requested: threading.Event
 ) -> int:
+    if delay := float(os.environ.get(LOAD_DELAY_ENV) or 0):
+        stop_requested.wait(delay)  # tests: a loading phase that lasts, whatever the machine
     resume_from = latest_checkpoint(settings.out) if settings.resume else None
     ckpt = load_checkpoint(resume_from) if resume_from else None
     index = _prepare_index(settings, world)
@@ -150,7 +184,7 @@ def _train(
     )
     if writer:
         writer.emit(
-            ev.START, backend="train", pid=os.getpid(), output_dir=str(settings.out),
+            ev.START, backend="train", pid=os.getpid(), output_dir=str(settings.out), log=ev.own_log(),
             data_dir=str(settings.data_dir), target_model=str(settings.target), total_rows=len(train_rows),
             eval_rows=len(held_rows), total_tokens=sum(r.length for r in train_rows),
             nonfinite_rows=len(index.nonfinite_rows), nonfinite_row_ids=index.nonfinite_rows[:20],
@@ -159,7 +193,7 @@ def _train(
             steps_per_epoch=steps_per_epoch,
             world_size=world.world, resumed_from=str(resume_from) if resume_from else None,
             start_step=cursor.step, dtype="bfloat16" if training.autocast else "float32",
-            device=world.device.type,
+            device=world.device.type, process_started_ts=ev.process_started(),
         )  # fmt: skip
     return training.run(checkpointed=ckpt is not None)
 

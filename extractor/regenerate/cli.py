@@ -58,10 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(group, "the next answer")
 
 
+WORKER_PREFIX = "hsmon-regenerate-"  # the names of extractor/regenerate/run.py's worker threads
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of `hsmon regenerate`."""
+    import os
     import re
     import sys
+    import threading
 
     from extractor.backend_options import REGENERATE_OPTIONS, misplaced_option
 
@@ -73,4 +78,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from extractor.regenerate.run import main
 
-    return main(args)
+    code = main(args)
+    if any(t.name.startswith(WORKER_PREFIX) and t.is_alive() for t in threading.enumerate()):
+        # A stop came while an answer was being drawn (its worker is a daemon thread, never waited
+        # for). Everything is written and closed by now: leave without the interpreter's finalization,
+        # under which that thread, still inside torch, aborted the process ("terminate called without
+        # an active exception", SIGABRT) in place of the exit status just recorded.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -169,8 +169,10 @@ def run_rows(prep: Prepared, args: argparse.Namespace, engine: Any, events: ev.E
     snap = progress.snapshot()
     events.emit(ev.START, task=regen_layout.TASK, out_dir=str(prep.out.resolve()), pid=os.getpid(),
                 backend=engine.name, model=str(prep.model_dir), resumed=bool(prep.totals.committed),
-                sampling=prep.sampling.record(), **engine.describe(), **snap)
-    line = ProgressLine(progress)
+                sampling=prep.sampling.record(), process_started_ts=ev.process_started(), log=ev.own_log(),
+                **engine.describe(),
+                **snap)
+    line = ProgressLine(progress, "regenerate")
     writer.on_rows = line.update
     writer.start()
     quit_heartbeat = threading.Event()

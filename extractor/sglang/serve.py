@@ -24,6 +24,7 @@ from extractor.sglang.speculative import DEFAULT_DRAFT_TOKENS, DraftError, SpecP
 from extractor.sglang.supervise import supervise
 from extractor.targets import ModelUnavailable, resolve_model
 from hsmon.contracts.capture_points import parse_capture_points
+from hsmon.contracts.port_holder import port_refusal
 from hsmon.contracts.units import port_number
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -117,6 +118,14 @@ def parse_layers(text: str | None, model_path: Path) -> list[int]:
         return parse_capture_points(text, num_layers)
     except ValueError as exc:
         raise ServeError(str(exc)) from None
+
+
+def python_named(python: str, default: bool = False) -> str:
+    """The Python as tried: where a bare name was found on PATH, and why this one (``default``: no
+    --python given and no .sglang-venv in the checkout)."""
+    found = shutil.which(python) if os.sep not in python else None
+    why = ", the default without .sglang-venv in this checkout" if default else ""
+    return f"{python} ({found}{why})" if found else python
 
 
 def sglang_python(explicit: str | None) -> str:
@@ -238,11 +247,17 @@ def probe(python: str, env: dict[str, str]) -> dict:
         return json.loads(out.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
         raise ServeError(f"--python {python}: cannot read its SGLang's features ({exc}); "
-                         "pass the Python of an SGLang environment (make sglang-env)") from exc
+                         f"pass the Python of an SGLang environment: {INSTALL_HINT}") from exc
 
 
-def check_release(found: dict, allow_untested: bool) -> str | None:
+INSTALL_HINT = ("make sglang-env builds a CPU one in this checkout (.sglang-venv); on a GPU node: python -m "
+                "venv /opt/sglang && /opt/sglang/bin/pip install 'sglang[all]' (docs/operations.md)")
+
+
+def check_release(found: dict, allow_untested: bool, python: str = "python") -> str | None:
     """The one-line refusal for the probed SGLang, or None."""
+    if found.get("sglang_version") == "none" and found.get("refusal"):  # no SGLang at all in that Python
+        return f"--python {python}: {found['refusal']}; {INSTALL_HINT}, then pass --python DIR/bin/python"
     if found.get("refusal"):
         return str(found["refusal"])
     if not found.get("tested") and not allow_untested:
@@ -277,8 +292,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    refusal = dp_attention_refusal(extra)
-    if refusal:
+    refusal = dp_attention_refusal(extra) or port_refusal(args.host, args.port)
+    if refusal:  # a taken port said before SGLang loads the model (it would fail after loading)
         print(f"hsmon sglang-serve: {refusal}", file=sys.stderr)
         return 2
     python = sglang_python(args.python)
@@ -304,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
     except ServeError as exc:
         print(f"hsmon sglang-serve: {exc}", file=sys.stderr)
         return 2
-    refusal = check_release(found, args.allow_untested_sglang)
+    refusal = check_release(found, args.allow_untested_sglang, python_named(python, args.python is None))
     if refusal:
         print(f"hsmon sglang-serve: {refusal}", file=sys.stderr)
         return 2

@@ -15,6 +15,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from extractor.sglang.shm_leftovers import ShmLeftovers
+from hsmon.contracts import stop_signals
+
 
 def _ready(url: str) -> bool:
     """SGLang answers /health with 200 once its warm-up request went through."""
@@ -71,6 +74,8 @@ class ServerChild:
         for p in self._known.values():
             with contextlib.suppress(self._psutil.Error):
                 p.kill()  # psutil checks the process is still the one remembered (no pid reuse)
+        # gone, not only signalled: what they held in /dev/shm is free once they are
+        self._psutil.wait_procs(list(self._known.values()), timeout=10)
 
     def stop(self, grace: float = 30) -> None:
         self.signal(signal.SIGTERM)
@@ -119,17 +124,18 @@ def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: floa
               loaded: Callable[[str], str | None] | None = _plugin_loaded) -> int:
     """Run the engine's server until it ends or a signal stops it; its exit status (128 + a signal's
     number). ``loaded``: a check once /health answers (None: fine, else the refusal in words)."""
+    leftovers = ShmLeftovers()
     child = ServerChild(cmd, env)
     proc = child.proc
     stop = {"signal": 0}
 
     def forward(signum: int, _frame: object) -> None:
-        if stop["signal"]:  # a second signal: no more waiting
+        if stop["signal"] and signum != signal.SIGHUP:  # a second Ctrl-C: no more waiting
             child.kill_all()
-        stop["signal"] = signum
-        child.signal(signum)
+        stop["signal"] = stop["signal"] or signum
+        child.signal(signal.SIGTERM if signum == signal.SIGHUP else signum)  # the server's own stop
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = stop_signals.install(forward)  # SIGINT, SIGTERM, and SIGHUP: a lost terminal stops it too
     try:
         started = time.monotonic()
         announced = False
@@ -152,8 +158,16 @@ def supervise(cmd: list[str], env: dict[str, str], url: str, ready_timeout: floa
                 child.wait_or_kill()
                 break
             time.sleep(1.0)
-        return _exit_status(proc.wait())
+        code = _exit_status(proc.wait())  # the server's own (the units count its stop as theirs)
+        if stop["signal"]:
+            how = stop_signals.described(stop["signal"])
+            stop_signals.say(f"hsmon {program}: stopped by {how}; the server exited with status {code}")
+        return code
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        stop_signals.restore(old)
         child.kill_all()  # whatever the engine left behind
+        removed = leftovers.sweep()
+        if removed:
+            shown = ", ".join(removed[:3]) + (", ..." if len(removed) > 3 else "")
+            stop_signals.say(f"hsmon {program}: removed {len(removed)} file(s) the server left in "
+                             f"{leftovers.shm} ({shown})")

@@ -27,6 +27,7 @@ from extractor.targets import ModelUnavailable, resolve_model
 from extractor.vllm.drafts import DEFAULT_DRAFT_TOKENS, DraftError, speculative_config
 from hsmon.contracts.engines import vllm_layer_ids
 from hsmon.contracts.layout import atomic_write
+from hsmon.contracts.port_holder import port_refusal
 from hsmon.contracts.units import port_number
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # points vLLM cannot capture in that order
         print(f"hsmon vllm-serve: --layers {args.layers}: {exc}", file=sys.stderr)
         return 2
-    refusal = _refusal(extra, bool(args.draft))
+    refusal = _refusal(extra, bool(args.draft)) or port_refusal(args.host, args.port)
     python = vllm_python(args.python)
     if refusal is None and os.sep in python and not Path(python).exists():
         refusal = f"--python {python} does not exist (make vllm-env builds .vllm-venv)"

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -98,6 +98,7 @@ class EventWriter:
         self.job = job
         self._lock = threading.Lock()
         self._owned = path is not None
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each event written
         if path is not None:
             fd = nofollow.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
             self._stream: IO[str] = open(fd, "a", encoding="utf-8")  # noqa: SIM115
@@ -111,6 +112,8 @@ class EventWriter:
         with self._lock:
             self._stream.write(line)
             self._stream.flush()
+        for listener in self.listeners:  # a terminal's progress line (hsmon/contracts/progress_line.py)
+            listener(event)
         return event
 
     def close(self) -> None:
@@ -146,6 +149,31 @@ def parse_event_line(line: str | bytes) -> dict[str, Any] | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
         return None
     return obj
+
+
+def own_log() -> str | None:
+    """Where this process's output goes when that is a file (its log: a start event names it, so
+    that the dashboard can show it even once the process is gone); None on a terminal or a pipe."""
+    import stat
+
+    for fd in (1, 2):
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+    return None
+
+
+def process_started() -> float:
+    """When this process started (wall clock): a start event carries it as ``process_started_ts``, so
+    that the time a job took counts its model load, which comes before the start event."""
+    import psutil
+
+    try:
+        return float(psutil.Process().create_time())
+    except (psutil.Error, OSError):
+        return time.time()
 
 
 def event_number(event: dict[str, Any], *keys: str) -> float | None:

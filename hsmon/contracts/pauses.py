@@ -27,9 +27,8 @@ PREFIX = "hsmon extract: "  # the program's: `hsmon regenerate` sets its own onc
 def _write(line: str, stream: TextIO | None, prefix: str | None = None) -> str:
     stream = sys.stderr if stream is None else stream
     prefix = PREFIX if prefix is None else prefix
-    # on a terminal the progress line (no newline, redrawn with \r) may be on screen: start afresh
-    lead = "\n" if getattr(stream, "isatty", lambda: False)() else ""
-    stream.write(f"{lead}{prefix}{line}\n")
+    # on a terminal the progress line (hsmon/contracts/progress_line.py) puts this line above itself
+    stream.write(f"{prefix}{line}\n")
     stream.flush()
     return line
 

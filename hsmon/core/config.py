@@ -125,6 +125,12 @@ class JobConfig:
     rows_total: int | None = None
     needed_bytes: int | None = None
     verify: VerifySpec | None = None  # the engine check during the run (hsmon/core/verify_watch.py)
+    # where in ``events`` the job begins: a training launched again into the same directory appends
+    # to the events of the runs before it, which are not this job's (hsmon/launch/watch.py)
+    events_from: int = 0
+    # named by default ("job": `hsmon daemon` flags without --job, no event yet): the name the
+    # events give (their `job`) replaces it once they arrive (hsmon/core/monitor.py)
+    name_from_events: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

@@ -19,6 +19,7 @@ from hsmon.status_doc import (
     EventsSection,
     JobGpu,
     JobStatus,
+    LogFile,
     OnlineSection,
     OutputSection,
     ProcessEntry,
@@ -86,6 +87,7 @@ class Sections:
     started_as: str | None = None  # the kind the job's start event shows
     online: OnlineSection | None = None  # made with the verdict (hsmon/core/state_online.py)
     regenerate: RegenerateSection | None = None  # a regeneration's figures (trackers/regenerate.py)
+    logs: list[LogFile] = field(default_factory=list)  # where the job's output goes (job_logs)
 
 
 def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
@@ -119,6 +121,7 @@ def job_status(cfg: JobConfig, st: JobState, sec: Sections) -> JobStatus:
         gpu=JobGpu(indices=list(sec.gpu_indices), idle_since_ts=sec.gpu_idle_since_ts),
         online=sec.online if sec.online is not None else msgspec.UNSET,
         regenerate=sec.regenerate if sec.regenerate is not None else msgspec.UNSET,
+        logs=list(sec.logs) if sec.logs else msgspec.UNSET,
     )
 
 

@@ -13,7 +13,7 @@ from msgspec import UNSET
 from hsmon.core import logtail
 from hsmon.core.trackers.processes import ProcessTracker
 from hsmon.core.trackers.progress import ProgressTracker
-from hsmon.status_doc import OutputSection, ProcessEntry, Progress
+from hsmon.status_doc import LogFile, OutputSection, ProcessEntry, Progress
 
 
 class EndingWatch:
@@ -52,6 +52,18 @@ class EndingWatch:
             lines = [line for tail in tails if tail for line in tail]  # stderr (fd 2) last
             self._read = (key, None if all(t is None for t in tails) else lines)
         return ", ".join(tracker.log_files), self._read[1]
+
+
+def job_logs(named: str | None, trackers: list[ProcessTracker]) -> list[LogFile]:
+    """The job's logs: the one its start event names (``hsmon run``'s, or where hsmon extract, train
+    and regenerate wrote their output), then the files its processes' stdout and stderr go to (kept
+    once a process is gone), each once."""
+    logs = {named: LogFile(path=named, what="the job's log (its start event)")} if named else {}
+    for tracker in trackers:
+        pid = f" (PID {tracker.pid})" if tracker.pid else ""
+        for path in tracker.log_files:
+            logs.setdefault(path, LogFile(path=path, what=f"{tracker.role} output{pid}"))
+    return list(logs.values())
 
 
 def merge_output_progress(

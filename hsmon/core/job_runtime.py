@@ -18,7 +18,7 @@ from hsmon.core import job_trackers
 from hsmon.core.config import ConfigError, JobConfig, ProcessSpec
 from hsmon.core.job_activity import ActivityClocks
 from hsmon.core.job_document import JobState, Sections, job_status, not_measured, with_live
-from hsmon.core.job_ending import EndingWatch, merge_output_progress
+from hsmon.core.job_ending import EndingWatch, job_logs, merge_output_progress
 from hsmon.core.job_trackers import TickFigures, TickPlan
 from hsmon.core.online_job import both_sides, slower_eta
 from hsmon.core.state import decide
@@ -54,7 +54,7 @@ class JobRuntime:
         self.dump = DumpDirTracker(cfg.dump_dir) if cfg.dump_dir else None
         self.output = OutputDirTracker(cfg.out_dir) if cfg.out_dir else None
         self.verify = VerifyWatch(cfg.verify, cfg.out_dir) if cfg.verify and cfg.out_dir else None
-        self.progress = ProgressTracker(cfg.events) if cfg.events else None
+        self.progress = ProgressTracker(cfg.events, start=cfg.events_from) if cfg.events else None
         self.processes = [ProcessTracker(spec) for spec in cfg.process_specs()]
         self._pid_from_events = not self.processes
         self.servers = [ServerTracker(spec, now) for spec in cfg.servers]
@@ -98,6 +98,22 @@ class JobRuntime:
         if not self.cfg.role and self.progress is not None and self.progress.started_as == "regenerate":
             return "regenerator"
         return self.cfg.default_role
+
+    def adopt_dump_dir(self) -> None:
+        """Without a configured dump directory, watch the one the start event names (`hsmon extract
+        --backend sglang`'s), as the servers its URLs name: a daemon given only --out and --events
+        (README's production commands) watches the whole job."""
+        path = self.progress.dump_dir if self.progress is not None else None
+        if self.cfg.dump_dir or self.dump is not None or not path:
+            return
+        self.dump = DumpDirTracker(path)
+        shm = path if path.startswith("/dev/shm") else self.cfg.shm_dir
+        self.disk = disk.DiskTracker(self.cfg.out_dir, shm, self.cfg.needed_bytes)
+        names = [t.name for t in self.trackers]
+        at = names.index("output_dir") if "output_dir" in names else len(names)
+        self.trackers.insert(at, job_trackers.DumpDirJob(self))  # where the list puts it
+        if "disk" not in names:
+            self.trackers.append(job_trackers.DiskJob(self))
 
     def poll_servers(self, now: float) -> None:
         """Start the server trackers; without configured servers, follow the start event's URLs."""
@@ -180,6 +196,7 @@ class JobRuntime:
         not known yet)."""
         guard, job = self.errors.guard, self.cfg.name
         self.plan = TickPlan(scan_dump, scan_output, full_scan, background)
+        guard("dump_dir", self.adopt_dump_dir, None, job)  # before the trackers are polled
         poll_all(self.trackers, self.errors, job, now)
         procs = self.procs
         gone = bool(procs) and not (procs[0].alive and procs[0].status != "zombie")
@@ -240,6 +257,7 @@ class JobRuntime:
             started_as=(prog.started_as if prog else None) or _kind_of_output(out),
             online=self.decision.online,
             regenerate=sec.get("regenerate"),
+            logs=job_logs(self.progress.log_path if self.progress else None, self.processes),
         )
         self.doc = job_status(self.cfg, self.machine, parts)  # published whole
         if blind:

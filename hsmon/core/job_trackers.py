@@ -20,6 +20,7 @@ from hsmon.core.trackers import (
     output_metrics,
     processes,
     progress,
+    progress_metrics,
     regenerate,
 )
 from hsmon.core.trackers.base import MetricsHook, Tracker
@@ -227,12 +228,12 @@ JOB_TRACKERS: list[Callable[[JobRuntime], Tracker | None]] = [
 # Each tracker's Prometheus families (a ``metrics(jobs, monitor)`` function beside the tracker),
 # in the order /metrics lists them.
 TRACKER_METRICS: list[MetricsHook] = [
-    progress.metrics,
+    progress_metrics.metrics,
     dump_dir.metrics,
     output_metrics.metrics,
     disk.metrics,
     processes.metrics,
-    progress.event_metrics,
+    progress_metrics.event_metrics,
     online_metrics.metrics,
     regenerate.metrics,
 ]

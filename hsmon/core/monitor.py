@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -132,6 +133,22 @@ class Monitor:
             self._retired[name] = (doc, time.time() + grace_s)
             self.jobs_generation += 1
         return True
+
+    def _name_from_events(self, runtime: JobRuntime) -> None:
+        """A job named by default takes, once, the name its events give (their `job`)."""
+        cfg = runtime.cfg
+        wanted = runtime.progress.job_id if cfg.name_from_events and runtime.progress is not None else None
+        if not wanted or wanted == cfg.name or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", wanted):
+            return
+        with self._lock:
+            cfg.name_from_events = False
+            if wanted in self._jobs or self._jobs.get(cfg.name) is not runtime:
+                return  # the name is another job's: keep the default one
+            del self._jobs[cfg.name]
+            log.info("job %s: named %s, as its events name it", cfg.name, wanted)
+            cfg.name = wanted
+            self._jobs[wanted] = runtime
+            self.jobs_generation += 1
 
     def job_names(self) -> list[str]:
         with self._lock:
@@ -271,6 +288,7 @@ class Monitor:
                 except Exception as exc:  # one job's failure leaves the other jobs watched
                     self.tracker_errors.record("job", exc, runtime.cfg.name)
                     continue
+                self._name_from_events(runtime)
                 if self._observer is not None and runtime.dump is not None:
                     from hsmon.core.watch import ensure_watch
 

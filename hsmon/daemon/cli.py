@@ -17,6 +17,7 @@ from typing import Any
 
 from hsmon import job_flags
 from hsmon.contracts.layout import atomic_write
+from hsmon.contracts.port_holder import port_refusal
 from hsmon.contracts.units import port_number
 from hsmon.core import config as cfgmod
 from hsmon.core import verify_watch
@@ -134,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    taken = port_refusal(cfg.host, cfg.port, "--port (0: any free port)")
+    if taken:  # before anything starts: one line naming the holder, never a traceback
+        print(f"hsmon daemon: {taken}", file=sys.stderr)
+        return 2
     state_stream = open(args.state_log, "a", encoding="utf-8") if args.state_log else sys.stderr  # noqa: SIM115
     state_lock = threading.Lock()
 
@@ -157,11 +162,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = DaemonServer((cfg.host, cfg.port), monitor, metrics, token, notifier, tls, roots,
                               cfg.client_timeout)
-    except OSError as exc:
-        print(
-            f"hsmon daemon: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}; pick another --port",
-            file=sys.stderr,
-        )
+    except OSError as exc:  # taken between the check and the bind, or an address not ours
+        why = port_refusal(cfg.host, cfg.port, "--port (0: any free port)")
+        print(f"hsmon daemon: {why or f'cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}'}",
+              file=sys.stderr)
         return 2
     port = server.server_address[1]
     monitor.start()

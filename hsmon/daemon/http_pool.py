@@ -170,7 +170,13 @@ class PooledHTTPServer(HTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[PooledHandler], tls: ssl.SSLContext | None,
                  client_timeout: float = 60.0, max_body: int = 64 * 1024, workers: int = WORKERS,
                  max_connections: int | None = None) -> None:
-        super().__init__(address, handler)
+        super().__init__(address, handler, bind_and_activate=False)
+        try:  # bound before any thread starts: a taken port leaves nothing to close but the socket
+            self.server_bind()
+            self.server_activate()
+        except BaseException:
+            self.socket.close()
+            raise
         self.tls, self.max_body = tls, max_body
         self.max_connections = max_connections or connection_cap()
         self.client_timeout = client_timeout

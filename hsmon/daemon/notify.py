@@ -68,7 +68,7 @@ def build_body(doc: JobStatus, previous: str | None, fmt: str) -> dict[str, Any]
 
 def training_texts(doc: JobStatus) -> list[str] | None:
     """A training's step and figures as `hsmon status` and the dashboard write them
-    ('step 2 / 2, epoch 0, 13.0k tok/s', 'loss 3.841 (step 0), mean 3.920', ...); None for another job."""
+    ('step 2 / 2, epoch 0, 13.0k tok/s', 'loss 3.841 (pos 0), mean 3.920', ...); None for another job."""
     if not figures.is_training(doc.training):
         return None
     return [figures.step_text(doc.training), *figures.figure_texts(doc.training)]

@@ -18,21 +18,29 @@ from typing import Any
 
 import hsmon.demo as demo_package
 from hsmon import daemon as daemon_process
+from hsmon.contracts import stop_signals
+from hsmon.contracts.port_holder import port_refusal
+from hsmon.contracts.units import port_number
 from hsmon.demo.pipeline import DemoRun, Pipeline
 from hsmon.demo.prepare import EVAL_PROMPTS, PROFILES
 from hsmon.demo.report import finish_eval_in_terminal, headless, summary
+from hsmon.demo.stopping import DemoStop
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
+def _stop(proc: subprocess.Popen[bytes] | None, name: str) -> bool:
+    """SIGTERM to a child still running (SIGKILL after 15 s); whether it was running."""
+    if proc is None:
+        return False
+    running = proc.poll() is None
+    if running:
+        proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
-        print(f"demo: {name} did not stop on SIGTERM; killing it", file=sys.stderr)
+        stop_signals.say(f"demo: {name} did not stop on SIGTERM; killing it")
         proc.kill()
         proc.wait()
+    return running
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,12 +81,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the target's own answers first: `hsmon regenerate` of the sample (watched by the daemon and "
         "the dashboard), then the extraction reads them (docs/regenerate.md)",
     )
+    parser.add_argument("--port", type=port_number, default=0, metavar="PORT",
+                        help="the daemon's port (default 0: any free one; 9108 lets `hsmon status` and "
+                        "`hsmon tui` in another terminal read it with their defaults)")
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prepare:
         return args
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: must be a positive number of seconds")
+    if args.online and args.port:
+        parser.error(f"--port {args.port}: the online recipe's daemon is `hsmon online --daemon`'s "
+                     "(on any free port); leave --port out")
     if args.train_seconds < 1:
         parser.error(f"--train-seconds {args.train_seconds}: must be at least 1 second")
     if args.eval_prompts is None:
@@ -139,13 +153,15 @@ def start_extraction(base: Path, setup: dict[str, Any]) -> subprocess.Popen[byte
             ],
             stdout=log,
             stderr=log,
+            start_new_session=True,  # the terminal's Ctrl-C reaches the demo alone: it stops each in order
         )  # fmt: skip
 
 
-def start_daemon(base: Path, extraction_pid: int | None,
+def start_daemon(base: Path, extraction_pid: int | None, port: int = 0,
                  config: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """A real `hsmon daemon` watching the extraction (and ``config``'s jobs), with the control token;
-    (process, URL). No ``extraction_pid``: the extraction starts later, its PID read from its events."""
+    """A real `hsmon daemon` watching the extraction (and ``config``'s jobs), with the control token,
+    on ``port`` (0: any free one); (process, URL). No ``extraction_pid``: the extraction starts later,
+    its PID read from its events."""
     with open(base / "daemon.log", "ab") as log:
         return daemon_process.spawn(
             [
@@ -159,21 +175,36 @@ def start_daemon(base: Path, extraction_pid: int | None,
                 "--scan-interval", "1",
             ],
             base / "daemon.port",
+            port=port,
             stdout=log,
             stderr=log,
+            start_new_session=True,
         )  # fmt: skip
 
 
-def run_headless(run: DemoRun, args: argparse.Namespace, started: float) -> Pipeline:
-    """The pipeline with a status line per job every ``--interval`` seconds."""
+def make_pipeline(run: DemoRun, args: argparse.Namespace, interactive: bool, stop: DemoStop) -> Pipeline:
+    """The pipeline's thread, started: status lines headless; under the TUI its notices and the
+    training to follow go to the dashboard (``stop.app``)."""
+    if not interactive:
+        started = time.monotonic()
 
-    def say(text: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
+        def say(text: str) -> None:
+            print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
 
-    pipeline = Pipeline(run, not args.no_train, args.train_seconds, say)
+        pipeline = Pipeline(run, not args.no_train, args.train_seconds, say)
+    else:
+        from hsmon.tui.app import HsmonApp
+        from hsmon.tui.sources import HttpStatusSource
+
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+        stop.app = HsmonApp([HttpStatusSource(run.url, token=run.token)])
+        hooks = TuiHooks(stop.app, run.base / "demo.log")
+        pipeline = Pipeline(run, not args.no_train, args.train_seconds, hooks.notify, hooks.follow_training)
+        pipeline.on_eval_started = hooks.watch_eval
+        pipeline.on_finished = lambda: hooks.finished(pipeline)
     pipeline.eval_prompts = args.eval_prompts
     pipeline.thread.start()
-    headless(run.url, pipeline, args.interval, started)
     return pipeline
 
 
@@ -200,6 +231,18 @@ class TuiHooks:
 
         self._call(show)
 
+    def finished(self, pipeline: Pipeline) -> None:
+        """Every step ended: the verdict as a banner over the summary, on screen until q or escape."""
+        from hsmon.tui.screens.banner import BannerScreen
+
+        ok = bool(pipeline.ok)
+        title = "demo: OK: every step went through" if ok else "demo: FAILED (see the notices and the logs)"
+        with open(self.demo_log, "a") as fh:
+            fh.write(title + "\n")
+        closing = ("q quits (the summary is printed again in the terminal) · escape: back to the dashboard, "
+                   "whose jobs keep their last state")
+        self._call(self.app.push_screen, BannerScreen(title, summary(pipeline), ok, closing))
+
     def watch_eval(self, pid: int, events: Path) -> None:
         # The measurement is a job of this dashboard (a monitor in this process watches its
         # events and PID): a tab while it runs, its acceptance lengths on the training screen.
@@ -210,41 +253,71 @@ class TuiHooks:
         self._call(self.app.add_source, InProcessSource([job]))
 
 
-def run_in_tui(run: DemoRun, args: argparse.Namespace) -> Pipeline:
-    """The pipeline under the TUI on the daemon; when the TUI quits early, the pipeline stops."""
-    from hsmon.tui.app import HsmonApp
-    from hsmon.tui.sources import HttpStatusSource
-
-    os.environ.pop("COLUMNS", None)
-    os.environ.pop("LINES", None)
-    app = HsmonApp([HttpStatusSource(run.url, token=run.token)])
-    hooks = TuiHooks(app, run.base / "demo.log")
-    pipeline = Pipeline(run, not args.no_train, args.train_seconds, hooks.notify,
-                        hooks.follow_training)
-    pipeline.eval_prompts = args.eval_prompts
-    pipeline.on_eval_started = hooks.watch_eval
-    pipeline.thread.start()
-    app.run()
-    if pipeline.thread.is_alive() and pipeline.phase == "evaluating":
+def run_in_tui(pipeline: Pipeline, stop: DemoStop) -> None:
+    """The dashboard until the user quits (or a stop signal quits it); when it quits early, the
+    pipeline stops, but an evaluation under way finishes in the terminal unless a signal came."""
+    stop.app.run()
+    stop.app = None
+    if stop.signum is None and pipeline.thread.is_alive() and pipeline.phase == "evaluating":
         finish_eval_in_terminal(pipeline)
-    if pipeline.thread.is_alive():
-        if pipeline.extraction is not None and pipeline.extraction.poll() is None:
-            print("demo: stopping the extraction (run `make demo` again to start over)")
-        pipeline.stop()
-    return pipeline
+    if pipeline.thread.is_alive() and pipeline.extraction is not None and pipeline.extraction.poll() is None:
+        print("demo: stopping the extraction (run `make demo` again to start over)")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`make demo`: every step of the pipeline, then the summary and the verdict (exit 0 when OK)."""
+    """`make demo`: every step of the pipeline, then the summary and the verdict (exit 0 when OK;
+    128 + the signal when Ctrl-C, SIGTERM or a lost terminal stopped it: hsmon/demo/stopping.py)."""
     args = parse_args(argv)
     base = Path(args.dir).resolve()
     if args.prepare:
-        from hsmon.demo.prepare import prepare
-
-        print(json.dumps(prepare(base, args.model)))
-        return 0
+        return prepare_here(base, args.model)
+    taken = port_refusal("127.0.0.1", args.port, '--port (DEMO_ARGS="--port N"; 0: any free port)')
+    if taken:  # said before anything starts
+        print(f"demo: {taken}", file=sys.stderr)
+        return 2
     interactive = not args.headless and sys.stdout.isatty() and sys.stdin.isatty()
     base.mkdir(parents=True, exist_ok=True)
+    stop = DemoStop()
+    try:
+        code = run_demo(args, base, interactive, stop)
+    except stop_signals.Interrupted:
+        code = 1  # the clean-up ran on the way out; the line below says what it stopped
+    finally:
+        stop.restore()
+    if stop.signum is not None:
+        stop_signals.say(stop.line(stop.stopped))
+        return stop_signals.exit_status(stop.signum)
+    return code
+
+
+def path_hint() -> str | None:
+    """How to get this installation's `hsmon` on PATH (the tour's commands), when it is not there."""
+    bin_dir = Path(sys.executable).parent
+    mine = bin_dir / "hsmon"
+    found = shutil.which("hsmon")
+    if not mine.exists() or (found and Path(found).resolve() == mine.resolve()):
+        return None
+    activate = bin_dir / "activate"
+    how = f"`source {activate}`" if activate.exists() else f"add {bin_dir} to PATH"
+    return f"demo: the tour's commands need hsmon on PATH: {how} (or run {mine})"
+
+
+def prepare_here(base: Path, model: str) -> int:
+    """The child's side of `prepare_in_child`: the set-up as one JSON line (a stop signal: no trace)."""
+    from hsmon.demo.prepare import prepare
+
+    previous = stop_signals.raise_on_stop()
+    try:
+        print(json.dumps(prepare(base, model)))
+    except (stop_signals.Interrupted, KeyboardInterrupt):
+        return 1
+    finally:
+        stop_signals.restore(previous)
+    return 0
+
+
+def run_demo(args: argparse.Namespace, base: Path, interactive: bool, stop: DemoStop) -> int:
+    """Prepare, start the extraction and the daemon, run the pipeline; stop every child on the way out."""
     setup = prepare_in_child(base, args.model)
     if setup is None:
         return 1
@@ -266,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             extraction = start_extraction(base, setup)
         try:
-            daemon, url = start_daemon(base, extraction.pid if extraction else None,
+            daemon, url = start_daemon(base, extraction.pid if extraction else None, args.port,
                                        daemon_config(base) if regeneration else None)
         except daemon_process.DaemonStartError as exc:
             print(f"demo: {exc}; see {base / 'daemon.log'}", file=sys.stderr)
@@ -285,20 +358,29 @@ def main(argv: list[str] | None = None) -> int:
         regenerated = {**setup, "data": str(base / "regen")}
         run = DemoRun(base, url, token, setup, extraction, regeneration,
                       lambda: start_extraction(base, regenerated))
-        pipeline = run_in_tui(run, args) if interactive else run_headless(run, args, started)
+        pipeline = make_pipeline(run, args, interactive, stop)
+        if interactive:
+            run_in_tui(pipeline, stop)
+        else:
+            headless(run.url, pipeline, args.interval, started)
         for line in summary(pipeline):
             print(line, flush=True)
         ok = bool(pipeline.ok)
         verdict = "OK" if ok else "FAILED or interrupted"
-        print(f"demo: {verdict} in {time.monotonic() - started:.0f} s", flush=True)
+        if stop.signum is None:
+            hint = path_hint()
+            if hint:
+                print(hint, flush=True)
+            print(f"demo: {verdict} in {time.monotonic() - started:.0f} s", flush=True)
         return 0 if ok else 1
     finally:
+        stop.stopped = pipeline.stop() if pipeline is not None else []
         if pipeline is not None:
-            pipeline.stop()
-            extraction = pipeline.extraction
-        _stop(regeneration, "the regeneration")
-        _stop(extraction, "the extraction")
-        _stop(daemon, "the daemon")
+            extraction = pipeline.extraction  # started by the pipeline after a regeneration
+        for proc, name in ((regeneration, "the regeneration"), (extraction, "the extraction"),
+                           (daemon, "the daemon")):
+            if _stop(proc, name):
+                stop.stopped.append(name)
 
 
 if __name__ == "__main__":

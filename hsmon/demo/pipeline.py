@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +17,8 @@ from typing import Any
 
 from hsmon.demo.prepare import EVAL_DEPTH, PROFILES
 from hsmon.status_doc import ENDED_STATES, StatusDocument
+
+TRAIN_STOP_WAIT_S = 120.0  # a stopped training's checkpoint, on a loaded machine
 
 
 def daemon_status(url: str) -> StatusDocument | None:
@@ -111,6 +114,7 @@ class Pipeline:
         self.eval_events = base / "eval-events.jsonl"  # eval-drafter --events: the measurement as a job
         # called with the eval's PID and events file once it runs: the TUI watches it as a job
         self.on_eval_started: Callable[[int, Path], None] = lambda pid, events: None
+        self.on_finished: Callable[[], None] = lambda: None  # once every step ended (the TUI's banner)
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run_safely, name="demo-pipeline", daemon=True)
 
@@ -125,6 +129,8 @@ class Pipeline:
             self.ok = False
         finally:
             self._phase("finished")
+            if not self.cancel.is_set():
+                self.on_finished()
 
     def _wait_state(self, job: str, seconds: float = 15.0) -> str | None:
         """The daemon's state of ``job`` once it ended (done, stopped, dead, exited), else the last
@@ -249,11 +255,14 @@ class Pipeline:
         self.eval_events.unlink(missing_ok=True)
         started = time.monotonic()
         with open(self.base / log_name, "ab") as log:
-            self.eval_proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+            self.eval_proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True,
+                                              start_new_session=True)  # stopped by the demo (stop())
             if watched:
                 self.on_eval_started(self.eval_proc.pid, self.eval_events)
             stdout, _ = self.eval_proc.communicate()
-        if self.eval_proc.returncode != 0 or self.cancel.is_set():
+        if self.cancel.is_set():
+            return None  # stopped on purpose: the stop says so
+        if self.eval_proc.returncode != 0:
             self.say(f"demo: eval-drafter exited {self.eval_proc.returncode}; see {self.base / log_name}")
             return None
         result = json.loads(stdout.strip().splitlines()[-1])
@@ -301,14 +310,48 @@ class Pipeline:
         )
         return True
 
-    def stop(self) -> None:
-        """Cancel what is left: SIGTERM to a training still running (it checkpoints), end the eval."""
+    def stop(self) -> list[str]:
+        """Cancel what is left, as `q` and a stop signal do: the evaluation ends, the pipeline's
+        thread returns, then a training still running gets SIGTERM and is waited for (it writes its
+        checkpoint first; it runs in a session of its own, so only this reaches it). What was
+        stopped, in words."""
+        from hsmon.demo.stopping import training_stopped_at
         from hsmon.launch.training import stop_job
 
+        stopped = []
         self.cancel.set()
-        if _alive(self.train_pid) and self.phase == "training":
-            stop_job(self.train_pid)  # type: ignore[arg-type]
-            print(f"demo: stopped the training (PID {self.train_pid}; it writes a checkpoint first)")
         if self.eval_proc is not None and self.eval_proc.poll() is None:
             self.eval_proc.terminate()
+            stopped.append("the evaluation")
         self.thread.join(timeout=20)
+        pid = self.train_pid or _pid_in(self.drafter / "train.pid")  # launched as the thread was cancelled
+        if _running(pid) and stop_job(pid):  # type: ignore[arg-type]
+            print(f"demo: stopping the training (PID {pid}): it writes a checkpoint first", flush=True)
+            deadline = time.monotonic() + TRAIN_STOP_WAIT_S
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+                stopped.append(f"the training (killed: no checkpoint within {TRAIN_STOP_WAIT_S:g} s)")
+            else:
+                stopped.append(f"the training ({training_stopped_at(self.drafter)})")
+        return stopped
+
+
+def _pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _running(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie no longer does: its parent, maybe gone, has not reaped it yet)."""
+    import psutil
+
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

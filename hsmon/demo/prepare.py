@@ -13,6 +13,7 @@ the n-gram drafter and says nothing about the EAGLE-3 one; see docs/tui.md).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ HELD_OUT_PROMPTS = (
     ("hmac.py", "hexdigest"),
 )
 EVAL_DEPTH = 7
+ROWS_ENV = "HSMON_DEMO_ROWS"
 EVAL_PROMPTS = len(HELD_OUT_PROMPTS)  # the most held-out prompts there are
 
 
@@ -93,6 +95,12 @@ def heldout_messages(count: int) -> list[list[dict[str, str]]]:
     return messages
 
 
+def sample_rows(profile: Profile) -> int:
+    """The sample's rows: the profile's, fewer under HSMON_DEMO_ROWS (tests only: a short extraction
+    before the phase they stop)."""
+    return min(profile.rows, int(os.environ.get(ROWS_ENV) or profile.rows))
+
+
 def prepare(base: Path, model: str = "embedded") -> dict[str, Any]:
     """(In the child) the target model, the sample dataset and the held-out eval prompts."""
     from extractor.target_text import DEMO_SOURCES
@@ -102,7 +110,7 @@ def prepare(base: Path, model: str = "embedded") -> dict[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model(model)
     data = base / "sample.jsonl"
-    rows = function_rows(DEMO_SOURCES, profile.max_answer_chars)[: profile.rows]
+    rows = function_rows(DEMO_SOURCES, profile.max_answer_chars)[: sample_rows(profile)]
     with open(data, "w", encoding="utf-8") as fh:
         for _, request, code in rows:
             messages = [{"role": "user", "content": request}, {"role": "assistant", "content": code}]

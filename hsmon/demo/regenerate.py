@@ -41,6 +41,7 @@ def start_regeneration(base: Path, setup: dict[str, Any]) -> subprocess.Popen[by
             ],
             stdout=log,
             stderr=log,
+            start_new_session=True,  # stopped by the demo, in order (hsmon/demo/stopping.py)
         )  # fmt: skip
 
 

@@ -53,7 +53,7 @@ def summary(pipeline: Pipeline) -> list[str]:
             also = f"; {prompts} held-out prompts for the acceptance" if prompts else ""
             rows = f"{held} of {held + trained} extracted rows"
             lines.append(f"  held out    {rows}, not trained on (the accuracy below){also}")
-        lines.append(f"  held-out accuracy per unroll step  {accs}")
+        lines.append(f"  held-out accuracy per draft position  {accs}")
     a = pipeline.results.get("acceptance")
     if a:
         ref = pipeline.results.get("reference")

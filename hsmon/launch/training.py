@@ -24,6 +24,7 @@ from typing import Any
 from hsmon.contracts import events as ev
 from hsmon.contracts import layout, spool
 from hsmon.contracts.manifest_reader import read_manifest
+from hsmon.contracts.train_defaults import checkpoint_step_in
 from hsmon.launch import unit as launch_unit
 from hsmon.launch.child import LOG_NAME, LaunchSpec, open_child, write_pidfile
 from hsmon.launch.paths import PathRule, checked_paths
@@ -44,6 +45,8 @@ FIELDS = (
     "follow",
     "passes",
     "consume",
+    "resume",
+    "restart",
 )
 # drafter architectures of `hsmon train --arch` (trainer/model.py ARCHS; no torch import here)
 ARCHS = ("eagle3", "eagle3.1")
@@ -68,6 +71,8 @@ class TrainingRequest:
     follow: bool = False
     passes: int | None = None  # with follow: batches each row is in (--passes E)
     consume: bool = False  # with follow: delete a chunk's rows once they had their passes
+    resume: bool = False  # go on from out_dir's latest checkpoint (hsmon train --resume)
+    restart: bool = False  # remove out_dir's checkpoints and start at step 0 (hsmon train --restart)
     roots: tuple[str, ...] = ()  # the allowed roots its paths were checked against (hsmon/launch/paths.py)
     job: str | None = None  # the name the launcher chose (hsmon/launch/watch.py: unique per path)
 
@@ -136,10 +141,11 @@ def _number(
 
 
 def validate_training_request(
-    fields: dict[str, Any], rule: PathRule | None = None
+    fields: dict[str, Any], rule: PathRule | None = None, form: bool = False
 ) -> tuple[TrainingRequest | None, dict[str, str]]:
     """Check a launch form; returns (request, {}) or (None, {field: one-line error}). ``rule``: who
-    names the paths and where they may lie (hsmon/launch/paths.py; default: a local user, anywhere)."""
+    names the paths and where they may lie (hsmon/launch/paths.py; default: a local user, anywhere).
+    ``form``: the errors speak of the dashboard's buttons (Resume) rather than the API's fields."""
     rule = rule or PathRule()
     errors: dict[str, str] = {}
     unknown = sorted(set(fields) - set(FIELDS))
@@ -166,6 +172,12 @@ def validate_training_request(
         for name, given in (("passes", passes is not None and passes != 1), ("consume", consume)):
             if given and name not in errors:
                 errors[name] = f"{name} goes with follow (hsmon train --follow): set follow to yes"
+    resume, restart = _yes_no(fields, "resume", errors), _yes_no(fields, "restart", errors)
+    if resume and restart:
+        errors["restart"] = "restart starts over, resume goes on: give one of them"
+    step = checkpoint_step_in(out) if out is not None and not follow else None
+    if step is not None and not (resume or restart) and "out_dir" not in errors:
+        errors["out_dir"] = over_checkpoint_error(str(out), step, form)
     if errors:
         return None, errors
     assert data is not None and out is not None
@@ -185,8 +197,20 @@ def validate_training_request(
         follow=follow,
         passes=passes if follow else None,
         consume=consume,
+        resume=resume,
+        restart=restart,
         roots=rule.roots,
     ), {}
+
+
+def over_checkpoint_error(out_dir: str, step: int, form: bool) -> str:
+    """Why a fresh launch into ``out_dir`` is refused: a training's checkpoint is there (no silent
+    restart), and the ways on in the words of who asked."""
+    if form:
+        return (f"{out_dir} holds a checkpoint at step {step}: Resume goes on from it; for a new training "
+                "choose another output directory")
+    return (f"{out_dir} holds a checkpoint at step {step}: resume (yes) goes on from it, restart (yes) "
+            "starts over at step 0 and removes it")
 
 
 def _yes_no(fields: dict[str, Any], name: str, errors: dict[str, str]) -> bool:
@@ -228,7 +252,7 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
             head = [*runner, "-m", "hsmon"]
     else:
         head = override or [python, "-m", "hsmon"]
-    argv = [*head, "train", req.data_dir, "--out", req.out_dir, "--events", req.events_path]
+    argv = [*head, "train", req.data_dir, "--out", req.out_dir, "--events", req.events_path, "--launched"]
     options = (
         ("--target-model", req.target_model),
         ("--epochs", req.epochs),
@@ -245,6 +269,8 @@ def training_argv(req: TrainingRequest, python: str | None = None) -> list[str]:
             argv += [flag, str(value)]
     if req.follow:
         argv += ["--follow", "--passes", str(req.passes or 1), *(["--consume"] if req.consume else [])]
+    if req.resume or req.restart:
+        argv.append("--resume" if req.resume else "--restart")
     return argv
 
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -34,10 +35,19 @@ class LaunchOutcome:
     warning: str | None = None
 
 
-def job_config_for(launched: launch.LaunchedJob) -> JobConfig:
-    """The monitor job that watches a launched training (its events file and PID)."""
+def job_config_for(launched: launch.LaunchedJob, events_from: int = 0) -> JobConfig:
+    """The monitor job that watches a launched training (its events file from ``events_from`` on:
+    the runs launched before into the same directory wrote what comes before, and PID)."""
     return JobConfig(name=launched.job, kind="train", events=launched.events, pid=launched.pid,
-                     role="trainer", stall_after=TRAIN_STALL_AFTER_S)
+                     role="trainer", stall_after=TRAIN_STALL_AFTER_S, events_from=events_from)
+
+
+def events_size(path: str) -> int:
+    """How much an events file already holds (0 when it does not exist yet)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 class Launches:
@@ -85,12 +95,13 @@ def launch_and_watch(monitor: Monitor, fields: dict[str, Any], rule: PathRule | 
             monitor.remove_job(name)
         # a following trainer takes the chunks as they complete: no warning about unfinished ones
         warning = None if request.follow else launch.complete_chunks_warning(request.data_dir)
+        earlier = events_size(request.events_path)  # a run launched before into the same directory
         try:
             launched = launch.launch_training(request)
         except PathRefused as exc:
             return LaunchOutcome(errors={exc.field: exc.message})
         launches.out_dirs[name] = request.out_dir
-        monitor.add_job(job_config_for(launched))
+        monitor.add_job(job_config_for(launched, earlier))
     return LaunchOutcome(job=launched, warning=warning)
 
 

@@ -27,7 +27,9 @@ import threading
 import time
 
 from hsmon.contracts import events as ev
-from hsmon.contracts.units import size_argument
+from hsmon.contracts import stop_signals
+from hsmon.contracts.progress_line import ProgressLine
+from hsmon.contracts.units import format_duration, size_argument
 from hsmon.core import logtail
 from hsmon.runner.rotating_log import RotatingLog
 
@@ -122,6 +124,35 @@ class _Pump(threading.Thread):
         return lines
 
 
+class Beats(threading.Thread):
+    """Heartbeat events every ``every`` seconds (the log's lines and bytes: a growing log is
+    progress) and, on a terminal, the progress line every second."""
+
+    def __init__(self, writer: ev.EventWriter, log: RotatingLog, pump: _Pump, every: float,
+                 started: float) -> None:
+        super().__init__(name="hsmon-run-heartbeat", daemon=True)
+        self.writer, self.log, self.pump, self.every, self.started = writer, log, pump, every, started
+        self.line = ProgressLine("run", "log lines")
+        self.quit = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        next_beat = time.monotonic() + self.every
+        while not self.quit.wait(min(1.0, self.every) if self.line.enabled else self.every):
+            last = (self.pump.last_lines() or [""])[-1].strip()
+            self.line.update(self.log.lines_total, None,
+                             f"{format_duration(time.time() - self.started)} · {last[:60]}")
+            if time.monotonic() >= next_beat:
+                next_beat += self.every
+                self.writer.emit(ev.HEARTBEAT, log_lines=self.log.lines_total, log_bytes=self.log.bytes_total,
+                                 uptime_s=round(time.time() - self.started, 3))
+
+    def close(self) -> None:
+        self.quit.set()
+        self.join()
+        self.line.close()
+
+
 def _ending(rc: int, stop_signal: int | None, tail: list[str]) -> tuple[str, dict[str, object]]:
     """The terminal event's kind and fields for the child's return code (pure)."""
     fields: dict[str, object] = {"exit_code": rc if rc >= 0 else None}
@@ -210,23 +241,21 @@ def run(args: argparse.Namespace) -> int:
     start_fields = {"rows_total": args.rows_total} if args.rows_total else {}
     writer.emit(ev.START, command=shlex.join(argv), argv=argv, cwd=os.getcwd(), pid=child.pid,
                 runner_pid=os.getpid(), runner="hsmon run", log=log_path, **start_fields)
-    stop_beats = threading.Event()
-
-    def beat() -> None:
-        while not stop_beats.wait(args.heartbeat):
-            writer.emit(ev.HEARTBEAT, log_lines=log.lines_total, log_bytes=log.bytes_total,
-                        uptime_s=round(time.time() - started, 3))
-
-    beats = threading.Thread(target=beat, name="hsmon-run-heartbeat", daemon=True)
-    beats.start()
+    print(f"hsmon run: {job} (PID {child.pid}): its output -> {log_path}, events -> {events_path}",
+          file=sys.stderr, flush=True)
+    beats = Beats(writer, log, pump, args.heartbeat, started)
     rc = child.wait()
     # a grandchild that kept the pipe open must not hold the ending back
     pump.join(timeout=2.0)
-    stop_beats.set()
-    beats.join()
+    beats.close()
     kind, fields = _ending(rc, stop_signal[0] if stop_signal else None, pump.last_lines())
     writer.emit(kind, elapsed_s=round(time.time() - started, 3), log=log_path, log_lines=log.lines_total,
                 log_bytes=log.bytes_total, **fields)
     writer.close()
     log.close()
-    return rc if rc >= 0 else 128 - rc
+    code = rc if rc >= 0 else 128 - rc
+    how = {ev.DONE: "done", ev.STOPPED: f"stopped ({fields.get('forwarded_signal')})"}.get(kind)
+    said = how or f"failed ({fields.get('reason')}): {fields.get('message')}"
+    stop_signals.say(f"hsmon run: {job} {said} after {format_duration(time.time() - started)}, exit status "
+                     f"{code}; its output: {log_path}")
+    return code

@@ -33,6 +33,7 @@ from hsmon.status_doc import (
     online_of,
     regenerate_of,
 )
+from hsmon.status_doc.numbers import counted
 
 DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"
 
@@ -106,7 +107,7 @@ def _directory_state(section: DumpSection | OutputSection, summary: Callable[[An
 
 def _dump_summary(dump: DumpSection) -> str:
     return (
-        f"{dump.files} files, {format_bytes(dump.bytes)}, oldest "
+        f"{counted(dump.files, 'file')}, {format_bytes(dump.bytes)}, oldest "
         f"{format_duration(dump.oldest_age_s)}, created {dump.created_total}, "
         f"consumed {dump.consumed_total}{_dump_rates(dump)}"
     )
@@ -118,10 +119,10 @@ def _output_summary(out: OutputSection) -> str:
         done, total = reading.bytes_done, reading.bytes_total
         return f"reading the manifest: {format_bytes(done)} of {format_bytes(total)}" + _pct(done, total)
     if out.layout == "regenerate":  # a dataset: rows, no chunks
-        return f"regenerate: {out.rows} rows, {format_bytes(out.bytes)}"
+        return f"regenerate: {counted(out.rows, 'row')}, {format_bytes(out.bytes)}"
     return (
-        f"{out.layout}: {out.chunks_complete} chunks complete, "
-        f"{out.chunks_in_progress} in progress, {out.rows} rows, {format_bytes(out.bytes)}"
+        f"{out.layout}: {counted(out.chunks_complete, 'chunk')} complete, "
+        f"{out.chunks_in_progress} in progress, {counted(out.rows, 'row')}, {format_bytes(out.bytes)}"
     )
 
 

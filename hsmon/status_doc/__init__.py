@@ -41,10 +41,12 @@ from hsmon.status_doc.job import (
     Hint,
     JobGpu,
     JobStatus,
+    LogFile,
     ProcessEntry,
     Progress,
     StateEvent,
     TrainingSection,
+    logs_of,
 )
 from hsmon.status_doc.online import OnlineSection, OnlineSide, online_of
 from hsmon.status_doc.output import (
@@ -62,10 +64,10 @@ from hsmon.status_doc.regenerate import RegenerateSection, regenerate_of
 __all__ = [
     "ENDED_STATES", "STATUS_VERSION", "Capture", "ChunkStats", "DaemonInfo", "DataSection", "DiskEntry",
     "DriftEntry", "DumpSection", "EventsSection", "GpuDevice", "GpuProcess", "GpuSection", "Health", "Hint",
-    "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "OnlineSection", "OnlineSide",
+    "JobGpu", "JobStatus", "LayerReference", "LayerStats", "Load", "LogFile", "OnlineSection", "OnlineSide",
     "OutputSection", "ProcessEntry",
     "Progress", "Reading", "RegenerateSection", "ServerEntry", "ServerInfo", "Speculative", "StateEvent",
     "StatusDocument",
-    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "online_of", "regenerate_of",
-    "schema", "to_builtins",
+    "TrainingSection", "VerifySection", "decode", "encode", "from_builtins", "logs_of", "online_of",
+    "regenerate_of", "schema", "to_builtins",
 ]

@@ -2,8 +2,9 @@
 and the webhooks all print a loss, an accuracy or a learning rate through these functions, so the
 same figure reads the same everywhere.
 
-A loss or accuracy may be a list (one value per unroll step of the drafter): it is written as the
-first step's value and the mean over the steps (``3.841 (step 0), mean 3.903``); a loss or a
+A loss or accuracy may be a list (one value per draft position the training unrolls): it is written
+as the first position's value and the mean over the positions (``3.841 (pos 0), mean 3.903``); "step"
+is the optimizer's step alone; a loss or a
 gradient norm with at most 4 significant digits and 3 decimals, an accuracy or a share as a
 percentage with 3 significant digits, a learning rate in one scientific notation (``3e-4``).
 """
@@ -40,7 +41,7 @@ def fmt_lr(value: Any) -> str:
 
 
 def fmt_unrolled(value: Any, fmt: Callable[[float], str]) -> str | None:
-    """A per-unroll-step figure: '3.841 (step 0), mean 3.903' for a list, ``fmt`` of a single
+    """A per-position figure: '3.841 (pos 0), mean 3.903' for a list, ``fmt`` of a single
     number; None when nothing is known."""
     if isinstance(value, list):
         numbers = [v for v in map(_number, value) if v is not None]
@@ -48,7 +49,7 @@ def fmt_unrolled(value: Any, fmt: Callable[[float], str]) -> str | None:
             return None
         if len(numbers) == 1:
             return fmt(numbers[0])
-        return f"{fmt(numbers[0])} (step 0), mean {fmt(sum(numbers) / len(numbers))}"
+        return f"{fmt(numbers[0])} (pos 0), mean {fmt(sum(numbers) / len(numbers))}"
     number = _number(value)
     return None if number is None else fmt(number)
 

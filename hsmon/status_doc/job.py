@@ -66,6 +66,11 @@ class Progress(Section):
     # the ETA's range (hsmon/core/eta.py; null without a rate); absent (UNSET) from older daemons
     eta_low_s: Num | UnsetType | None = UNSET
     eta_high_s: Num | UnsetType | None = UNSET
+    # the averages over every run's time the events show (a resumed run's rows over all its runs'
+    # seconds, not over the last run's); absent (UNSET) from older daemons, null when unknown
+    rows_per_s_avg: Num | UnsetType | None = UNSET
+    tokens_per_s_avg: Num | UnsetType | None = UNSET
+    bytes_per_s_avg: Num | UnsetType | None = UNSET
 
 
 class DumpSection(Section):
@@ -160,6 +165,13 @@ class BlindTracker(Section):
     stale: list[str]  # the job's sections it feeds, standing on old figures
 
 
+class LogFile(Section):
+    """A file the job's output goes to: what `hsmon tui`'s Logs view tails."""
+
+    path: str
+    what: str  # "extractor output (PID 4242)", "the command's log (hsmon run)", "the job's log"
+
+
 class JobStatus(Section):
     """One job: its state and why, and every tracker's section (null when not watched)."""
 
@@ -190,3 +202,11 @@ class JobStatus(Section):
     online: OnlineSection | UnsetType = UNSET
     # a regeneration's figures (status_doc/regenerate.py); omitted for any other job (``regenerate_of``)
     regenerate: RegenerateSection | UnsetType = UNSET
+    # added after v1 (optional; omitted while none is known): the job's logs: the one its start event
+    # names, then where its processes' stdout and stderr go (files only) (readers: ``logs_of(job)``)
+    logs: list[LogFile] | UnsetType = UNSET
+
+
+def logs_of(job: JobStatus) -> list[LogFile]:
+    """The job's logs (none from an older daemon)."""
+    return [] if job.logs is UNSET else job.logs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 ELLIPSIS = "…"
 
@@ -137,3 +138,20 @@ def coarse_clocks(text: str) -> str:
 def has_short_clock(text: str) -> bool:
     """Whether ``text`` holds a duration below a minute (it then changes every second)."""
     return any(int(m.group(1)) < 60 for m in _SECONDS_IN_TEXT.finditer(text))
+
+
+def clock_time(ts: float | None, span_s: float = 0.0) -> str:
+    """A moment as the local wall clock: '14:02:31' (a span under 10 minutes, or no span), '14:02'
+    (up to a day), 'Tue 14:02' beyond; '-' unknown."""
+    if ts is None or ts != ts or ts in (float("inf"), float("-inf")):
+        return "-"
+    moment = time.localtime(ts)
+    if span_s >= 86400:
+        return time.strftime("%a %H:%M", moment)
+    return time.strftime("%H:%M" if span_s >= 600 else "%H:%M:%S", moment)
+
+
+def counted(n: float | None, singular: str, plural: str | None = None) -> str:
+    """'1 chunk', '3 chunks', '34.7k rows' (``fmt_count``'s number, the word agreeing with it)."""
+    word = singular if n == 1 else (plural or singular + "s")
+    return f"{fmt_count(n)} {word}"

@@ -44,9 +44,10 @@ class HsmonApp(App[None]):
     BINDINGS: ClassVar = [
         Binding("o", "switch_mode('overview')", "overview"),
         Binding("t", "switch_mode('training')", "training"),
-        Binding("r", "poll_now", "refresh"),
+        Binding("r", "poll_now", "refresh", show=False),  # in the help (the footer fits 80 columns)
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as htop and k9s: Ctrl-C quits
     ]
 
     # A var, not a reactive: a reactive on the app repaints the whole screen whenever it is set;

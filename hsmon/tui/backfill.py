@@ -30,11 +30,11 @@ class Reading:
 
 @dataclass
 class RateSeries:
-    """Rates between consecutive readings, oldest first."""
+    """Rates between consecutive readings, oldest first: (the later reading's time, the rate)."""
 
-    rows_per_s: list[float] = field(default_factory=list)
-    tokens_per_s: list[float] = field(default_factory=list)
-    bytes_per_s: list[float] = field(default_factory=list)
+    rows_per_s: list[tuple[float, float]] = field(default_factory=list)
+    tokens_per_s: list[tuple[float, float]] = field(default_factory=list)
+    bytes_per_s: list[tuple[float, float]] = field(default_factory=list)
 
 
 def _reading(line: bytes) -> Reading | None:
@@ -98,7 +98,7 @@ def rate_series(readings: list[Reading]) -> RateSeries:
         points = [(r.ts, getattr(r, counter)) for r in readings if getattr(r, counter) is not None]
         for (t0, v0), (t1, v1) in itertools.pairwise(points):
             if t1 > t0:
-                out.append(max(0.0, (v1 - v0) / (t1 - t0)))
+                out.append((t1, max(0.0, (v1 - v0) / (t1 - t0))))
     return series
 
 

@@ -8,14 +8,18 @@ import os
 import sys
 from typing import Any
 
+from hsmon.core import config as cfgmod
+
 DEFAULT_REFRESH_S = 1.0
+DEFAULT_URL = f"http://{cfgmod.DEFAULT_HOST}:{cfgmod.DEFAULT_PORT}"  # as `hsmon status`: the daemon's default
 GC_YOUNG_THRESHOLD = 20_000  # allocations between two collections of the young generation (default 700)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `hsmon tui`."""
     parser.add_argument("--url", action="append", default=[], metavar="URL",
-                        help="a daemon to read (repeatable: a tab per job and host), e.g. http://127.0.0.1:9108")
+                        help=f"a daemon to read (repeatable: a tab per job and host); default {DEFAULT_URL} "
+                        "when no path option is given, as for hsmon status")
     parser.add_argument("--token-file", default=None, metavar="FILE",
                         help="file holding the daemons' control token, for launching and stopping "
                              "(default: $HSMON_CONTROL_TOKEN)")
@@ -86,9 +90,8 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         raise ValueError(str(exc)) from exc
     if jobs:
         sources.append(InProcessSource(jobs, interval=args.refresh))
-    if not sources:
-        raise ValueError("nothing to show: give --url URL of a daemon, or paths (--out, --dump-dir, "
-                         "--events, --pid) to watch in-process")
+    if not sources:  # as `hsmon status`: the daemon of this machine, on its default port
+        sources.append(HttpStatusSource(DEFAULT_URL, token=token, interval=args.refresh, ca=args.ca))
     return sources
 
 

@@ -12,7 +12,7 @@ from msgspec import UNSET
 from rich.text import Text
 
 from hsmon.status_doc import DataSection, JobStatus
-from hsmon.status_doc.numbers import fmt_count, fmt_num
+from hsmon.status_doc.numbers import counted, fmt_count, fmt_num
 from hsmon.tui.engine_view import SPARKS
 
 VERDICT_STYLES = {"agree": "bold green", "disagree": "bold white on red", "error": "bold yellow",
@@ -101,7 +101,7 @@ def verify_lines(data: DataSection, width: int) -> list[Text]:
     if verify.chunk:
         parts.append(verify.chunk)
     if verdict != "running":
-        parts.append(f"{fmt_count(verify.rows_checked)} rows")
+        parts.append(counted(verify.rows_checked, "row"))
     if verify.worst_cosine is not None:
         parts.append(f"cos {verify.worst_cosine:.4f}")
     if verify.max_abs_diff is not None:

@@ -10,6 +10,7 @@ from rich.text import Text
 from hsmon.contracts.units import format_bytes
 from hsmon.status.text import spec_low, spec_text
 from hsmon.status_doc import Capture, GpuSection, JobStatus
+from hsmon.tui.series import fit
 from hsmon.tui.view import JobHistory, fmt_count, fmt_rate
 
 BADGES: dict[str, tuple[str, str]] = {
@@ -53,11 +54,11 @@ def server_lines(job: JobStatus, history: JobHistory, width: int) -> list[Text]:
         if health.latency_s is not None:
             figures.append(f"fwd {health.latency_s:.1f}s")
         if srv.state in ("hung", "down", "unknown") or not figures:
-            figures = [srv.detail or ""]
-        rest = "  " + "  ".join(figures)
-        room = width - len(line.plain)
-        line.append(rest if len(rest) <= room else rest[: max(0, room - 1)] + "…")
-        lines.append(line)
+            # the daemon's one-line detail: whole, on the lines it needs below the address
+            words = [(word, "") for word in (srv.detail or "").split()]
+            lines.append(wrapped(line.append(" "), words, width, 7, sep=" "))
+        else:
+            lines.append(wrapped(line, [(f, "") for f in figures], width, 7))
         capture = capture_line(srv.capture, width)
         if capture is not None:
             lines.append(capture)
@@ -65,8 +66,9 @@ def server_lines(job: JobStatus, history: JobHistory, width: int) -> list[Text]:
             lines.append(Text(f"   drafter {spec_text(srv.speculative)}"[:width],
                               style="bold red" if spec_low(srv.speculative) else "grey70"))
         half = max(4, (width - 16) // 2)
-        queue = list(history.server_queued.get(srv.url, ()))
-        rate = list(history.server_tokens_per_s.get(srv.url, ()))
+        # the server's whole run (hsmon/tui/series.py), each cell the mean of its share
+        queue = fit(list(history.server_queued.get(srv.url, ())), half)
+        rate = fit(list(history.server_tokens_per_s.get(srv.url, ())), half)
         spark_line = Text("   queue ", style="grey70")
         spark_line.append(f"{spark(queue, half):<{half}}", style="bright_blue")
         spark_line.append(" tok/s ", style="grey70")
@@ -75,32 +77,51 @@ def server_lines(job: JobStatus, history: JobHistory, width: int) -> list[Text]:
     return lines
 
 
+def wrapped(head: Text, parts: list[tuple[str, str]], width: int, indent: int, sep: str = "  ") -> Text:
+    """``head`` then ``parts`` (text, style) after ``sep``, each whole: a part that does not fit on
+    the line goes to the next one, indented by ``indent`` (a part longer than a line is cut there)."""
+    lines, line = [], head.copy()
+    for text, style in parts:
+        piece = f"{sep}{text}"
+        if line.cell_len + len(piece) > width and line.cell_len > indent:
+            lines.append(line)
+            line = Text(" " * indent)
+            piece = text
+        line.append(piece, style=style)
+    lines.append(line)
+    for each in lines:
+        each.truncate(width, overflow="ellipsis")
+    return Text("\n").join(lines)
+
+
 def capture_line(capture: Capture | None, width: int) -> Text | None:
     """The hsmon capture plugin's counters (``servers[i].capture``): 'capture q 2  pool
-    120.0 MB of 512.0 MB  files 1,234  sync 0  err 0'; None without the plugin. Red on write errors
-    or reused buffers, yellow on sync fallbacks (the host pool was full)."""
+    120.0 MB of 512.0 MB  files 1,234  sync 0  err 0  hook p99 2.1 ms'; None without the plugin.
+    Red on write errors or reused buffers, yellow on sync fallbacks (the host pool was full).
+    Where the width is short, the figures go on as many lines as they need, each whole."""
     if capture is None:
         return None
     errors, reuses, syncs = capture.write_errors, capture.buffer_reuses, capture.sync_fallbacks
-    line = Text("   capture", style="grey70")
-    line.append(f" q {fmt_count(capture.queue_depth)}")
-    line.append(f"  pool {format_bytes(capture.pool_bytes_in_use)} of {format_bytes(capture.pool_bytes_max)}")
-    line.append(f"  files {fmt_count(capture.files_written)}")
-    line.append(f"  sync {fmt_count(syncs)}", style="bold yellow" if syncs else "")
-    line.append(f"  err {fmt_count(errors)}", style="bold red" if errors else "")
+    parts = [
+        (f"q {fmt_count(capture.queue_depth)}", ""),
+        (f"pool {format_bytes(capture.pool_bytes_in_use)} of {format_bytes(capture.pool_bytes_max)}", ""),
+        (f"files {fmt_count(capture.files_written)}", ""),
+        (f"sync {fmt_count(syncs)}", "bold yellow" if syncs else ""),
+        (f"err {fmt_count(errors)}", "bold red" if errors else ""),
+    ]
     if reuses:
-        line.append(f"  buffer reuses {fmt_count(reuses)}", style="bold red")
+        parts.append((f"buffer reuses {fmt_count(reuses)}", "bold red"))
     if capture.hook_seconds_p99 is not None:
-        line.append(f"  hook p99 {1000 * float(capture.hook_seconds_p99):.1f} ms", style="grey70")
+        parts.append((f"hook p99 {1000 * float(capture.hook_seconds_p99):.1f} ms", "grey70"))
     if capture.sglang_version:  # which release, which adapter
-        line.append(f"  SGLang {capture.sglang_version} {capture.adapter or 'aux-return'}", style="grey70")
+        parts.append((f"SGLang {capture.sglang_version} {capture.adapter or 'aux-return'}", "grey70"))
     if capture.model_class:  # the class loaded, its parallel sizes, its layer rule, the points captured
         tp = f" tp{capture.tp_size}" if capture.tp_size and capture.tp_size > 1 else ""
         points = ",".join(map(str, capture.captured_points or [])) or "?"
-        line.append(f"  {capture.model_class}{tp} rule {capture.capture_rule or '?'} points {points}",
-                    style="grey70")
-    line.truncate(width, overflow="ellipsis")
-    return line
+        rule = capture.capture_rule or "?"
+        parts.append((f"{capture.model_class}{tp} rule {rule} points {points}", "grey70"))
+    first, *rest = parts
+    return wrapped(Text("   capture", style="grey70").append(f" {first[0]}"), rest, width, indent=11)
 
 
 def gpu_lines(gpus: GpuSection | None, width: int) -> list[Text]:

@@ -14,7 +14,15 @@ from typing import Any
 from hsmon.contracts.events import event_number as _n
 from hsmon.contracts.units import format_bytes, format_duration
 from hsmon.status_doc.figures import fmt_measure
-from hsmon.status_doc.numbers import fmt_clock, fmt_count, fmt_num, fmt_pct_of, shorten_path
+from hsmon.status_doc.numbers import (
+    clock_time,
+    counted,
+    fmt_clock,
+    fmt_count,
+    fmt_num,
+    fmt_pct_of,
+    shorten_path,
+)
 
 ERROR_KINDS = frozenset({"error", "retry"})
 REJECT_KINDS = frozenset({"reject"})
@@ -38,9 +46,16 @@ def event_matches(event: dict[str, Any], which: str) -> bool:
     return True
 
 
-def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: int) -> list[dict[str, Any]]:
-    """The last ``limit`` events that pass the filter, oldest first."""
+def filtered_events(events: Iterable[dict[str, Any]] | None, which: str, limit: int,
+                    search: str = "", summary: Callable[[dict[str, Any]], str] | None = None,
+                    ) -> list[dict[str, Any]]:
+    """The last ``limit`` events that pass the filter, oldest first; with ``search``, only those
+    whose line (its clock time, kind and summary) holds it, whatever the case."""
     chosen = [e for e in events or [] if event_matches(e, which)]
+    if search:
+        needle = search.casefold()
+        line = summary or event_summary
+        chosen = [e for e in chosen if needle in f"{event_clock(e)} {e.get('kind')} {line(e)}".casefold()]
     return chosen[-limit:] if limit > 0 else []
 
 
@@ -69,9 +84,9 @@ def _start(e: dict[str, Any]) -> str:
         return (
             "start training: "
             + _join(
-                f"{fmt_count(_n(e, 'total_rows', 'rows_total'))} rows"
+                counted(_n(e, 'total_rows', 'rows_total'), "row")
                 + (f" (+{fmt_count(held)} held out)" if held else ""),
-                f"{fmt_count(_n(e, 'total_steps'))} steps" if _n(e, "total_steps") is not None else None,
+                counted(_n(e, 'total_steps'), "step") if _n(e, "total_steps") is not None else None,
                 f"unroll {e['ttt_length']}" if "ttt_length" in e else None,
                 f"arch {e['arch']}" if e.get("arch") else None,
             )
@@ -79,22 +94,22 @@ def _start(e: dict[str, Any]) -> str:
         )
     if e.get("backend") == "eval-drafter" or "drafter" in e:
         return "start eval-drafter: " + _join(
-            f"{fmt_count(_n(e, 'prompts'))} prompts" if _n(e, "prompts") is not None else None,
+            counted(_n(e, 'prompts'), "prompt") if _n(e, "prompts") is not None else None,
             f"depths 1..{e['depth']}" if "depth" in e else None,
-            f"{fmt_count(_n(e, 'rows_total'))} decodes" if _n(e, "rows_total") is not None else None,
+            counted(_n(e, 'rows_total'), "decode") if _n(e, "rows_total") is not None else None,
             f"drafter {_path(e['drafter'])}" if e.get("drafter") else None,
         )
     rows_done = _n(e, "rows_done")
     return (
         "start: "
         + _join(
-            f"{fmt_count(_n(e, 'rows_total', 'total_rows', 'rows'))} rows"
+            counted(_n(e, 'rows_total', 'total_rows', 'rows'), "row")
             if _n(e, "rows_total", "total_rows", "rows") is not None
             else None,
             f"{fmt_count(_n(e, 'tokens_total', 'total_tokens'))} tok"
             if _n(e, "tokens_total", "total_tokens") is not None
             else None,
-            f"{fmt_count(_n(e, 'chunks_total'))} chunks" if _n(e, "chunks_total") is not None else None,
+            counted(_n(e, 'chunks_total'), "chunk") if _n(e, "chunks_total") is not None else None,
             f"resuming at {fmt_count(rows_done)}" if rows_done else None,
             str(e["backend"]) if e.get("backend") else None,
         )
@@ -120,7 +135,7 @@ def _row(e: dict[str, Any]) -> str:
 def _chunk(e: dict[str, Any]) -> str:
     rejects = _n(e, "rejects")
     return f"chunk {e.get('chunk', '?')} closed: " + _join(
-        f"{fmt_count(_n(e, 'rows'))} rows",
+        counted(_n(e, 'rows'), "row"),
         f"{fmt_count(_n(e, 'tokens'))} tok" if _n(e, "tokens") is not None else None,
         format_bytes(_n(e, "bytes")) if _n(e, "bytes") is not None else None,
         f"{fmt_count(rejects)} rejected" if rejects else None,
@@ -186,7 +201,7 @@ def _done(e: dict[str, Any]) -> str:
             + _join(
                 f"{fmt_count(_n(e, 'tokens'))} tok" if _n(e, "tokens") is not None else None,
                 "time limit reached" if e.get("time_limit_reached") else None,
-                f"held-out acc {fmt_pct_of(accs[0])} at step 0" if isinstance(accs, list) and accs else None,
+                f"held-out acc {fmt_pct_of(accs[0])} (pos 0)" if isinstance(accs, list) and accs else None,
                 e["advice"] if isinstance(e.get("advice"), str) else None,
             )
         )
@@ -225,13 +240,26 @@ def _state(e: dict[str, Any]) -> str:
     return f"{head}: {e['reason']}" if e.get("reason") else head
 
 
+def _first(e: dict[str, Any], per_position: str, single: str) -> float | None:
+    """The first draft position's figure (``losses``/``accs``: hsmon train), else the one value."""
+    values = e.get(per_position)
+    value = values[0] if isinstance(values, list) and values else e.get(single)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _step(e: dict[str, Any]) -> str:
-    accs = e.get("accs") or e.get("acc")
-    first_acc = accs[0] if isinstance(accs, list) and accs else None
+    """'step 29/76: loss 4.936, acc 26.5% (pos 0), 2,123 tok/s': the loss and accuracy at the first
+    draft position, the figures the training tab, `hsmon status` and `hsmon train`'s line show
+    (hsmon train's ``loss`` field, the weighted sum over the positions, is in the whole event)."""
+    loss, acc = _first(e, "losses", "loss"), _first(e, "accs", "acc")
+    where = " (pos 0)" if isinstance(e.get("losses") or e.get("accs"), list) else ""
     rate = _n(e, "tokens_s", "tokens_per_s")
+    figures = _join(f"loss {fmt_measure(loss)}" if loss is not None else None,
+                    f"acc {fmt_pct_of(acc)}" if acc is not None else None)
     return f"step {_of(_n(e, 'step'), _n(e, 'total_steps'))}: " + _join(
-        f"loss {fmt_measure(_n(e, 'loss'))}" if _n(e, "loss") is not None else None,
-        f"acc {fmt_pct_of(first_acc)} (step 0)" if isinstance(first_acc, (int, float)) else None,
+        figures + where if figures else None,
         f"{fmt_num(rate)} tok/s" if rate is not None else None,
     )
 
@@ -320,14 +348,23 @@ def event_age(event: dict[str, Any], now_ts: float | None) -> str:
     return "now" if now_ts - ts < 1 else f"-{fmt_clock(now_ts - ts)}"
 
 
-def event_line(event: dict[str, Any], now_ts: float | None) -> str:
-    """'  -3s reject row 12: too long' — age relative to the document's time, then the summary."""
-    return f"{event_age(event, now_ts):>7} {event_summary(event)}"
+def event_clock(event: dict[str, Any]) -> str:
+    """The event's local wall-clock time, '14:02:31' ('--:--:--' without a time)."""
+    ts = event.get("ts")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        return "--:--:--"
+    return clock_time(ts)
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """'14:02:31 reject row 12: too long': the event's clock time, then the summary."""
+    return f"{event_clock(event)} {event_summary(event)}"
 
 
 def event_detail(event: dict[str, Any], now_ts: float | None) -> str:
     """The whole event, every field, for the detail view."""
-    head = f"{event.get('kind', '?')} event of {event.get('job', '?')}, {event_age(event, now_ts)} ago"
+    head = (f"{event.get('kind', '?')} event of {event.get('job', '?')} at {event_clock(event)}, "
+            f"{event_age(event, now_ts)} ago")
     return f"{head.replace(', -', ', ')}\n{event_summary(event)}\n\n" + json.dumps(
         event, indent=2, ensure_ascii=False, default=str
     )

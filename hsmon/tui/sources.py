@@ -134,7 +134,7 @@ class StatusSource:
         """Inline errors for the training form: {field: one-line error}, empty when it is fine."""
         from hsmon.launch.training import validate_training_request
 
-        return dict(validate_training_request(fields)[1])
+        return dict(validate_training_request(fields, form=True)[1])
 
     def launch_training(self, fields: dict[str, str]) -> ActionResult:
         """Start a drafter training (blocking: call from a worker thread)."""

@@ -22,11 +22,11 @@ from hsmon.status_doc import (
     JobStatus,
     ProcessEntry,
     Progress,
-    TrainingSection,
     online_of,
 )
 from hsmon.status_doc.figures import fmt_loss, fmt_lr, fmt_measure
 from hsmon.status_doc.numbers import (  # noqa: F401
+    counted,
     fmt_clock,
     fmt_count,
     fmt_num,
@@ -180,8 +180,14 @@ def job_elapsed_eta(job: JobStatus, fmt: Callable[[float | None], str] = fmt_clo
 
 
 def final_averages(job: JobStatus) -> dict[str, float | None]:
-    """Rows/s, tokens/s and bytes/s over the whole run (done figures over elapsed); None when unknown."""
+    """Rows/s, tokens/s and bytes/s over the whole run: the tracker's averages over every run's
+    time (a resumed run's too), else, from an older daemon or the output directory alone, the done
+    figures over elapsed; None when unknown."""
     progress = job.progress
+    if progress is not None and progress.rows_per_s_avg is not UNSET and progress.rows_per_s_avg is not None:
+        written = progress.bytes_per_s_avg if progress.bytes_per_s_avg is not UNSET else None
+        tokens = progress.tokens_per_s_avg if progress.tokens_per_s_avg is not UNSET else None
+        return {"rows": progress.rows_per_s_avg, "tokens": tokens, "bytes": written or None}
     elapsed = progress.elapsed_s if progress is not None else None
     written = job.output.bytes if job.output is not None else None
 
@@ -239,26 +245,13 @@ def training_defaults(job: JobStatus | None) -> dict[str, str]:
     return defaults
 
 
-def unroll_series(history: Iterable[TrainingSection], key: str) -> list[list[float]]:
-    """Per unroll step, the series of ``key`` ('loss' or 'acc') across training updates."""
-    series: list[list[float]] = []
-    for training in history:
-        values = getattr(training, key) or []
-        for i, value in enumerate(values):
-            while len(series) <= i:
-                series.append([])
-            if isinstance(value, (int, float)):
-                series[i].append(float(value))
-    return series
-
-
 def eval_lines(evaluation: dict[str, Any] | None) -> list[str]:
-    """The trainer's held-out eval as a small table: accuracy and loss per unroll step."""
+    """The trainer's held-out eval as a small table: accuracy and loss per draft position."""
     if not isinstance(evaluation, dict) or not evaluation:
         return []
     head = "held-out eval" + (f" at step {fmt_count(evaluation['step'])}" if "step" in evaluation else "")
     if isinstance(evaluation.get("rows"), (int, float)):
-        head += f" ({fmt_count(evaluation['rows'])} rows)"
+        head += f" ({counted(evaluation['rows'], 'row')})"
     lines = [head]
     accs, losses = evaluation.get("accs"), evaluation.get("losses")
     if isinstance(accs, list) and accs:
@@ -294,6 +287,17 @@ def is_acceptance_job(job: JobStatus) -> bool:
     return start.get("backend") == "eval-drafter" or acceptance_result(job) is not None
 
 
+def acceptance_so_far(job: JobStatus) -> str | None:
+    """'drafter 1.82 at depth 3' (tokens per target forward over that drafter's and depth's decodes
+    so far, from eval-drafter's newest decode event); None before a drafter's first decode."""
+    for event in reversed(job.recent_events):
+        if event.get("kind") == "rows" and isinstance(event.get("accept_len"), (int, float)):
+            drafter = str(event.get("drafter"))
+            name = {"eagle3": "drafter", "ngram": "n-gram"}.get(drafter, drafter)
+            return f"{name} {fmt_num(event['accept_len'])} at depth {event.get('depth', '?')}"
+    return None
+
+
 def acceptance_lines(result: dict[str, Any] | None) -> list[str]:
     """Acceptance length per depth, the drafter beside the n-gram drafter, as a table."""
     if not result:
@@ -326,6 +330,9 @@ def status_line(job: JobStatus) -> str:
         parts.append(f"{label} {progress_label(progress.rows_done, progress.rows_total)}")
     if progress is not None and progress.tokens_per_s:
         parts.append(fmt_rate(progress.tokens_per_s, " tok/s"))
+    so_far = acceptance_so_far(job) if acceptance and acceptance_result(job) is None else None
+    if so_far:
+        parts.append(f"acceptance so far: {so_far}")
     if training is not None and training.step is not None:
         loss = fmt_loss(training.loss)  # as `hsmon status` and the training tab write it
         parts.append(f"step {progress_label(training.step, sent(training.total_steps))}"

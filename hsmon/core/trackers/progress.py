@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,29 +18,28 @@ import msgspec
 from hsmon.contracts import events as ev
 from hsmon.contracts.rejects import classify, clean_counts
 from hsmon.core.eta import EtaModel, job_eta
-from hsmon.core.trackers.families import add_sample as _add
-from hsmon.core.trackers.families import counter as _c
-from hsmon.core.trackers.families import gauge as _g
 from hsmon.core.trackers.rates import RateWindow
-from hsmon.status_doc import EventsSection, JobStatus, Progress, TrainingSection
+from hsmon.status_doc import EventsSection, Progress, TrainingSection
 
 PROGRESS_COUNTERS = ("rows_done", "tokens_done", "chunks_done", "step")
 
 
 class ProgressTracker:
-    def __init__(self, path: str, recent: int = 50) -> None:
+    def __init__(self, path: str, recent: int = 50, start: int = 0) -> None:
         self.path = path
-        self.reader = ev.EventFileReader(path)
+        self.reader = ev.EventFileReader(path, offset=start)  # ``start``: the job's first byte
         self._lock = threading.Lock()
         self.recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.exists = False
         self.job_id: str | None = None
         self.pid: int | None = None
         self.server_urls: list[str] = []  # the start event's `urls` (hsmon extract --backend sglang)
+        self.dump_dir: str | None = None  # the start event's `dump_dir` (the same)
         self.started = False
         self.started_as: str | None = None  # the job kind its start event shows (extract, train)
         self.arch: str | None = None  # a trainer's start event's drafter architecture
         self.start_ts: float | None = None
+        self.wall_start_ts: float | None = None  # its process's start: the model load included
         self.rows_done = 0
         self.rows_total: int | None = None
         self.tokens_done = 0
@@ -73,6 +71,10 @@ class ProgressTracker:
         # the last resume; its ETA is the steps left at the step rate measured since then
         self._step_phase: tuple[float, float] | None = None
         self._rows_eta, self._tokens_eta = EtaModel(), EtaModel()  # hsmon/core/eta.py
+        # the averages' span: the seconds of the runs before the current one (each from its start
+        # to its last event) and the counts an earlier run not in this file had done
+        self._earlier_runs_s = 0.0
+        self._counted_before: tuple[int, int] | None = None
 
     def poll(self) -> int:
         """Read new events; returns how many arrived."""
@@ -91,6 +93,7 @@ class ProgressTracker:
         kind = e["kind"]
         ts = ev.event_number(e, "ts") or time.time()
         self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
+        previous_ts = self.last_event_ts
         self.last_event_ts, self.last_kind = ts, kind
         if kind != ev.STATE:
             self.recent.append(e)
@@ -105,7 +108,11 @@ class ProgressTracker:
         if kind in (ev.START, ev.RESUME):
             self._step_phase = None  # a new phase: its own step rate
         if kind == ev.START:
+            if self.start_ts is not None and previous_ts is not None:
+                self._earlier_runs_s += max(0.0, previous_ts - self.start_ts)
             self._on_start(e, ts)
+            if self._counted_before is None:
+                self._counted_before = (self.rows_done, self.tokens_done)
         elif kind in (ev.ROW, ev.ROWS, ev.HEARTBEAT, ev.CHUNK):
             self._on_counts(kind, e)
         elif kind == ev.REJECT:
@@ -139,6 +146,9 @@ class ProgressTracker:
 
     def _on_start(self, e: dict[str, Any], ts: float) -> None:
         self.started, self.start_ts = True, ts
+        self.training = None  # a new run of a training: the last one's figures are not its own
+        launched = ev.event_number(e, "process_started_ts")  # the load before the start event counts
+        self.wall_start_ts = launched if launched is not None and launched <= ts else ts
         self.started_as = started_as(e)
         arch = e.get("arch")  # a trainer's drafter architecture (eagle3, eagle3.1)
         self.arch = arch if isinstance(arch, str) else None
@@ -149,6 +159,8 @@ class ProgressTracker:
         self.runner_pid = runner if isinstance(runner, int) else None
         self.log_path = e.get("log") if isinstance(e.get("log"), str) else None
         self.log_lines = 0
+        dump = e.get("dump_dir")
+        self.dump_dir = dump if isinstance(dump, str) and dump.startswith("/") else None
         urls = e.get("urls")
         if isinstance(urls, list):
             self.server_urls = [u for u in urls if isinstance(u, str) and u.startswith("http")][:16]
@@ -242,6 +254,17 @@ class ProgressTracker:
             return (total - step) * (ts - since_ts) / (step - since_step)
         return float(sent) if isinstance(sent, (int, float)) else None
 
+    def _averages(self, now: float) -> dict[str, float | None]:
+        """Rows, tokens and bytes per second over every run's time this file shows: a resumed
+        run's averages span its earlier runs too (rows an earlier run not in the file had done are
+        left out, with its time)."""
+        work_s = self._earlier_runs_s + ((self.terminal_ts or now) - self.start_ts) if self.start_ts else 0.0
+        rows_before, tokens_before = self._counted_before or (0, 0)
+        done = {"rows": self.rows_done - rows_before, "tokens": self.tokens_done - tokens_before,
+                "bytes": self.bytes_done}
+        return {f"{name}_per_s_avg": (max(0, value) / work_s if work_s > 0 else None)
+                for name, value in done.items()}
+
     def snapshot(self, now: float) -> ProgressSections:
         """The ``events`` and ``progress`` sections, and ``training`` (None when not a training)."""
         with self._lock:
@@ -274,11 +297,12 @@ class ProgressTracker:
                 rows_per_s=rows_per_s,
                 tokens_per_s=tokens_per_s,
                 bytes_per_s=self._bytes_rate.rate(),
-                elapsed_s=((self.terminal_ts or now) - self.start_ts) if self.start_ts else None,
+                elapsed_s=((self.terminal_ts or now) - self.wall_start_ts) if self.wall_start_ts else None,
                 eta_s=eta,
                 last_progress_ts=self.last_progress_ts,
                 eta_low_s=low,
                 eta_high_s=high,
+                **self._averages(now),
             )
             events = EventsSection(
                 path=self.path,
@@ -327,67 +351,3 @@ def started_as(start: dict[str, Any]) -> str | None:
     if isinstance(start.get("layers"), list) and isinstance(start.get("out_dir"), str):
         return "extract"
     return None
-
-
-# -- its Prometheus families (hsmon/core/job_trackers.py TRACKER_METRICS; docs/metrics.md) ----------------
-def metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
-    """The progress and training families (the ``progress`` and ``training`` sections)."""
-    specs = [
-        ("rows_done", "hsmon_rows_done", "rows done", "g"),
-        ("rows_total", "hsmon_rows_planned", "rows the job will do in all", "g"),
-        ("tokens_done", "hsmon_tokens_done", "tokens done", "g"),
-        ("tokens_total", "hsmon_tokens_planned", "tokens the job will do in all", "g"),
-        ("chunks_done", "hsmon_chunks_done", "chunks done", "g"),
-        ("rejects", "hsmon_rejected_rows", "input rows rejected", "g"),
-        ("rows_per_s", "hsmon_rows_per_second", "rows per second (recent window)", "g"),
-        ("tokens_per_s", "hsmon_tokens_per_second", "tokens per second (recent window)", "g"),
-        ("eta_s", "hsmon_eta_seconds", "estimated seconds until done", "g"),
-        (
-            "last_progress_ts",
-            "hsmon_last_progress_timestamp_seconds",
-            "when a progress event last moved",
-            "g",
-        ),
-    ]
-    families = {key: _g(name, doc) for key, name, doc, _ in specs}
-    rejected = _c("hsmon_rows_rejected_total", "input rows rejected, by reason class (docs/extract.md)",
-                  ("job", "reason"))
-    for job in jobs:
-        prog = job.progress
-        if prog is None:
-            continue
-        for key in families:
-            _add(families[key], [job.job], getattr(prog, key))
-        for reason, n in (prog.rejects_by_reason or {}).items():
-            rejected.add_metric([job.job, reason], n)
-    yield from families.values()
-    yield rejected
-    step = _g("hsmon_train_step", "training step")
-    loss = _g("hsmon_train_loss", "training loss of the first unroll step")
-    acc = _g("hsmon_train_accuracy_ratio", "training accuracy of the first unroll step (0-1)")
-    for job in jobs:
-        tr = job.training
-        if not tr:
-            continue
-        _add(step, [job.job], tr.step)
-        for fam, value in ((loss, tr.loss), (acc, tr.acc)):
-            if isinstance(value, list):
-                value = value[0] if value else None
-            if isinstance(value, (int, float)):
-                fam.add_metric([job.job], float(value))
-    yield from (step, loss, acc)
-
-
-def event_metrics(jobs: Sequence[JobStatus], monitor: Any = None) -> Iterator[Any]:
-    """The events file's families (the ``events`` section)."""
-    lines = _c("hsmon_events_lines_total", "lines read from the events file")
-    bad = _c("hsmon_events_bad_lines_total", "lines of the events file that were not valid events")
-    last = _g("hsmon_events_last_timestamp_seconds", "time of the last event")
-    for job in jobs:
-        e = job.events
-        if not e:
-            continue
-        _add(lines, [job.job], e.lines)
-        _add(bad, [job.job], e.bad_lines)
-        _add(last, [job.job], e.last_event_ts)
-    yield from (lines, bad, last)

@@ -15,12 +15,17 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("o", "overview: a tab per job (and per daemon)"),
     ("t", "training: launch, follow and stop a drafter training"),
     ("n / p", "next / previous job tab (or click a tab)"),
-    ("f", "event filter: all → errors → rejects → +heartbeats (or click)"),
-    ("e, enter", "the whole event of the highlighted (or newest) log line"),
+    ("pgdn pgup", "the panels below the screen (space, home, end, wheel)"),
+    ("f", "event filter: all → errors → rejects → +heartbeats"),
+    ("/", "search the events: lines holding the text (escape clears)"),
+    ("e, enter", "the whole event of the highlighted (or newest) line"),
     ("r", "read every source again now"),
-    ("l", "launch the training in the form (training screen)"),
+    ("l", "overview: the job's log, followed (/, f, n: see its title)"),
+    ("", "training screen: launch the training in the form"),
+    ("R", "resume from the checkpoint in the form's output directory"),
     ("s", "stop the training after a yes; it writes a checkpoint"),
-    ("tab", "walk through fields and buttons; escape leaves a field"),
+    ("tab", "into the event log (arrows, pgup/pgdn), fields, buttons"),
+    ("escape", "leaves a field"),
     ("ctrl+r", "reset the form to the job's values (training screen)"),
     ("?", "this help (escape closes it)"),
     ("q", "quit; a launched training keeps running"),
@@ -32,7 +37,7 @@ FOOTNOTE = ("The mouse works too. A daemon that stops answering shows 'disconnec
 def help_text() -> Text:
     text = Text("hsmon tui: keys\n\n", style="bold")
     for key, does in KEYS:
-        text.append(f"{key:>8}  ", style="bold cyan")
+        text.append(f"{key:>9}  ", style="bold cyan")
         text.append(f"{does}\n")
     text.append(f"\n{FOOTNOTE}", style="dim")
     return text

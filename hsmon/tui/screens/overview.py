@@ -14,7 +14,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
+from hsmon.status_doc import logs_of
 from hsmon.tui.screens.event_detail import EventDetailScreen
+from hsmon.tui.screens.logs import LogScreen
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
@@ -32,10 +34,17 @@ class OverviewScreen(Screen[None]):
     """A tab per job (per job and host with several daemons)."""
 
     BINDINGS: ClassVar = [
-        Binding("f", "cycle_filter", "filter"),
+        Binding("f", "cycle_filter", "filter", show=False),  # the events panel's title says it
+        Binding("slash", "search", "search", key_display="/"),
         Binding("e", "open_event", "event", show=False),
+        Binding("l", "logs", "logs"),
         Binding("n", "next_tab", "next job"),
         Binding("p", "previous_tab", "prev job", show=False),
+        # the panels below the first screen (the page scrolls): without the focus anywhere
+        Binding("pagedown,space", "scroll_page(1)", "more", key_display="pgdn"),
+        Binding("pageup", "scroll_page(-1)", "back", show=False),
+        Binding("home", "scroll_to(0)", "top", show=False),
+        Binding("end", "scroll_to(-1)", "bottom", show=False),
     ]
 
     _ensured: list[str] | None = None
@@ -47,7 +56,7 @@ class OverviewScreen(Screen[None]):
         yield ConnectionBar(id="connections")
         yield Static("waiting for the first status…", id="empty")
         yield TabbedContent(id="jobs")
-        yield Footer()
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         self.query_one("#jobs", TabbedContent).display = False
@@ -157,6 +166,31 @@ class OverviewScreen(Screen[None]):
         overview = self._active_overview()
         if overview is not None:
             overview.query_one(EventLog).cycle_filter()
+
+    def action_logs(self) -> None:
+        """The selected job's log, tailed (hsmon/tui/screens/logs.py)."""
+        key = self._app.selected
+        job = self._app.job(key)
+        if key is None or job is None:
+            self.app.notify("no job selected", severity="warning")
+            return
+        self.app.push_screen(LogScreen(job.job, logs_of(job), self._app.sources[key[0]].is_local))
+
+    def action_search(self) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            overview.query_one(EventLog).start_search()
+
+    def action_scroll_page(self, pages: int) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            page = max(1, overview.scrollable_content_region.height - 2)
+            overview.scroll_to(y=overview.scroll_y + pages * page, animate=False)
+
+    def action_scroll_to(self, where: int) -> None:
+        overview = self._active_overview()
+        if overview is not None:
+            overview.scroll_to(y=0 if where == 0 else overview.max_scroll_y, animate=False)
 
     def on_event_log_open_event(self, message: EventLog.OpenEvent) -> None:
         message.stop()

@@ -43,6 +43,7 @@ class TrainingScreen(Screen[None]):
 
     BINDINGS: ClassVar = [
         Binding("l", "launch", "launch"),
+        Binding("R", "resume", "resume"),
         Binding("s", "stop", "stop"),
         Binding("ctrl+r", "prefill", "reset form", show=False),
         Binding("escape", "leave_field", "leave field", show=False),
@@ -65,7 +66,7 @@ class TrainingScreen(Screen[None]):
             with Vertical(id="training-form-box") as box:
                 box.border_title = "launch a drafter training"
                 yield TrainingForm(validator=self._validate, id="training-form")
-        yield Footer()
+        yield Footer(compact=True)
 
     def _validate(self, fields: dict[str, str]) -> dict[str, str]:
         if not self.app.sources:
@@ -118,7 +119,7 @@ class TrainingScreen(Screen[None]):
                                             online[1] if followed and online is not None else None)
         acceptance = app.acceptance_job()
         self.query_one(AcceptancePanel).show(acceptance[1] if acceptance else None)
-        self.query_one(UnrollPlot).set_history(app.history(training[0]).training if training else [])
+        self.query_one(UnrollPlot).set_history(app.history(training[0]).unroll if training else None)
         self.query_one("#stop", Button).disabled = training is None or training[1].state in ENDED_STATES
 
     def action_leave_field(self) -> None:
@@ -136,6 +137,9 @@ class TrainingScreen(Screen[None]):
 
     def action_launch(self) -> None:
         self.query_one(TrainingForm).request_launch()
+
+    def action_resume(self) -> None:
+        self.query_one(TrainingForm).request_launch(resume=True)
 
     def on_training_form_launch_requested(self, message: TrainingForm.LaunchRequested) -> None:
         self.app.launch_training(message.fields)

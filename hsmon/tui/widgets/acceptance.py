@@ -5,7 +5,14 @@ from __future__ import annotations
 from rich.text import Text
 
 from hsmon.status_doc import JobStatus
-from hsmon.tui.view import NO_PROGRESS, acceptance_lines, acceptance_result, progress_label
+from hsmon.tui.view import (
+    NO_PROGRESS,
+    acceptance_lines,
+    acceptance_result,
+    acceptance_so_far,
+    fmt_count,
+    progress_label,
+)
 from hsmon.tui.widgets.job_header import badge
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -30,7 +37,11 @@ class AcceptancePanel(QuietStatic):
             progress = job.progress or NO_PROGRESS
             text = Text.assemble(badge(job.state), " ", (job.job, "bold"),
                                  "\nmeasuring acceptance: decodes ",
-                                 progress_label(progress.rows_done, progress.rows_total))
+                                 progress_label(progress.rows_done, progress.rows_total),
+                                 f", {fmt_count(progress.tokens_done)} tokens decoded")
+            so_far = acceptance_so_far(job)
+            if so_far:
+                text.append(f"\nacceptance so far: {so_far} (tokens per target forward)")
             if job.state in ("dead", "stalled") and job.reason:
                 text.append(f"\n{job.reason}", style="italic")
         self.show_text(text)

@@ -7,7 +7,9 @@ from textual.containers import Vertical
 
 from hsmon.contracts.units import format_bytes
 from hsmon.status_doc import JobStatus
-from hsmon.tui.view import JobHistory, fmt_clock, fmt_count, fmt_rate, shorten_path
+from hsmon.status_doc.numbers import counted
+from hsmon.tui.series import fit
+from hsmon.tui.view import JobHistory, fmt_clock, fmt_rate, shorten_path
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_title, set_display
 from hsmon.tui.widgets.spark import QuietSparkline
 
@@ -37,7 +39,8 @@ class DumpPanel(Vertical):
             self.query_one("#dump-figures", QuietStatic).show_text("directory does not exist (yet)")
         else:
             self.query_one("#dump-figures", QuietStatic).show_text(
-                f"{fmt_count(dump.files)} files  {format_bytes(dump.bytes)}  "
+                f"{counted(dump.files, 'file')}  {format_bytes(dump.bytes)}  "
                 f"oldest {fmt_clock(dump.oldest_age_s)}  "
                 f"in {fmt_rate(dump.created_per_s)} out {fmt_rate(dump.consumed_per_s)}")
-        self.query_one("#dump-spark", QuietSparkline).data = list(history.dump_files)
+        spark = self.query_one("#dump-spark", QuietSparkline)
+        spark.data = fit(list(history.dump_files), spark.size.width or 60)  # the whole run, the newest last

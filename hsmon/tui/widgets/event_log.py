@@ -1,4 +1,6 @@
-"""The tail of the job's events as one human line each, filtered: all, errors, rejects, +heartbeats.
+"""The job's events as one human line each, with its clock time: filtered (all, errors, rejects,
++heartbeats), searched (`/`: the lines that hold the text), scrolled (arrows, page up/down, home,
+end, the mouse wheel once the log has the focus: tab, or a click).
 
 A line is an option of a list: enter (or a click, or `e` for the highlighted or newest line)
 opens the whole event.
@@ -21,13 +23,15 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.geometry import Region, Size
+from textual.markup import escape
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widgets import Input
 
 from hsmon.status_doc import JobStatus
-from hsmon.tui.event_text import EVENT_FILTERS, event_age, event_summary, filtered_events
+from hsmon.tui.event_text import EVENT_FILTERS, event_clock, event_summary, filtered_events
 from hsmon.tui.widgets.quiet import QuietStatic, WholeCellScrollBar
 
 KIND_STYLES = {"error": "bold red", "retry": "yellow", "reject": "magenta", "state": "bold cyan",
@@ -38,14 +42,18 @@ MAX_EVENTS = 200  # the status document carries the last 20; the app keeps more 
 
 
 class FilterBar(QuietStatic):
-    """'show: (all) errors rejects +heartbeats', each word clickable."""
+    """'show: (all) errors rejects +heartbeats  /: search', each word clickable."""
 
-    def show(self, which: str) -> None:
+    def show(self, which: str, search: str = "", found: int | None = None) -> None:
         parts = [Content("show: ")]
         for name in EVENT_FILTERS:
             style = "bold reverse" if name == which else "underline"
             parts.append(Content.from_markup(f"[{style} @click=set_filter('{name}')] {name} [/] "))
-        parts.append(Content.from_markup("[dim] enter/e: whole event[/]"))
+        if search:
+            parts.append(Content.from_markup(f"[bold] /{escape(search)}[/] [dim]({found} found, "
+                                             "escape clears)[/]"))
+        else:
+            parts.append(Content.from_markup("[dim] /: search  enter/e: whole event[/]"))
         self.update(Content("").join(parts), layout=False)
 
     def action_set_filter(self, which: str) -> None:
@@ -191,8 +199,21 @@ def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
     return (event.get("ts"), event.get("kind"), event.get("job"))
 
 
+class SearchInput(Input):
+    """The event log's search: the lines that hold the text are shown as it is typed."""
+
+    BINDINGS: ClassVar = [Binding("escape", "clear", "clear search", show=False)]
+    DEFAULT_CSS = "SearchInput { height: 1; border: none; padding: 0 1; display: none; }"
+
+    def action_clear(self) -> None:
+        log = self.parent
+        if isinstance(log, EventLog):
+            log.end_search(clear=True)
+
+
 class EventLog(Vertical):
-    """Newest events at the bottom; the filter: click a word of the filter bar, or `f` (cycles)."""
+    """Newest events at the bottom; the filter: click a word of the filter bar, or `f` (cycles);
+    `/` searches."""
 
     DEFAULT_CSS = """
     EventLog { height: auto; }
@@ -200,6 +221,7 @@ class EventLog(Vertical):
     """
 
     which: reactive[str] = reactive("all")
+    search: reactive[str] = reactive("")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -211,10 +233,39 @@ class EventLog(Vertical):
 
     def compose(self) -> ComposeResult:
         yield FilterBar(id="event-filter")
+        yield SearchInput(placeholder="search the events (enter keeps it, escape clears)", id="event-search")
         yield EventLines(id="event-lines")
 
+    def start_search(self) -> None:
+        """`/`: the search field, focused."""
+        field = self.query_one(SearchInput)
+        field.display = True
+        field.focus()
+
+    def end_search(self, clear: bool) -> None:
+        field = self.query_one(SearchInput)
+        if clear:
+            field.value = ""
+            self.search = ""
+        field.display = False
+        self.query_one(EventLines).focus()
+
+    def on_input_changed(self, message: Input.Changed) -> None:
+        message.stop()
+        if message.value.startswith("/"):  # the key that opened the field reaches it too
+            message.input.value = message.value[1:]
+            return
+        self.search = message.value
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        message.stop()
+        self.end_search(clear=False)
+
+    def watch_search(self) -> None:
+        self._render_lines()
+
     def on_mount(self) -> None:
-        self.query_one(FilterBar).show(self.which)
+        self.query_one(FilterBar).show(self.which, self.search)
         # whole cells: the default thumb ends in half-block glyphs (a stray '▃▃' at the panel's edge)
         self.query_one(EventLines).vertical_scrollbar.renderer = WholeCellScrollBar
 
@@ -223,8 +274,6 @@ class EventLog(Vertical):
         self.which = EVENT_FILTERS[(EVENT_FILTERS.index(self.which) + 1) % len(EVENT_FILTERS)]
 
     def watch_which(self) -> None:
-        if self.is_mounted:
-            self.query_one(FilterBar).show(self.which)
         self._render_lines()
 
     def show(self, job: JobStatus, now_ts: float | None,
@@ -237,28 +286,35 @@ class EventLog(Vertical):
     def _render_lines(self) -> None:
         if not self.is_mounted:
             return
-        chosen = filtered_events(self._events, self.which, MAX_EVENTS)
-        key = (self.which, self._now, tuple(_event_key(e) for e in chosen))
+        summaries = self._summaries
+
+        def summary(event: dict[str, Any]) -> str:
+            key = _event_key(event)
+            if key not in summaries:
+                summaries[key] = event_summary(event)
+            return summaries[key]
+
+        chosen = filtered_events(self._events, self.which, MAX_EVENTS, self.search, summary)
+        key = (self.which, self.search, tuple(_event_key(e) for e in chosen))
         if key == self._shown:
             return
         self._shown = key
+        self.query_one(FilterBar).show(self.which, self.search, len(chosen))
         lines = self.query_one(EventLines)
         highlighted = lines.highlighted
         keep = _event_key(self._chosen[highlighted]) if highlighted is not None and highlighted < len(
             self._chosen) else None
         self._chosen = chosen
-        summaries = {key: self._summaries.get(key) or event_summary(event)
-                     for key, event in zip(map(_event_key, chosen), chosen, strict=True)}
-        self._summaries = summaries  # an event's summary is computed once; only its age moves
-        now = self._now
+        kept = {_event_key(e) for e in self._events}
+        self._summaries = {k: v for k, v in summaries.items() if k in kept}  # computed once per event
         what = "" if self.which in ("all", "+heartbeats") else self.which + " "
+        none = f"no event holds {self.search!r}" if self.search else f"no {what}events yet"
 
         def make(index: int) -> tuple[str, str]:
             if not chosen:
-                return f"no {what}events yet", "dim"
+                return none, "dim"
             event = chosen[index]
-            return (f"{event_age(event, now):>7} {summaries[_event_key(event)]}",
-                    KIND_STYLES.get(str(event.get("kind")), ""))
+            return (f"{event_clock(event)} {summary(event)}", KIND_STYLES.get(str(event.get("kind")), ""))
 
         keys = [_event_key(e) for e in chosen]
         highlight = keys.index(keep) if keep is not None and keep in keys else None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from hsmon.status_doc import JobStatus, online_of
-from hsmon.status_doc.numbers import coarse_clocks
+from hsmon.status_doc import ENDED_STATES, JobStatus, online_of
+from hsmon.status_doc.numbers import clock_time, coarse_clocks
 from hsmon.tui.view import job_elapsed_eta
 from hsmon.tui.widgets.quiet import QuietStatic
 
@@ -48,10 +48,13 @@ class JobHeader(QuietStatic):
 
     def show(self, job: JobStatus, stale: str | None = None) -> None:
         elapsed, eta = job_elapsed_eta(job)
+        # an ended job: when it ended (its own record: the done event, the manifest), not an ETA
+        when = ("  ended ", (clock_time(job.state_since_ts), "bold")) if job.state in ENDED_STATES else (
+            "  ETA ", (eta, "bold"), slower_side(job))
         text = Text.assemble(
             badge(job.state), " ",
             (job.job, "bold"), f" ({job.kind}{' + train' if online_of(job) is not None else ''})",
-            "  elapsed ", (elapsed, "bold"), "  ETA ", (eta, "bold"), slower_side(job),
+            "  elapsed ", (elapsed, "bold"), *when,
         )
         if job.reason:
             text.append(f"\n{coarse_clocks(job.reason)}", style="italic")

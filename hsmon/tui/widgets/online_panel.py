@@ -8,7 +8,7 @@ from rich.text import Text
 
 from hsmon.status.text import spool_fill
 from hsmon.status_doc import JobStatus, OnlineSection, OnlineSide, online_of
-from hsmon.status_doc.numbers import fmt_clock
+from hsmon.status_doc.numbers import counted, fmt_clock
 from hsmon.tui.widgets.quiet import QuietStatic, set_display
 
 STATE_STYLES = {"running": "green", "paused": "yellow", "waiting": "yellow", "stalled": "bold red",
@@ -45,7 +45,7 @@ def _side(text: Text, label: str, side: OnlineSide) -> None:
 def online_text(online: OnlineSection, width: int | None = None) -> Text:
     """The panel's lines; the fill bar shrinks so that the spool's line fits ``width`` cells."""
     text = Text()
-    fill = f"{spool_fill(online)}, {online.rows_waiting} rows waiting"
+    fill = f"{spool_fill(online)}, {counted(online.rows_waiting, 'row')} waiting"
     bar = BAR if width is None else max(5, min(BAR, width - LABEL - 1 - len(fill)))
     text.append(f"{'spool':<{LABEL}}", style="bold")
     text.append(f"{fill_bar(online, bar)} ", style="yellow" if online.producer.state == "paused" else "green")

@@ -7,7 +7,7 @@ from textual.containers import Vertical
 
 from hsmon.contracts.rejects import short_summary
 from hsmon.status_doc import JobStatus, figures
-from hsmon.tui.view import NO_PROGRESS, is_acceptance_job, sent
+from hsmon.tui.view import NO_PROGRESS, acceptance_result, acceptance_so_far, is_acceptance_job, sent
 from hsmon.tui.widgets.meter import Meter
 from hsmon.tui.widgets.quiet import set_border_subtitle
 
@@ -38,11 +38,14 @@ class ProgressPanel(Vertical):
             rows.set_value(progress.rows_done, progress.rows_total)
         for name in ("tokens", "chunks"):
             meter = self.query_one(f"#meter-{name}", Meter)
-            shown = training is None and not (name == "chunks" and job.kind == "regenerate")  # a dataset
+            # a regeneration writes a dataset, an evaluation decodes: neither has chunks
+            shown = training is None and not (name == "chunks" and (job.kind == "regenerate" or acceptance))
             if meter.display != shown:
                 meter.display = shown
         self.query_one("#meter-tokens", Meter).set_value(progress.tokens_done, progress.tokens_total)
         self.query_one("#meter-chunks", Meter).set_value(progress.chunks_done, progress.chunks_total)
         rejects = progress.rejects
         why = short_summary(progress.rejects_by_reason)
-        set_border_subtitle(self, (f"rejects {rejects}" + (f": {why}" if why else "")) if rejects else "")
+        subtitle = (f"rejects {rejects}" + (f": {why}" if why else "")) if rejects else ""
+        so_far = acceptance_so_far(job) if acceptance and acceptance_result(job) is None else None
+        set_border_subtitle(self, f"acceptance so far: {so_far}" if so_far else subtitle)

@@ -1,4 +1,5 @@
-"""Rates with sparklines: rows/s, tokens/s, bytes/s written."""
+"""Rates with sparklines over the job's whole run (hsmon/tui/series.py): rows/s, tokens/s, bytes/s
+written; the clock times the sparklines span on the panel's bottom border, under them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 
 from hsmon.status_doc import JobStatus
-from hsmon.tui.view import FINISHED_STATES, NO_PROGRESS, JobHistory, final_averages, fmt_byte_rate, fmt_rate
+from hsmon.status_doc.numbers import clock_time, fmt_clock
+from hsmon.tui.series import fit
+from hsmon.tui.view import (
+    FINISHED_STATES,
+    NO_PROGRESS,
+    JobHistory,
+    final_averages,
+    fmt_byte_rate,
+    fmt_rate,
+    is_acceptance_job,
+)
 from hsmon.tui.widgets.quiet import QuietStatic, set_border_subtitle
 from hsmon.tui.widgets.spark import QuietSparkline
 
@@ -26,7 +37,7 @@ class RatesPanel(Vertical):
     DEFAULT_CSS = """
     RatesPanel { height: auto; }
     RatesPanel > Horizontal { height: 1; }
-    RatesPanel QuietStatic { width: 22; }
+    RatesPanel RateLabel { width: 22; }
     RatesPanel Sparkline { width: 1fr; }
     """
 
@@ -48,13 +59,21 @@ class RatesPanel(Vertical):
             "tokens": (fmt_rate(figures["tokens"]), history.tokens_per_s),
             "bytes": (fmt_byte_rate(figures["bytes"]), history.bytes_per_s),
         }
-        set_border_subtitle(self, "averages of the run" if finished else "")
+        span = history.rows_per_s.span
+        axis = ""
+        if span is not None and span[1] > span[0]:  # what the sparklines span, under them
+            seconds = span[1] - span[0]
+            axis = f"{clock_time(span[0], seconds)} → {clock_time(span[1], seconds)} ({fmt_clock(seconds)})"
+        averages = "averages of the run" if finished else ""
+        set_border_subtitle(self, " · ".join(t for t in (averages, axis) if t))
         if not self._parts:  # found once: this runs at every document
             self._parts = {key: (self.query_one(f"#rate-{key}", QuietStatic),
                                  self.query_one(f"#spark-{key}", QuietSparkline)) for key, _ in RATES}
+        decodes = is_acceptance_job(job)  # eval-drafter: decodes and the tokens they decoded
         for key, unit in RATES:
+            unit = "decode/s" if decodes and key == "rows" else unit
             text, series = values[key]
             text = f"avg {text}" if finished else text
             label, spark = self._parts[key]
             label.show_text(f"{unit:<8}{text:>13}")
-            spark.data = list(series)
+            spark.data = fit(list(series), spark.size.width or 60)  # the whole run, the newest last

@@ -13,7 +13,8 @@ from textual.widgets import Button, Input, Label, Static
 from hsmon.contracts import train_defaults as defaults
 from hsmon.status_doc.figures import fmt_lr
 
-# (field, label, placeholder). Field names are the keys of hsmon.launch.training.validate_training_request
+# (field, label, placeholder: at most 35 characters, the room a field has at 120 columns; docs/tui.md
+# says more). Field names are the keys of hsmon.launch.training.validate_training_request
 # and of the daemon's POST /api/v1/train body.
 FIELDS: tuple[tuple[str, str, str], ...] = (
     ("data_dir", "data directory", "the extraction output"),
@@ -24,13 +25,13 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("batch_tokens", "batch (tokens)", str(defaults.BATCH_TOKENS)),
     ("ttt_length", "unroll length", str(defaults.TTT_LENGTH)),
     ("arch", "architecture", "eagle3.1 (default) or eagle3"),
-    ("draft_vocab_size", "draft vocab", "empty: the tokens that cover 99% of the data (256 to 32000)"),
+    ("draft_vocab_size", "draft vocab", "empty: 99% of the tokens, 256-32000"),
     ("gpus", "GPUs", "torchrun processes"),
-    ("time_limit", "time limit (s)", "empty: none; seconds of steps, then checkpoint, eval, done"),
-    ("threads", "CPU threads", "empty: torch's default; torch threads per process"),
-    ("follow", "follow (online)", "yes: train while it extracts (hsmon train --follow)"),
+    ("time_limit", "time limit (s)", "empty: no limit"),
+    ("threads", "CPU threads", "empty: torch's, per process"),
+    ("follow", "follow (online)", "yes: train as it extracts"),
     ("passes", "passes (follow)", "1: batches each row is in"),
-    ("consume", "consume (follow)", "yes: delete rows after their passes (a spool needs it)"),
+    ("consume", "consume (follow)", "yes: delete rows after their passes"),
 )
 # shown only for an online extraction (a spool being written: hsmon extract --spool-max)
 FOLLOW_FIELDS = ("follow", "passes", "consume")
@@ -53,6 +54,8 @@ class TrainingForm(Vertical):
     """
 
     class LaunchRequested(Message):
+        """Launch (``fields`` as typed) or Resume (with ``resume: yes``: from the checkpoint there)."""
+
         def __init__(self, fields: dict[str, str]) -> None:
             super().__init__()
             self.fields = fields
@@ -72,6 +75,7 @@ class TrainingForm(Vertical):
         yield Static("", id="form-warning", classes="warning")
         with Horizontal(classes="buttons"):
             yield Button("Launch (l)", id="launch", variant="success")
+            yield Button("Resume (R)", id="resume", variant="primary")
             yield Button("Stop (s)", id="stop", variant="error")
 
     def on_mount(self) -> None:
@@ -128,12 +132,16 @@ class TrainingForm(Vertical):
         self.request_launch()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "launch":
+        if event.button.id in ("launch", "resume"):
             event.stop()
-            self.request_launch()
+            self.request_launch(resume=event.button.id == "resume")
 
-    def request_launch(self) -> None:
-        if self.validate():
+    def request_launch(self, resume: bool = False) -> None:
+        """Launch a new training, or (``resume``) go on from the checkpoint of the output directory."""
+        fields = {**self.values, "resume": "yes"} if resume else self.values
+        if self.validator is not None:
+            self.show_errors(self.validator(fields))
+        if self.errors:
             self.app.notify("fix the fields marked in red first", severity="error")
             return
-        self.post_message(self.LaunchRequested(self.values))
+        self.post_message(self.LaunchRequested(fields))
