@@ -108,8 +108,8 @@ class ProgressTracker:
         if kind in (ev.START, ev.RESUME):
             self._step_phase = None  # a new phase: its own step rate
         if kind == ev.START:
-            if self.start_ts is not None and previous_ts is not None:
-                self._earlier_runs_s += max(0.0, previous_ts - self.start_ts)
+            if self.wall_start_ts is not None and previous_ts is not None:
+                self._earlier_runs_s += max(0.0, previous_ts - self.wall_start_ts)
             self._on_start(e, ts)
             if self._counted_before is None:
                 self._counted_before = (self.rows_done, self.tokens_done)
@@ -258,7 +258,8 @@ class ProgressTracker:
         """Rows, tokens and bytes per second over every run's time this file shows: a resumed
         run's averages span its earlier runs too (rows an earlier run not in the file had done are
         left out, with its time)."""
-        work_s = self._earlier_runs_s + ((self.terminal_ts or now) - self.start_ts) if self.start_ts else 0.0
+        start = self.wall_start_ts  # each run from its process's start (its load counts, as in elapsed)
+        work_s = self._earlier_runs_s + ((self.terminal_ts or now) - start) if start else 0.0
         rows_before, tokens_before = self._counted_before or (0, 0)
         done = {"rows": self.rows_done - rows_before, "tokens": self.tokens_done - tokens_before,
                 "bytes": self.bytes_done}
