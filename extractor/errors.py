@@ -4,17 +4,25 @@ line, exit status 2) and `log` (a line for the human on stderr, after the comman
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 PROGRAM = "hsmon extract"  # the command this process runs: its lines start with it
 
 
-def set_program(name: str) -> None:
-    """Name the command this process runs (`hsmon regenerate`), in its lines and its pause lines."""
+@contextmanager
+def program(name: str) -> Iterator[None]:
+    """Name the command that runs (`hsmon regenerate`) in its lines and its pause lines while it
+    runs; the names before it come back after, so a caller in the same process is not renamed."""
     global PROGRAM
     from hsmon.contracts import pauses
 
-    PROGRAM = name
-    pauses.PREFIX = f"{name}: "
+    before = PROGRAM, pauses.PREFIX
+    PROGRAM, pauses.PREFIX = name, f"{name}: "
+    try:
+        yield
+    finally:
+        PROGRAM, pauses.PREFIX = before
 
 
 class UsageError(Exception):

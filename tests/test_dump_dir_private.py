@@ -140,3 +140,16 @@ def test_the_plugin_checks_a_dump_directory_made_again(tmp_path):
     job.chmod(0o777)
     with pytest.raises(dump.DumpRefused, match="chmod 700"):
         dump.held_dump_dir(str(job), str(tmp_path))
+
+
+def test_the_plugin_holds_no_dump_directory_between_requests(tmp_path):
+    """A checked directory is remembered by identity, not held open: once the request's own
+    descriptor is closed, the server keeps nothing there (a tmpfs under the dump root can be
+    unmounted, a removed directory is gone), and a second request opens it again."""
+    job = tmp_path / "job"
+    for _ in range(2):
+        _, fd = dump.held_dump_dir(str(job), str(tmp_path))
+        os.close(fd)
+    held = [os.readlink(f"/proc/self/fd/{n}") for n in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{n}")]
+    assert str(job) not in held

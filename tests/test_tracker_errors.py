@@ -133,9 +133,10 @@ def test_every_registered_tracker_answers_the_one_interface(tmp_path: Path) -> N
                                  dump_dir=str(tmp_path / "dump"), pid=1)], use_watchdog=False)
     trackers = [*monitor._jobs["all"].trackers, monitor.gpu]
     assert all(isinstance(t, Tracker) for t in trackers)
-    names = ["progress", "server", "processes", "dump_dir", "output_dir", "online", "disk", "gpu"]
+    names = ["progress", "server", "processes", "dump_dir", "output_dir", "online", "regenerate",
+             "disk", "gpu"]
     assert [t.name for t in trackers] == names
-    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 7
+    assert len(job_trackers.TRACKER_METRICS) == len(set(job_trackers.TRACKER_METRICS)) == 8
 
 
 def test_a_process_tracker_failing_every_tick_makes_the_job_unknown_not_stale_alive(

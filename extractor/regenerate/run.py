@@ -20,7 +20,7 @@ from typing import Any
 
 from extractor import dataset as ds
 from extractor.conversations import RowError
-from extractor.errors import UsageError, log, set_program
+from extractor.errors import UsageError, log, program
 from extractor.regenerate import turns
 from extractor.regenerate.prepare import SEED_RULE, Prepared, dry_run, prepare
 from extractor.regenerate.writer import OrderedWriter, Refused, Regenerated, RegenProgress
@@ -44,7 +44,11 @@ WINDOW_PER_WORKER = 8  # rows fed ahead of the commit, per worker (memory bound;
 
 def main(args: argparse.Namespace) -> int:
     """Run `hsmon regenerate`; returns the exit status."""
-    set_program("hsmon regenerate")
+    with program("hsmon regenerate"):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         prep = prepare(args)
     except UsageError as exc:

@@ -62,9 +62,17 @@ def check_owned(path: str, st: os.stat_result) -> None:
                           f"{stat.S_IMODE(st.st_mode):04o}): chmod 700 {path}")
 
 
+def _owned(path: str, st: os.stat_result) -> bool:
+    try:
+        check_owned(path, st)
+    except DumpRefused:
+        return False
+    return True
+
+
 def open_dump_dir(real: str) -> int:
-    """The checked dump directory, made 0700 when missing, held open: files are written through
-    this descriptor, whatever the path names later. DumpRefused when it is not only ours."""
+    """The checked dump directory, made 0700 when missing, opened: the request's files are written
+    through this descriptor, whatever the path names later. DumpRefused when it is not only ours."""
     try:
         os.makedirs(real, mode=0o700, exist_ok=True)
         fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -78,27 +86,32 @@ def open_dump_dir(real: str) -> int:
     return fd
 
 
-_dump_dirs: dict[tuple[str, str], tuple[str, int]] = {}
+_checked_dirs: dict[tuple[str, str], tuple[str, int, int]] = {}
 
 
 def held_dump_dir(dump_dir: Any, root: str) -> tuple[str, int]:
-    """``check_dump_dir`` and the directory held open (``open_dump_dir``), remembered per directory
-    while its path still names the same one (a job's requests share one, and the ``realpath`` is
-    off the hook after the first); a directory made again, or swapped, is checked again. Returns the
-    real path and a descriptor of the request's own (the writer closes it)."""
+    """``check_dump_dir`` and the directory opened (``open_dump_dir``): returns its real path and a
+    descriptor of the request's own (the writer closes it). The check is remembered per directory
+    by its identity (device, inode), not by a descriptor held between requests, so the server
+    keeps nothing open (a tmpfs under the dump root can be unmounted, a removed directory is
+    gone): a job's requests skip the ``realpath`` walk while its path opens the same directory, and
+    a directory made again, or swapped, is checked again."""
     key = (dump_dir, root) if isinstance(dump_dir, str) else None
-    held = _dump_dirs.get(key) if key is not None else None
-    if held is not None:
-        with contextlib.suppress(OSError):
-            now, was = os.stat(held[0], follow_symlinks=False), os.fstat(held[1])
-            if (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino):
-                return held[0], os.dup(held[1])
-        os.close(_dump_dirs.pop(key)[1])  # type: ignore[arg-type]
+    known = _checked_dirs.pop(key, None) if key is not None else None
+    if known is not None:
+        real, dev, ino = known
+        with contextlib.suppress(OSError):  # opened as it is: never made again down this path
+            fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (dev, ino) and _owned(real, st):
+                _checked_dirs[key] = known  # type: ignore[index]
+                return real, fd
+            os.close(fd)
     real = check_dump_dir(dump_dir, root)
     fd = open_dump_dir(real)
-    if key is not None and len(_dump_dirs) < 256:
-        _dump_dirs[key] = (real, fd)
-        return real, os.dup(fd)
+    if key is not None and len(_checked_dirs) < 256:
+        st = os.fstat(fd)
+        _checked_dirs[key] = (real, st.st_dev, st.st_ino)
     return real, fd
 
 
