@@ -13,6 +13,7 @@ from tui_complete import complete, typed, typed_job
 from tui_documents import documents
 from tui_status_server import StatusServer
 
+from hsmon.contracts.units import format_duration
 from hsmon.status.client import KeptGet
 from hsmon.status_doc.numbers import coarse_clocks, fmt_clock
 from hsmon.tui import sources
@@ -26,6 +27,10 @@ def test_durations_change_once_a_minute_past_a_minute() -> None:
     assert [fmt_clock(s) for s in (0, 59.9, 60, 119, 245, 3599, 3600, 7500)] == [
         "0s", "59s", "1m", "1m", "4m", "59m", "1h00m", "2h05m"]
     assert fmt_clock(None) == "-"
+    # a projection at a trickle's rate: days, and past a year no figure at all
+    assert [fmt_clock(s) for s in (47 * 3600, 999_999, 1_061_736_000)] == [
+        "47h00m", "11d13h", "over a year"]
+    assert format_duration(999_999) == "11d13h" and format_duration(400 * 86_400) == "over a year"
     assert coarse_clocks("progress events 68s ago") == "progress events 1m ago"
     assert coarse_clocks("progress events 5s ago, 2 servers") == "progress events 5s ago, 2 servers"
     assert coarse_clocks("moved 7500 s ago") == "moved 2h05m ago"

@@ -32,11 +32,28 @@ def format_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
+DAY_S = 86_400
+YEAR_S = 365 * DAY_S
+
+
+def format_days(seconds: int) -> str | None:
+    """Two days and more as '11d13h', a year and more as 'over a year' (a projection at a
+    trickle's rate: '294926h46m' said nothing a reader could use); None below two days."""
+    if seconds >= YEAR_S:
+        return "over a year"
+    if seconds >= 2 * DAY_S:
+        days, rest = divmod(seconds, DAY_S)
+        return f"{days}d{rest // 3600:02d}h"
+    return None
+
+
 def format_duration(seconds: float | None) -> str:
-    """Seconds as '3h12m', '4m05s', '12s'."""
+    """Seconds as '3h12m', '4m05s', '12s'; two days and more as '11d13h'."""
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "-"
     seconds = max(0, int(seconds))
+    if (long := format_days(seconds)) is not None:
+        return long
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:

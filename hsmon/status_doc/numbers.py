@@ -10,6 +10,8 @@ import math
 import re
 import time
 
+from hsmon.contracts.units import format_days
+
 ELLIPSIS = "…"
 
 
@@ -119,6 +121,8 @@ def fmt_clock(seconds: float | None) -> str:
     seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds}s"
+    if (long := format_days(seconds)) is not None:
+        return long
     hours, minutes = divmod(seconds // 60, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
 
