@@ -23,6 +23,10 @@ from extractor.backends.sglang.dumpdir import PROBE_PREFIX, DumpDir
 from extractor.backends.sglang.options import SGLangOptions
 from extractor.backends.sglang.pool import ServerPool
 
+# tests only: each dump file is taken this much later, so that it lies in the dump directory for a
+# while whatever the machine's speed (docs/development.md, "Signals mid-run")
+READ_DELAY_ENV = "HSMON_SGLANG_READ_DELAY_S"
+
 
 class SGLangBackend(Backend):
     """Rows as /generate requests; hidden states from the JSON body or from dump files."""
@@ -175,6 +179,8 @@ class SGLangBackend(Backend):
             return transports.decode_json(payload, hidden, captures, self.torch_dtype, row, want, url,
                                           self._chunk_size[url])
         path = transports.dump_path(payload, url, row)
+        if delay := float(os.environ.get(READ_DELAY_ENV) or 0):
+            time.sleep(delay)
         try:
             return transports.take_dump(path, hidden, captures, self.torch_dtype, want,
                                         self.options.dump_wait, self.capture_points)
