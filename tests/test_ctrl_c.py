@@ -180,6 +180,22 @@ def test_the_headless_demo_stopped_by_ctrl_c_while_it_trains_leaves_no_process(t
     assert "Traceback" not in job.stdout_path.read_text()
 
 
+def test_the_headless_demo_stopped_by_ctrl_c_while_it_evaluates_leaves_no_process(tmp_path: Path) -> None:
+    """Ctrl-C of the headless demo during the held-out evaluation (eval-drafter in a session of its
+    own, its decodes slowed): the demo stops it, and the evaluation records that it was stopped."""
+    base = tmp_path / "demo"
+    argv = [*demo(base), "--train-seconds", "2", "--eval-prompts", "1"]
+    job = Foreground(argv, tmp_path, env(HSMON_DEMO_ROWS="24", HSMON_EVAL_DECODE_DELAY_S="1"))
+    events = base / "eval-events.jsonl"
+    job.wait_for(lambda: any(e["kind"] == "rows" for e in events_of(events)), "the first decode")
+    job.signal(signal.SIGINT)
+    last = ended(job, signal.SIGINT)
+    assert last == ("demo: stopped by SIGINT (Ctrl-C): stopped the evaluation and the daemon; nothing "
+                    "left running"), last
+    assert events_of(events)[-1]["kind"] == "stopped", events_of(events)[-1]
+    assert not (base / "acceptance.json").exists()
+
+
 def test_the_demo_whose_terminal_went_away_while_it_extracts_leaves_no_process(tmp_path: Path) -> None:
     base = tmp_path / "demo"
     # batches of a second each, several of them: the first rows leave the extraction mid-run

@@ -323,6 +323,8 @@ def test_daemon_launches_and_stops_a_real_hsmon_train(procs, tmp_path, tiny_mode
         assert resume in job["reason"] and "hsmon train" not in job["reason"], job["reason"]
         assert step < total and job["training"]["eta_s"] is None and not (job["progress"] or {}).get("eta_s")
         assert job["training"]["last_checkpoint"]
+        # its log, named by its start event: what the dashboard's Logs view (l) tails
+        assert job["logs"][0]["path"] == str(tmp_path / "drafter" / "train.log"), job.get("logs")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
