@@ -133,7 +133,7 @@ def write_dump(dump_dir: str, rid: str, tensors: dict[str, Any], metadata: dict[
     """Write ``tensors`` (each a tensor or a list of row pieces, see ``save_parts``) to
     ``<dump_dir>/.<rid>.safetensors.tmp``, rename it to
     ``<rid>.safetensors``; return the response marker (``ok`` true or false with ``error``).
-    Through ``dir_fd`` (the checked directory held open: :func:`open_dump_dir`; opened here when
+    Through ``dir_fd`` (the checked directory, opened: :func:`held_dump_dir`; opened here when
     None), files 0600, no link followed.
 
     Never raises for an OS error: the request must complete and carry the failure. No fsync:
