@@ -149,9 +149,31 @@ def test_a_link_swapped_in_while_the_daemon_launches_leads_nowhere(site):
         done.set()
         flipper.join(10)
     assert everything_under(outside) == before
-    assert set(codes) <= {201, 400}, codes
+    assert set(codes) <= {201, 400}, (codes, daemon.stderr_path.read_text()[-3000:])
     made = [*root.glob("was-*/d*/train.pid"), *([] if swap.is_symlink() else swap.glob("d*/train.pid"))]
     assert len(made) == codes.count(201)  # each accepted launch wrote inside a real directory
+
+
+def test_a_parent_that_disappears_while_it_is_checked_is_an_error_of_the_field(tmp_path, monkeypatch):
+    """Deterministic form of the race above: the nearest existing parent of out_dir is moved away
+    between the look that finds it and the look at its filesystem. A one-line error of out_dir (a
+    400), never an OSError out of the check (it was a 500 from the daemon, about 1 launch in 15)."""
+    root = tmp_path / "root"
+    extraction_output(root / "data")
+    (root / "swap").mkdir()
+    real_access = os.access
+
+    def access_then_gone(path, mode, **kwargs):
+        if Path(path) == root / "swap" and (root / "swap").exists():
+            (root / "swap").rename(root / "moved")
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access_then_gone)
+    req, errors = launch.validate_training_request(
+        {"data_dir": str(root / "data"), "out_dir": str(root / "swap" / "d1")},
+        PathRule(remote=True, roots=(str(root),)))
+    assert req is None and errors["out_dir"].endswith("disappeared while it was being checked; try again"), errors
 
 
 def test_the_launch_repeats_the_check_on_what_it_creates(tmp_path):

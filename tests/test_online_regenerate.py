@@ -21,7 +21,9 @@ def test_online_starts_from_a_regeneration_each_side_watched(tmp_path):
         [sys.executable, "-m", "hsmon", "online", str(data), "--out", str(out), "--regenerate",
          "--regenerate-arg=--max-new-tokens=24", "--chunk-size", "4", "--threads", "2", "--daemon",
          "--train-arg=--max-steps=2", "--train-arg=--batch-tokens=512"],
-        capture_output=True, text=True, timeout=600, env=env(),
+        # each training step lasts 3 s: the online side is seen running whatever the machine's
+        # speed (its running window was a second or two: a daemon tick could miss it)
+        capture_output=True, text=True, timeout=600, env=env(HSMON_TRAIN_STEP_DELAY_S="3"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"regeneration done: {ROWS} / {ROWS} rows" in proc.stdout, proc.stdout

@@ -142,7 +142,8 @@ def test_readme_production_commands_run_as_written_on_cpu(production: dict) -> N
         dump = job["dump"]
         # watched from the start event on: its dumps seen coming and going
         assert dump and dump["path"] == start["dump_dir"] and dump["created_total"] >= 1, dump
-        assert dump["consumed_total"] == dump["created_total"] and not dump["files"], dump  # none left
+        # every dump taken, none left (those already there at the first scan count as consumed only)
+        assert dump["consumed_total"] >= dump["created_total"] and not dump["files"], dump
         status = subprocess.run([sys.executable, "-m", "hsmon", "status", "--url", status_url],
                                 capture_output=True, text=True, timeout=60, env=extract_env())
         assert status.returncode == 0, status.stderr

@@ -196,7 +196,10 @@ def _creatable_dir(path: Path) -> str | None:
     if path.exists():
         if not path.is_dir():
             return f"{path} exists and is not a directory"
-        return None if _writable(path) else f"{path} is not writable"
+        try:
+            return None if _writable(path) else f"{path} is not writable"
+        except FileNotFoundError:
+            return f"{path} disappeared while it was being checked; try again"
     probe = path.parent
     while not probe.exists():
         if probe.parent == probe:
@@ -204,7 +207,11 @@ def _creatable_dir(path: Path) -> str | None:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is not a directory, so {path} cannot be created"
-    if not _writable(probe):
+    try:
+        writable = _writable(probe)
+    except FileNotFoundError:  # made, moved or removed by someone else between the two looks
+        return f"{path}: {probe} disappeared while it was being checked; try again"
+    if not writable:
         return f"cannot create {path}: {probe} is not writable"
     return None
 
