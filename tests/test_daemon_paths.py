@@ -173,7 +173,8 @@ def test_a_parent_that_disappears_while_it_is_checked_is_an_error_of_the_field(t
     req, errors = launch.validate_training_request(
         {"data_dir": str(root / "data"), "out_dir": str(root / "swap" / "d1")},
         PathRule(remote=True, roots=(str(root),)))
-    assert req is None and errors["out_dir"].endswith("disappeared while it was being checked; try again"), errors
+    assert req is None, errors
+    assert errors["out_dir"].endswith("disappeared while it was being checked; try again"), errors
 
 
 def test_the_launch_repeats_the_check_on_what_it_creates(tmp_path):
