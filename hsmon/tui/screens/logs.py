@@ -18,9 +18,10 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Log, Static
+from textual.widgets import Header, Input, Log, Static
 
 from hsmon.status_doc import LogFile
+from hsmon.tui.widgets.compact_footer import compact_footer
 
 KEEP_LINES = 5000
 FIRST_READ_BYTES = 256 * 1024  # the tail read when the screen opens
@@ -80,7 +81,7 @@ class LogScreen(Screen[None]):
         yield Static("", id="log-title")
         yield Input(placeholder="search the log (enter keeps it, escape clears)", id="log-search")
         yield Log(max_lines=KEEP_LINES, auto_scroll=True, id="log-lines")
-        yield Footer(compact=True)
+        yield compact_footer()
 
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False

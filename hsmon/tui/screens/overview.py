@@ -12,11 +12,12 @@ from textual._styles_cache import StylesCache
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from hsmon.status_doc import logs_of
 from hsmon.tui.screens.event_detail import EventDetailScreen
 from hsmon.tui.screens.logs import LogScreen
+from hsmon.tui.widgets.compact_footer import compact_footer
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.event_log import EventLog
 from hsmon.tui.widgets.job_overview import JobOverview
@@ -56,7 +57,7 @@ class OverviewScreen(Screen[None]):
         yield ConnectionBar(id="connections")
         yield Static("waiting for the first status…", id="empty")
         yield TabbedContent(id="jobs")
-        yield Footer(compact=True)
+        yield compact_footer()
 
     async def on_mount(self) -> None:
         self.query_one("#jobs", TabbedContent).display = False

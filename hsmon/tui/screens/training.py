@@ -10,13 +10,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header
+from textual.widgets import Button, Header
 
 from hsmon.contracts.layout import MANIFEST_NAME
 from hsmon.status_doc import ENDED_STATES, JobStatus, online_of
 from hsmon.tui.screens.confirm import ConfirmScreen
 from hsmon.tui.view import complete_chunks, extraction_unfinished, training_defaults
 from hsmon.tui.widgets.acceptance import AcceptancePanel
+from hsmon.tui.widgets.compact_footer import compact_footer
 from hsmon.tui.widgets.connection_bar import ConnectionBar
 from hsmon.tui.widgets.quiet import WholeCellScrollBar
 from hsmon.tui.widgets.training_form import TrainingForm
@@ -66,7 +67,7 @@ class TrainingScreen(Screen[None]):
             with Vertical(id="training-form-box") as box:
                 box.border_title = "launch a drafter training"
                 yield TrainingForm(validator=self._validate, id="training-form")
-        yield Footer(compact=True)
+        yield compact_footer()
 
     def _validate(self, fields: dict[str, str]) -> dict[str, str]:
         if not self.app.sources:
