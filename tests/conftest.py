@@ -23,22 +23,18 @@ import time
 import pytest
 
 # The modules that start a real SGLang server (tests/sglang_server.py) or load SmolLM2-135M, and their
-# group: a group's modules run one after the other on one worker, so at most two such workloads run
-# at once. heavy-sglang: the embedded target's capture server (one start, shared by the session) and
-# what kills and restarts it. heavy-engines: SmolLM2's (its conversion and its servers) and the
-# modules that start servers of their own. The chains are of about equal length: with the speculative
-# and gpu-check modules in the first, its slowest tests alone held 11 of a 19-minute run's minutes,
-# the second's 4.
+# group: a group's modules run one after the other on one worker. Two groups: the embedded target's
+# SGLang servers, and SmolLM2's (its conversion and its servers), so at most two servers run at once.
 HEAVY_MODULES = {
     "test_extract_sglang.py": "heavy-sglang", "test_sglang_server.py": "heavy-sglang",
     "test_server_sglang.py": "heavy-sglang",
     "test_readme_production.py": "heavy-sglang",  # README's own `hsmon sglang-serve` (dtype auto)
+    "test_gpu_check.py": "heavy-sglang",  # scripts/gpu-check.sh starts an SGLang server of its own
+    "test_smollm2.py": "heavy-smollm2",
+    "test_families_sglang.py": "heavy-smollm2",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
     "test_sglang_whole_prefill.py": "heavy-sglang",  # SGLang 0.5.14's lane only (skips elsewhere)
+    "test_spec_decoding.py": "heavy-sglang",  # speculative servers (embedded target), two at once
     "test_regenerate_sglang.py": "heavy-sglang",  # hsmon regenerate on a server killed and restarted
-    "test_smollm2.py": "heavy-engines",
-    "test_families_sglang.py": "heavy-engines",  # two servers of its own (DeepSeek-V3, Qwen3-MoE at TP 2)
-    "test_spec_decoding.py": "heavy-engines",  # speculative servers (embedded target), two at once
-    "test_gpu_check.py": "heavy-engines",  # scripts/gpu-check.sh starts an SGLang server of its own
 }
 
 
