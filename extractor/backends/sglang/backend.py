@@ -38,6 +38,7 @@ class SGLangBackend(Backend):
         self.capture_points = list(capture_points)
         self.info = info
         self.options = options
+        self._read_delay = float(os.environ.get(READ_DELAY_ENV) or 0)
         self.transport = options.transport
         self.torch_dtype = getattr(torch, info.dtype)
         self.facts = options.facts or preflight.check_servers(
@@ -179,8 +180,8 @@ class SGLangBackend(Backend):
             return transports.decode_json(payload, hidden, captures, self.torch_dtype, row, want, url,
                                           self._chunk_size[url])
         path = transports.dump_path(payload, url, row)
-        if delay := float(os.environ.get(READ_DELAY_ENV) or 0):
-            time.sleep(delay)
+        if self._read_delay:
+            time.sleep(self._read_delay)
         try:
             return transports.take_dump(path, hidden, captures, self.torch_dtype, want,
                                         self.options.dump_wait, self.capture_points)
